@@ -1,0 +1,23 @@
+"""qcore: bit-exact, fast ONNX QuantizeLinear / DequantizeLinear / DynamicQuantizeLinear."""
+
+from .errors import QuantizationError
+from .formats import FORMATS, HIGH_PRECISION_TYPES, QUANTIZED_TYPES, Format, get_format
+from .layout import BLOCKED, GRANULARITIES, PER_AXIS, PER_TENSOR, Layout, block_size_range
+from .ops import (
+    dequantize_linear,
+    dynamic_quantize_linear,
+    plan_dequantize,
+    plan_quantize,
+    quantize_linear,
+)
+from .versions import DEQUANTIZE, DYNAMIC, LATEST_OPSET, OPERATORS, QUANTIZE, resolve
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BLOCKED", "DEQUANTIZE", "DYNAMIC", "FORMATS", "GRANULARITIES", "HIGH_PRECISION_TYPES",
+    "LATEST_OPSET", "OPERATORS", "PER_AXIS", "PER_TENSOR", "QUANTIZE", "QUANTIZED_TYPES",
+    "Format", "Layout", "QuantizationError", "block_size_range", "dequantize_linear",
+    "dynamic_quantize_linear", "get_format", "plan_dequantize", "plan_quantize",
+    "quantize_linear", "resolve",
+]

@@ -1,0 +1,413 @@
+"""The public operators: validation against the version table, then one kernel call."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from .errors import QuantizationError
+from .formats import FLOAT, INT, SCALE, Format, get_format
+from .kernels import cpu
+from .layout import Layout, resolve_layout
+from .versions import (
+    ATTRIBUTE_DEFAULTS,
+    DEQUANTIZE,
+    DYNAMIC,
+    LATEST_OPSET,
+    QUANTIZE,
+    OpVersion,
+    check_attribute,
+    check_type,
+    resolve,
+)
+
+_PRECISION_KIND = {"float": cpu.P_F32, "float16": cpu.P_F16, "bfloat16": cpu.P_BF16}
+_X_KIND = {"float": cpu.X_F32, "float16": cpu.X_F16, "bfloat16": cpu.X_BF16, "int32": cpu.X_I32}
+BACKENDS = ("cpu", "cuda")
+
+
+@lru_cache(maxsize=1)
+def float16_table() -> np.ndarray:
+    """float32 value of every float16 bit pattern (numba has no float16 on the CPU)."""
+    return np.arange(1 << 16, dtype=np.uint16).view(np.float16).astype(np.float32)
+
+
+@lru_cache(maxsize=None)
+def decode_table(name: str) -> np.ndarray:
+    """float64 value of every byte for a <= 8-bit format, indexed by the stored byte."""
+    fmt = get_format(name)
+    return np.arange(256, dtype=np.uint8).view(fmt.dtype).astype(np.float64)
+
+
+def _as_array(value: Any, argument: str, ov: OpVersion, integer_dtype=None) -> np.ndarray:
+    """NumPy array from an array, list or scalar; Python floats become float32."""
+    if hasattr(value, "__cuda_array_interface__") and not isinstance(value, np.ndarray):
+        return value
+    if isinstance(value, (np.ndarray, np.generic)):
+        arr = np.asarray(value)
+    else:
+        try:
+            arr = np.asarray(value)
+        except (TypeError, ValueError) as exc:
+            raise QuantizationError(f"{ov.label}: {argument} is not an array: {exc}") from None
+        if arr.dtype == np.float64:
+            arr = arr.astype(np.float32)
+        elif arr.dtype.kind in "iub" and integer_dtype is not None:
+            arr = _cast_integers(arr, integer_dtype, argument, ov)
+        elif arr.dtype.kind in "iu":
+            arr = arr.astype(np.int32)
+    if arr.dtype == np.float64:
+        raise QuantizationError(
+            f"{ov.label}: {argument} is float64, which ONNX quantization operators do not accept; "
+            f"convert it with .astype(np.float32) (valid: float32, float16, bfloat16, int32)"
+        )
+    if arr.dtype.kind in "OUSV":
+        raise QuantizationError(f"{ov.label}: {argument} has dtype {arr.dtype}; it must be numeric")
+    return arr
+
+
+def _cast_integers(arr: np.ndarray, dtype: np.dtype, argument: str, ov: OpVersion) -> np.ndarray:
+    fmt = get_format(dtype)
+    if fmt.kind == INT and arr.size and (arr.min() < fmt.min or arr.max() > fmt.max):
+        raise QuantizationError(
+            f"{ov.label}: {argument} values {arr.min()}..{arr.max()} do not fit {fmt.name} "
+            f"[{int(fmt.min)}, {int(fmt.max)}]"
+        )
+    return arr.astype(fmt.dtype)
+
+
+def _check_attributes(ov: OpVersion, **given: Any) -> None:
+    """Refuse attributes set away from their default at a version that lacks them."""
+    for name, value in given.items():
+        default = ATTRIBUTE_DEFAULTS[name]
+        is_default = value is None or (value == default and not isinstance(value, str))
+        if name == "saturate":
+            is_default = bool(value)
+        if not is_default:
+            check_attribute(ov, name)
+
+
+def _check_backend(backend: str, ov: OpVersion):
+    if backend == "cpu":
+        return cpu
+    if backend == "cuda":
+        from .kernels import cuda as cuda_kernels
+
+        return cuda_kernels.backend_or_raise(ov.label)
+    raise QuantizationError(f"{ov.label}: backend={backend!r} is not valid; valid: cpu, cuda")
+
+
+def _scale_values(ov: OpVersion, scale: np.ndarray, fmt: Format, argument: str,
+                  precision: Format | None) -> np.ndarray:
+    """Scale values as float32, rounded to the precision type; zero/negative/non-finite refused."""
+    with np.errstate(all="ignore"):
+        values = scale.astype(np.float32)
+        if precision is not None and precision.name != "float":
+            values = values.astype(precision.dtype).astype(np.float32)
+    flat = values.reshape(-1)
+    bad = ~np.isfinite(flat) | (flat <= 0)
+    if bad.any():
+        i = int(np.argmax(bad))
+        where = f" (as {precision.name}, the division type)" if precision is not None else ""
+        raise QuantizationError(
+            f"{ov.label}: {argument} must be positive and finite, but element {i} is "
+            f"{scale.reshape(-1)[i]!r}{where}; a zero, negative or non-finite scale has no "
+            f"meaningful quantization"
+        )
+    return np.ascontiguousarray(flat)
+
+
+def _zero_point_values(ov: OpVersion, zp: np.ndarray | None, scale: np.ndarray, fmt: Format,
+                       argument: str, scale_name: str) -> np.ndarray:
+    if zp is None:
+        return np.zeros(1, np.float64)
+    if zp.shape != scale.shape and not (zp.size == 1 and scale.size == 1):
+        raise QuantizationError(
+            f"{ov.label}: {argument} has shape {zp.shape} but {scale_name} has shape "
+            f"{scale.shape}; they must have the same shape"
+        )
+    with np.errstate(all="ignore"):
+        values = zp.astype(np.float64).reshape(-1)
+    if fmt.kind == FLOAT and not np.isfinite(values).all():
+        raise QuantizationError(f"{ov.label}: {argument} must be finite, got {zp.reshape(-1)!r}")
+    return np.ascontiguousarray(values)
+
+
+@dataclass(frozen=True)
+class QuantizePlan:
+    """Everything validation decided for one QuantizeLinear call."""
+
+    version: OpVersion
+    x: Format
+    scale: Format
+    target: Format
+    precision: Format
+    layout: Layout
+    saturate: bool
+
+
+def plan_quantize(x_dtype, x_shape, scale_dtype, scale_shape, zero_point_dtype=None,
+                  zero_point_shape=None, *, axis: int = 1, block_size: int = 0,
+                  saturate: bool = True, output_dtype=None, precision=None,
+                  opset: int = LATEST_OPSET) -> QuantizePlan:
+    """Validate a QuantizeLinear configuration without data (what the app's version page uses)."""
+    ov = resolve(QUANTIZE, opset)
+    _check_attributes(ov, axis=axis, saturate=saturate, block_size=block_size,
+                      output_dtype=output_dtype, precision=precision)
+    xf = get_format(x_dtype, "x")
+    check_type(ov, "x", "x", xf.name)
+    sf = get_format(scale_dtype, "y_scale")
+    check_type(ov, "scale", "y_scale", sf.name)
+    if ov.scale_follows_x and sf.name != xf.name:
+        raise QuantizationError(
+            f"{ov.label}: y_scale has type {sf.name} but x has type {xf.name}; at this version "
+            f"y_scale must have x's type (different types are accepted from QuantizeLinear-23)"
+        )
+    target = None
+    if output_dtype is not None and not (isinstance(output_dtype, (int, np.integer))
+                                         and output_dtype == 0):
+        target = get_format(output_dtype, "output_dtype")
+    if zero_point_dtype is not None:
+        zf = get_format(zero_point_dtype, "y_zero_point")
+        if target is not None and target.name != zf.name:
+            raise QuantizationError(
+                f"{ov.label}: output_dtype={target.name} contradicts y_zero_point's type "
+                f"{zf.name}; when both are given they must be the same type"
+            )
+        target = zf
+    target = target or get_format("uint8")
+    check_type(ov, "quantized", "the output type (y_zero_point / output_dtype)", target.name)
+    if precision is not None and not (isinstance(precision, (int, np.integer)) and precision == 0):
+        pf = get_format(precision, "precision")
+        if pf.name not in _PRECISION_KIND:
+            raise QuantizationError(
+                f"{ov.label}: precision={pf.name} is not a valid division type; valid: "
+                f"float, float16, bfloat16"
+            )
+    else:
+        pf = sf if sf.name in _PRECISION_KIND else get_format("float")
+    layout = resolve_layout(ov, tuple(x_shape), tuple(scale_shape), axis, block_size, "y_scale")
+    if zero_point_shape is not None and tuple(zero_point_shape) != tuple(scale_shape) and not (
+        int(np.prod(zero_point_shape)) == 1 and int(np.prod(scale_shape)) == 1
+    ):
+        raise QuantizationError(
+            f"{ov.label}: y_zero_point has shape {tuple(zero_point_shape)} but y_scale has shape "
+            f"{tuple(scale_shape)}; they must have the same shape"
+        )
+    return QuantizePlan(ov, xf, sf, target, pf, layout, bool(saturate))
+
+
+def quantize_linear(x: Any, y_scale: Any, y_zero_point: Any = None, *, axis: int = 1,
+                    block_size: int = 0, saturate: bool = True, output_dtype: Any = None,
+                    precision: Any = None, opset: int = LATEST_OPSET,
+                    backend: str = "cpu") -> np.ndarray:
+    """ONNX QuantizeLinear at `opset`: ``y = saturate(round(x / y_scale) + y_zero_point)``.
+
+    Rounding is half to even; the division happens in `precision`, else in y_scale's type. The
+    result has the zero point's type, else `output_dtype`, else uint8 (an ml_dtypes dtype for
+    the sub-byte and float8/6/4 types, one element per byte).
+    """
+    ov = resolve(QUANTIZE, opset)
+    x = _as_array(x, "x", ov)
+    y_scale = _as_array(y_scale, "y_scale", ov)
+    zp_dtype = None
+    if y_zero_point is not None:
+        if not isinstance(y_zero_point, (np.ndarray, np.generic)):
+            target_hint = output_dtype if output_dtype not in (None, 0) else "uint8"
+            y_zero_point = _as_array(y_zero_point, "y_zero_point", ov,
+                                     integer_dtype=get_format(target_hint).dtype)
+            if get_format(target_hint).kind == FLOAT:
+                y_zero_point = y_zero_point.astype(get_format(target_hint).dtype)
+        zp_dtype = y_zero_point.dtype
+    plan = plan_quantize(x.dtype, x.shape, y_scale.dtype, y_scale.shape, zp_dtype,
+                         None if y_zero_point is None else y_zero_point.shape, axis=axis,
+                         block_size=block_size, saturate=saturate, output_dtype=output_dtype,
+                         precision=precision, opset=opset)
+    kernels = _check_backend(backend, ov)
+    s = _scale_values(ov, np.asarray(y_scale), plan.scale, "y_scale", plan.precision)
+    z = _zero_point_values(ov, None if y_zero_point is None else np.asarray(y_zero_point),
+                           np.asarray(y_scale), plan.target, "y_zero_point", "y_scale")
+    return _run_quantize(kernels, x, s, z, plan)
+
+
+def quantize_params(plan: QuantizePlan, has_zero_point: bool) -> np.ndarray:
+    """The kernels' int64 parameter vector for a plan (see :mod:`qcore.kernels.cpu`)."""
+    t = plan.target
+    qp = np.zeros(14, np.int64)
+    qp[cpu.Q_XKIND] = _X_KIND[plan.x.name]
+    qp[cpu.Q_PKIND] = _PRECISION_KIND[plan.precision.name]
+    if t.kind == INT:
+        qp[cpu.Q_TKIND] = 0
+        qp[cpu.Q_LO], qp[cpu.Q_HI] = int(t.min), int(t.max)
+        qp[cpu.Q_MASK] = (1 << t.bits) - 1 if t.bits < 8 else -1
+    else:
+        qp[cpu.Q_TKIND] = 1
+        qp[cpu.Q_EBITS], qp[cpu.Q_MBITS], qp[cpu.Q_BIAS] = t.ebits, t.mbits, t.bias
+        qp[cpu.Q_MAXCODE] = t.max_code
+        qp[cpu.Q_HASINF] = int(t.has_inf)
+        qp[cpu.Q_NANSTYLE] = t.nan_style
+    qp[cpu.Q_SATURATE] = int(plan.saturate)
+    qp[cpu.Q_HASZP] = int(has_zero_point)
+    return qp
+
+
+def layout_params(layout: Layout) -> np.ndarray:
+    return np.array(layout.as_ints() + (int(layout.uniform),), np.int64)
+
+
+def _flat_input(x: np.ndarray) -> np.ndarray:
+    """x as a flat C-contiguous array; float16/bfloat16 as their uint16 bits."""
+    flat = np.ascontiguousarray(x).reshape(-1)
+    if flat.dtype in (np.float16, ml_dtypes.bfloat16):
+        return flat.view(np.uint16)
+    return flat
+
+
+def _run_quantize(kernels, x, s: np.ndarray, z: np.ndarray, plan: QuantizePlan) -> np.ndarray:
+    if hasattr(x, "__cuda_array_interface__") and not isinstance(x, np.ndarray):
+        return kernels.quantize_device(x, s, z, plan, quantize_params(plan, bool(np.any(z))),
+                                       layout_params(plan.layout), float16_table())
+    t = plan.target
+    y = np.empty(x.size, t.storage_dtype)
+    if x.size:
+        kernels.quantize(_flat_input(x), s, z, y, layout_params(plan.layout),
+                         quantize_params(plan, bool(np.any(z))), float16_table())
+    return y.view(t.dtype).reshape(x.shape)
+
+
+@dataclass(frozen=True)
+class DequantizePlan:
+    version: OpVersion
+    x: Format
+    scale: Format
+    output: Format
+    layout: Layout
+
+
+def plan_dequantize(x_dtype, x_shape, scale_dtype, scale_shape, zero_point_dtype=None,
+                    zero_point_shape=None, *, axis: int = 1, block_size: int = 0,
+                    output_dtype=None, opset: int = LATEST_OPSET) -> DequantizePlan:
+    """Validate a DequantizeLinear configuration without data."""
+    ov = resolve(DEQUANTIZE, opset)
+    _check_attributes(ov, axis=axis, block_size=block_size, output_dtype=output_dtype)
+    xf = get_format(x_dtype, "x")
+    check_type(ov, "quantized", "x", xf.name)
+    sf = get_format(scale_dtype, "x_scale")
+    check_type(ov, "scale", "x_scale", sf.name)
+    if zero_point_dtype is not None:
+        zf = get_format(zero_point_dtype, "x_zero_point")
+        if zf.name != xf.name:
+            raise QuantizationError(
+                f"{ov.label}: x_zero_point has type {zf.name} but x has type {xf.name}; "
+                f"they must be the same type"
+            )
+    if output_dtype is not None and not (isinstance(output_dtype, (int, np.integer))
+                                         and output_dtype == 0):
+        of = get_format(output_dtype, "output_dtype")
+        check_type(ov, "output", "output_dtype", of.name)
+    elif sf.kind == SCALE:
+        of = get_format("float")  # a float8e8m0 scale cannot be an output type
+    else:
+        of = sf
+    check_type(ov, "output", "the output type (x_scale's type / output_dtype)", of.name)
+    layout = resolve_layout(ov, tuple(x_shape), tuple(scale_shape), axis, block_size, "x_scale")
+    if zero_point_shape is not None and tuple(zero_point_shape) != tuple(scale_shape) and not (
+        int(np.prod(zero_point_shape)) == 1 and int(np.prod(scale_shape)) == 1
+    ):
+        raise QuantizationError(
+            f"{ov.label}: x_zero_point has shape {tuple(zero_point_shape)} but x_scale has shape "
+            f"{tuple(scale_shape)}; they must have the same shape"
+        )
+    return DequantizePlan(ov, xf, sf, of, layout)
+
+
+def dequantize_linear(x: Any, x_scale: Any, x_zero_point: Any = None, *, axis: int = 1,
+                      block_size: int = 0, output_dtype: Any = None, opset: int = LATEST_OPSET,
+                      backend: str = "cpu") -> np.ndarray:
+    """ONNX DequantizeLinear at `opset`: ``y = (x - x_zero_point) * x_scale``.
+
+    The difference is exact (int32: rounded once to float32), the product is computed in
+    float32 and rounded once (half to even) to the output type: `output_dtype`, else x_scale's.
+    """
+    ov = resolve(DEQUANTIZE, opset)
+    x = _as_array(x, "x", ov)
+    x_scale = _as_array(x_scale, "x_scale", ov)
+    if x_zero_point is not None and not isinstance(x_zero_point, (np.ndarray, np.generic)):
+        x_zero_point = _as_array(x_zero_point, "x_zero_point", ov, integer_dtype=x.dtype)
+    plan = plan_dequantize(x.dtype, x.shape, x_scale.dtype, x_scale.shape,
+                           None if x_zero_point is None else x_zero_point.dtype,
+                           None if x_zero_point is None else x_zero_point.shape, axis=axis,
+                           block_size=block_size, output_dtype=output_dtype, opset=opset)
+    kernels = _check_backend(backend, ov)
+    s = _scale_values(ov, np.asarray(x_scale), plan.scale, "x_scale", None)
+    z = _zero_point_values(ov, None if x_zero_point is None else np.asarray(x_zero_point),
+                           np.asarray(x_scale), plan.x, "x_zero_point", "x_scale")
+    return _run_dequantize(kernels, x, s, z, plan)
+
+
+def dequantize_params(plan: DequantizePlan) -> tuple[np.ndarray, np.ndarray]:
+    """(int64 parameter vector, decode table) for the dequantize kernel."""
+    xf = plan.x
+    dp = np.zeros(2, np.int64)
+    if xf.name == "int32":
+        dp[cpu.D_XKIND] = cpu.DX_I32
+        table = np.zeros(1, np.float64)
+    elif xf.kind == INT and xf.bits >= 8:
+        dp[cpu.D_XKIND] = cpu.DX_NUMERIC
+        table = np.zeros(1, np.float64)
+    else:
+        dp[cpu.D_XKIND] = cpu.DX_TABLE
+        table = decode_table(xf.name)
+    dp[cpu.D_OKIND] = _PRECISION_KIND[plan.output.name]
+    return dp, table
+
+
+def _run_dequantize(kernels, x, s, z, plan: DequantizePlan) -> np.ndarray:
+    dp, table = dequantize_params(plan)
+    if hasattr(x, "__cuda_array_interface__") and not isinstance(x, np.ndarray):
+        return kernels.dequantize_device(x, s, z, plan, dp, layout_params(plan.layout), table)
+    out = plan.output
+    y = np.empty(x.size, np.float32 if out.name == "float" else np.uint16)
+    if x.size:
+        flat = np.ascontiguousarray(x).reshape(-1)
+        if plan.x.kind != INT or plan.x.bits < 8:
+            flat = flat.view(np.uint8)
+        kernels.dequantize(flat, s, z, y, layout_params(plan.layout), dp, table)
+    return y.view(out.dtype).reshape(x.shape)
+
+
+def dynamic_quantize_linear(x: Any, *, backend: str = "cpu",
+                            opset: int = LATEST_OPSET) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """ONNX DynamicQuantizeLinear-11: uint8 with scale and zero point from x's range.
+
+    scale = (max(0, max x) - min(0, min x)) / 255 (1/255 when x is all zeros, as the onnx
+    reference does), zero point = round(clip(-min/scale, 0, 255)), y = saturate(round(x/scale)+zp).
+    x must be finite: a NaN or Inf would make the scale meaningless.
+    """
+    ov = resolve(DYNAMIC, opset)
+    x = _as_array(x, "x", ov)
+    fmt = get_format(x.dtype, "x")
+    check_type(ov, "x", "x", fmt.name)
+    kernels = _check_backend(backend, ov)
+    if x.size == 0:
+        lo = hi = 0.0
+    else:
+        lo, hi, bad = kernels.minmax(_flat_input(x), cpu.X_F32, float16_table())
+        if bad:
+            raise QuantizationError(
+                f"{ov.label}: x contains {bad} NaN/Inf value(s); the scale computed from x's "
+                f"range would be meaningless. Remove or clip them first"
+            )
+    maxx = np.float32(max(0.0, hi))
+    minx = np.float32(min(0.0, lo))
+    span = np.float32(1.0) if maxx == minx else np.float32(maxx - minx)
+    scale = np.float32(span / np.float32(255))
+    zp_float = np.float32(np.float32(0) - minx / scale)
+    zp = np.uint8(np.rint(np.clip(zp_float, np.float32(0), np.float32(255))))
+    y = quantize_linear(x, np.array(scale, np.float32), np.array(zp, np.uint8), opset=19,
+                        backend=backend)
+    return y, np.array(scale, np.float32), np.array(zp, np.uint8)
