@@ -65,7 +65,7 @@ def _as_array(value: Any, argument: str, ov: OpVersion, integer_dtype=None) -> n
             f"{ov.label}: {argument} is float64, which ONNX quantization operators do not accept; "
             f"convert it with .astype(np.float32) (valid: float32, float16, bfloat16, int32)"
         )
-    if arr.dtype.kind in "OUSV":
+    if arr.dtype.kind in "OUS" or (arr.dtype.kind == "V" and arr.dtype.names is not None):
         raise QuantizationError(f"{ov.label}: {argument} has dtype {arr.dtype}; it must be numeric")
     return arr
 
@@ -231,7 +231,7 @@ def quantize_linear(x: Any, y_scale: Any, y_zero_point: Any = None, *, axis: int
     s = _scale_values(ov, np.asarray(y_scale), plan.scale, "y_scale", plan.precision)
     z = _zero_point_values(ov, None if y_zero_point is None else np.asarray(y_zero_point),
                            np.asarray(y_scale), plan.target, "y_zero_point", "y_scale")
-    return _run_quantize(kernels, x, s, z, plan)
+    return _run_quantize(kernels, x, s, z, plan, y_zero_point is not None)
 
 
 def quantize_params(plan: QuantizePlan, has_zero_point: bool) -> np.ndarray:
@@ -267,15 +267,18 @@ def _flat_input(x: np.ndarray) -> np.ndarray:
     return flat
 
 
-def _run_quantize(kernels, x, s: np.ndarray, z: np.ndarray, plan: QuantizePlan) -> np.ndarray:
+def _run_quantize(kernels, x, s: np.ndarray, z: np.ndarray, plan: QuantizePlan,
+                  has_zero_point: bool) -> np.ndarray:
+    """Run the kernel. A given zero point is added even when it is 0 (the formula's
+    ``x / scale + zp`` turns -0 into +0 for the float targets)."""
     if hasattr(x, "__cuda_array_interface__") and not isinstance(x, np.ndarray):
-        return kernels.quantize_device(x, s, z, plan, quantize_params(plan, bool(np.any(z))),
+        return kernels.quantize_device(x, s, z, plan, quantize_params(plan, has_zero_point),
                                        layout_params(plan.layout), float16_table())
     t = plan.target
     y = np.empty(x.size, t.storage_dtype)
     if x.size:
         kernels.quantize(_flat_input(x), s, z, y, layout_params(plan.layout),
-                         quantize_params(plan, bool(np.any(z))), float16_table())
+                         quantize_params(plan, has_zero_point), float16_table())
     return y.view(t.dtype).reshape(x.shape)
 
 
