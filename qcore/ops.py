@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache, lru_cache
 from typing import Any
 
 import ml_dtypes
@@ -36,7 +36,7 @@ def float16_table() -> np.ndarray:
     return np.arange(1 << 16, dtype=np.uint16).view(np.float16).astype(np.float32)
 
 
-@lru_cache(maxsize=None)
+@cache
 def decode_table(name: str) -> np.ndarray:
     """float64 value of every byte for a <= 8-bit format, indexed by the stored byte."""
     fmt = get_format(name)

@@ -11,7 +11,6 @@ from onnx import numpy_helper  # noqa: E402
 import qcore  # noqa: E402
 
 
-
 def _collect():
     import warnings
 

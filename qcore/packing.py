@@ -1,0 +1,85 @@
+"""Sub-byte storage: ONNX packs 4-bit types two per byte (low nibble first) and 2-bit types four
+per byte (lowest bits first). In memory qcore keeps one element per byte (ml_dtypes' dtypes);
+these functions convert between the two layouts, over the flattened tensor (row-major).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from .errors import QuantizationError
+from .formats import Format, get_format
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def _pack(codes, bits, out):
+    per = 8 // bits
+    mask = (1 << bits) - 1
+    for i in prange(out.size):
+        v = 0
+        for k in range(per):
+            j = i * per + k
+            if j < codes.size:
+                v |= (codes[j] & mask) << (k * bits)
+        out[i] = v
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def _unpack(packed, bits, n, out):
+    per = 8 // bits
+    mask = (1 << bits) - 1
+    for i in prange(packed.size):
+        b = packed[i]
+        for k in range(per):
+            j = i * per + k
+            if j < n:
+                out[j] = (b >> (k * bits)) & mask
+
+
+def _subbyte_format(dtype) -> Format:
+    fmt = get_format(dtype, "dtype")
+    if fmt.bits not in (2, 4):
+        raise QuantizationError(
+            f"packing is for the 2- and 4-bit types (int2, uint2, int4, uint4, float4e2m1); "
+            f"{fmt.name} is {fmt.bits}-bit and already one element per byte or wider"
+        )
+    return fmt
+
+
+def packed_size(n: int, dtype) -> int:
+    """Bytes that `n` elements of a 2- or 4-bit type occupy packed."""
+    fmt = _subbyte_format(dtype)
+    per = 8 // fmt.bits
+    return (n + per - 1) // per
+
+
+def pack(array: np.ndarray) -> np.ndarray:
+    """Pack a 2- or 4-bit array (one element per byte) into ONNX's storage layout (uint8).
+
+    The last byte is zero-padded when the element count is not a multiple of 2 (or 4).
+    """
+    array = np.asarray(array)
+    fmt = _subbyte_format(array.dtype)
+    codes = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+    out = np.empty(packed_size(codes.size, fmt), np.uint8)
+    if codes.size:
+        _pack(codes, fmt.bits, out)
+    return out
+
+
+def unpack(packed: np.ndarray, dtype, shape) -> np.ndarray:
+    """Inverse of :func:`pack`: bytes in ONNX layout to an array of `dtype` and `shape`."""
+    fmt = _subbyte_format(dtype)
+    packed = np.ascontiguousarray(np.asarray(packed, dtype=np.uint8)).reshape(-1)
+    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+    n = int(np.prod(shape, dtype=np.int64))
+    if packed.size != packed_size(n, fmt):
+        raise QuantizationError(
+            f"unpack: {packed.size} bytes cannot hold shape {shape} of {fmt.name}; "
+            f"expected {packed_size(n, fmt)} bytes"
+        )
+    out = np.empty(n, np.uint8)
+    if n:
+        _unpack(packed, fmt.bits, n, out)
+    return out.view(fmt.dtype).reshape(shape)
