@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
 import zipfile
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -302,9 +302,15 @@ def _is_numeric(dtype: np.dtype) -> bool:
 
 def _require_numeric(label: str, entry: _Entry) -> None:
     if not _is_numeric(entry.dtype):
+        hint = ""
+        if entry.dtype.kind == "V" and not entry.dtype.names:
+            hint = (
+                " (.npy cannot record ml_dtypes types such as bfloat16 or float8: an array "
+                "saved from one reads back as raw bytes; save it as float32, or as .safetensors)"
+            )
         raise TensorFileError(
             f"{label}: tensor {entry.name!r} has dtype {entry.dtype.name!r}, which is not "
-            f"numeric; valid tensors are {_VALID_NUMERIC}."
+            f"numeric{hint}; valid tensors are {_VALID_NUMERIC}."
         )
 
 
@@ -350,7 +356,7 @@ def _npy_header(label: str, head: bytes) -> tuple[tuple[int, ...], bool, np.dtyp
 
 def _npy_entry(label: str, name: str, data: bytes) -> _Entry:
     shape, fortran, dtype, offset = _npy_header(label, data)
-    count = int(np.prod(shape, dtype=np.int64))
+    count = math.prod(shape)
     need = count * dtype.itemsize
     have = len(data) - offset
     if have < need:
@@ -371,7 +377,7 @@ def _npz_entries(label: str, data: bytes, max_bytes: int) -> list[_Entry]:
     try:
         zf = zipfile.ZipFile(io.BytesIO(data))
         infos = [i for i in zf.infolist() if not i.is_dir()]
-    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
+    except Exception as exc:  # zipfile raises many types on corrupt input
         raise TensorFileError(
             f"{label}: not a valid .npz (zip) archive ({_short(exc)}); the file is corrupt or "
             "truncated. Save arrays with numpy.savez / savez_compressed."
@@ -408,7 +414,7 @@ def _zip_read(label: str, zf: zipfile.ZipFile, info: zipfile.ZipInfo, limit: int
     try:
         with zf.open(info) as fh:
             return fh.read(limit)
-    except (zipfile.BadZipFile, zlib.error, OSError, EOFError, ValueError) as exc:
+    except Exception as exc:  # BadZipFile, zlib.error, NotImplementedError, RuntimeError, ...
         raise TensorFileError(
             f"{label}: member {info.filename!r} is corrupt or truncated ({_short(exc)})."
         ) from None
@@ -468,7 +474,7 @@ def _safetensors_entry(label: str, key: str, spec: Any, body: memoryview) -> _En
         )
     dtype = _SAFETENSORS_DTYPES[code]
     begin, end = offsets
-    count = int(np.prod(shape, dtype=np.int64))
+    count = math.prod(shape)
     need = count * dtype.itemsize
     if end < begin or end - begin != need:
         raise TensorFileError(
@@ -554,7 +560,7 @@ def _csv_entry(label: str, data: bytes) -> _Entry:
     if not lines:
         raise TensorFileError(f"{label}: the .csv holds no numbers.")
     delimiter = _csv_delimiter(lines[0][1])
-    has_header = not all(_is_number(f) for f in _split(lines[0][1], delimiter))
+    has_header = any(f and not _is_number(f) for f in _split(lines[0][1], delimiter))
     rows = lines[1:] if has_header else lines
     if not rows:
         raise TensorFileError(f"{label}: the .csv has a header row but no numbers.")
@@ -611,6 +617,8 @@ def _csv_fault(rows: list[tuple[int, str]], delimiter: str | None) -> str:
         if len(fields) != width:
             return f"line {number} has {len(fields)} cells but the first row has {width}; {valid}"
         for field in fields:
+            if not field:
+                return f"line {number} has an empty cell; {valid}"
             if not _is_number(field):
                 return f"line {number}: {field[:40]!r} is not a number; {valid}"
     return f"not a numeric table; {valid}"
