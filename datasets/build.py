@@ -539,25 +539,38 @@ def write_dataset(
     source: str,
     max_total_bytes: int = MAX_TOTAL_BYTES,
 ) -> dict[str, Any]:
-    """Write one .npz per item, ``manifest.json`` and ``README.md``; return the manifest."""
+    """Write one .npz per item, ``manifest.json`` and ``README.md``; return the manifest.
+
+    Everything is checked before anything is written; .npz files listed in a previous
+    manifest in ``out_dir`` but no longer produced are removed (no other file is touched).
+    """
     names = [i.name for i in items]
     if len(set(names)) != len(names):
         raise ValueError(f"duplicate tensor names: {names}")
     blobs = [npz_bytes(item.array) for item in items]
+    entries = [manifest_entry(item, len(b), source) for item, b in zip(items, blobs)]
     total = sum(len(b) for b in blobs)
     if total > max_total_bytes:
         raise ValueError(f"{total} bytes of tensors, over the budget of {max_total_bytes}")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for stale in out_dir.glob("*.npz"):
-        if stale.name not in {f"{n}.npz" for n in names}:
-            stale.unlink()
-    for item, blob in zip(items, blobs):
-        (out_dir / f"{item.name}.npz").write_bytes(blob)
-    entries = [manifest_entry(item, len(b), source) for item, b in zip(items, blobs)]
     manifest = {**meta, "tensors": entries}
+    readme = render_readme(manifest)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for stale in previous_files(out_dir) - {e["file"] for e in entries}:
+        (out_dir / stale).unlink(missing_ok=True)
+    for entry, blob in zip(entries, blobs):
+        (out_dir / entry["file"]).write_bytes(blob)
     (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-    (out_dir / "README.md").write_text(render_readme(manifest))
+    (out_dir / "README.md").write_text(readme)
     return manifest
+
+
+def previous_files(out_dir: Path) -> set[str]:
+    """The .npz files named by an existing manifest in ``out_dir`` (none if unreadable)."""
+    try:
+        old = json.loads((out_dir / "manifest.json").read_text())
+        return {Path(e["file"]).name for e in old["tensors"] if e["file"].endswith(".npz")}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return set()
 
 
 def render_readme(manifest: dict[str, Any]) -> str:
