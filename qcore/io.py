@@ -190,10 +190,16 @@ def _read_source(source: Source, filename: str | None, max_bytes: int) -> tuple[
     elif hasattr(source, "read"):
         filename = filename or getattr(source, "name", None)
         label = str(filename or "uploaded file")
-        data = source.read(max_bytes + 1)
+        # getvalue() (BytesIO, Streamlit's UploadedFile) does not depend on the read position.
+        try:
+            data = source.getvalue() if hasattr(source, "getvalue") else source.read(max_bytes + 1)
+        except (OSError, ValueError) as exc:  # text-mode decoding errors, closed files
+            raise TensorFileError(
+                f"{label}: cannot be read ({_short(exc)}); open the file in binary mode ('rb')."
+            ) from None
         if not isinstance(data, (bytes, bytearray)):
             raise TensorFileError(f"{label}: the file object must be opened in binary mode.")
-        _check_size(label, len(data), max_bytes, at_least=True)
+        _check_size(label, len(data), max_bytes, at_least=len(data) == max_bytes + 1)
         data = bytes(data)
         ext = _extension(str(filename)) if filename else ""
     else:

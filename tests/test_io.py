@@ -154,7 +154,20 @@ def test_bytes_are_sniffed_or_need_a_filename():
 def test_file_like_object_uses_its_name():
     upload = io.BytesIO(b"a,b\n1,2\n3,4\n")
     upload.name = "upload.csv"
-    np.testing.assert_array_equal(load_tensor(upload), [[1, 2], [3, 4]])
+    assert list_tensors(upload) == [("upload", (2, 2), "float32")]
+    np.testing.assert_array_equal(load_tensor(upload), [[1, 2], [3, 4]])  # read twice
+
+
+def test_plain_binary_file_object(tmp_path):
+    path = write(tmp_path, "f.npy", npy_bytes(X))
+    with open(path, "rb") as fh:
+        np.testing.assert_array_equal(load_tensor(fh), X)
+    with open(path, "rb") as fh:
+        with pytest.raises(TensorFileError, match="more than"):
+            load_tensor(fh, max_bytes=50)
+    with open(path) as fh:
+        with pytest.raises(TensorFileError, match="binary mode"):
+            load_tensor(fh, filename="f.npy")
 
 
 def test_unknown_source_type():
