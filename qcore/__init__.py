@@ -11,6 +11,7 @@ from .ops import (
     quantize_linear,
 )
 from .versions import DEQUANTIZE, DYNAMIC, LATEST_OPSET, OPERATORS, QUANTIZE, resolve
+from .warmup import warmup
 
 __version__ = "0.1.0"
 
@@ -19,5 +20,5 @@ __all__ = [
     "LATEST_OPSET", "OPERATORS", "PER_AXIS", "PER_TENSOR", "QUANTIZE", "QUANTIZED_TYPES",
     "Format", "Layout", "QuantizationError", "block_size_range", "dequantize_linear",
     "dynamic_quantize_linear", "get_format", "plan_dequantize", "plan_quantize",
-    "quantize_linear", "resolve",
+    "quantize_linear", "resolve", "warmup",
 ]

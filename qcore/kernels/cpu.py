@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from .bits import f32_as_u32, u32_as_f32
 from .scalar import encode_f32_bits, round_int_to_float, saturate_int
 
 CHUNK = 4096
@@ -36,7 +37,7 @@ DX_NUMERIC, DX_TABLE, DX_I32 = 0, 1, 2
 F16_MAX_CODE = 0x7BFF
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")
 def _fill_params(i0, n, lp, s, z, sc, zc):
     """Gather the scale and zero point of elements i0..i0+n through the index map."""
     dim = lp[L_DIM]
@@ -99,82 +100,75 @@ def _fill_params(i0, n, lp, s, z, sc, zc):
                     p += 1
 
 
-@njit(cache=True, nogil=True)
-def _round_to_precision(xb, ub, n, pkind, tab16):
-    """Round float32 values in place to float16 or bfloat16 (half to even; NaN kept)."""
+_JIT = {"cache": True, "nogil": True, "error_model": "numpy"}
+
+
+@njit(**_JIT)
+def round_to_precision(v, pkind, tab16):
+    """Round a float32 to float16 or bfloat16 (half to even; NaN kept), as float32."""
     if pkind == P_BF16:
-        for j in range(n):
-            b = ub[j]
-            if (b & 0x7FFFFFFF) > 0x7F800000:
-                ub[j] = (b | 0x400000) & 0xFFFF0000
-            else:
-                ub[j] = (b + 0x7FFF + ((b >> 16) & 1)) & 0xFFFF0000
-    elif pkind == P_F16:
-        for j in range(n):
-            xb[j] = tab16[encode_f32_bits(ub[j], 5, 10, 15, F16_MAX_CODE, True, 2, False)]
+        b = f32_as_u32(v)
+        if (b & 0x7FFFFFFF) > 0x7F800000:
+            return u32_as_f32((b | np.uint32(0x400000)) & np.uint32(0xFFFF0000))
+        return u32_as_f32((b + np.uint32(0x7FFF) + ((b >> 16) & np.uint32(1)))
+                          & np.uint32(0xFFFF0000))
+    if pkind == P_F16:
+        return tab16[encode_f32_bits(f32_as_u32(v), 5, 10, 15, F16_MAX_CODE, True, 2, False)]
+    return v
 
 
-@njit(cache=True, nogil=True)
-def _quantize_chunk(c, x, s, z, y, lp, qp, tab16):
-    n_total = x.size
-    i0 = c * CHUNK
-    n = min(CHUNK, n_total - i0)
+@njit(**_JIT)
+def load_x(xv, xkind, pkind, tab16):
+    """One input element as float32, rounded to the precision type."""
+    if xkind == X_F32:
+        v = np.float32(xv)
+    elif xkind == X_F16:
+        v = tab16[np.int64(xv)]
+    elif xkind == X_BF16:
+        v = u32_as_f32(np.uint32(xv) << np.uint32(16))
+    elif pkind == P_F32:
+        return np.float32(np.int32(xv))
+    else:
+        mb = 10 if pkind == P_F16 else 7
+        mx = 65504.0 if pkind == P_F16 else 3.3895313892515355e38
+        return np.float32(round_int_to_float(np.int64(xv), mb, mx))
+    if pkind != P_F32 and pkind != xkind:
+        v = round_to_precision(v, pkind, tab16)
+    return v
+
+
+@njit(**_JIT)
+def quantize_value(q, z, qp, tab16):
+    """Code of one quotient q = x / scale (already rounded to the precision type)."""
+    if qp[Q_TKIND] == 0:
+        return saturate_int(np.rint(q), np.int64(z), qp[Q_LO], qp[Q_HI]) & qp[Q_MASK]
+    if qp[Q_HASZP] == 1:
+        q = q + np.float32(z)
+        q = round_to_precision(q, qp[Q_PKIND], tab16)
+    return encode_f32_bits(f32_as_u32(q), qp[Q_EBITS], qp[Q_MBITS], qp[Q_BIAS],
+                           qp[Q_MAXCODE], qp[Q_HASINF] == 1, qp[Q_NANSTYLE],
+                           qp[Q_SATURATE] == 1)
+
+
+@njit(**_JIT)
+def _quantize_segment(xs, ys, sv, zv, sstride, qp, tab16):
+    """Quantize xs into ys; scale/zero point sv[j*sstride], zv[j*sstride] (sstride 0 or 1)."""
+    n = xs.size
     xkind = qp[Q_XKIND]
     pkind = qp[Q_PKIND]
-    xb = np.empty(CHUNK, np.float32)
-    ub = xb.view(np.uint32)
-    # load x as float32, rounded to the precision type
-    if xkind == X_F32:
-        for j in range(n):
-            xb[j] = x[i0 + j]
-    elif xkind == X_F16:
-        for j in range(n):
-            xb[j] = tab16[np.int64(x[i0 + j])]
-    elif xkind == X_BF16:
-        for j in range(n):
-            ub[j] = np.uint32(x[i0 + j]) << 16
-    else:  # int32
-        if pkind == P_F32:
-            for j in range(n):
-                xb[j] = np.float32(np.int32(x[i0 + j]))
-        else:
-            mb = 10 if pkind == P_F16 else 7
-            mx = 65504.0 if pkind == P_F16 else 3.3895313892515355e38
-            for j in range(n):
-                xb[j] = _round_int(np.int64(x[i0 + j]), mb, mx)
-    if pkind != P_F32 and pkind != xkind and xkind != X_I32:
-        _round_to_precision(xb, ub, n, pkind, tab16)
-    # divide
-    if lp[L_UNIFORM] == 1:
-        s0 = s[0]
-        for j in range(n):
-            xb[j] = xb[j] / s0
-        zb = np.empty(1, np.float64)
-        zb[0] = z[0]
-        zstride = 0
-    else:
-        sc = np.empty(CHUNK, np.float32)
-        zb = np.empty(CHUNK, np.float64)
-        _fill_params(i0, n, lp, s, z, sc, zb)
-        for j in range(n):
-            xb[j] = xb[j] / sc[j]
-        zstride = 1
-    if pkind != P_F32:
-        _round_to_precision(xb, ub, n, pkind, tab16)
-    # round, add the zero point, saturate, store
-    if qp[Q_TKIND] == 0:
+    if xkind == X_F32 and pkind == P_F32 and qp[Q_TKIND] == 0:
         lo = qp[Q_LO]
         hi = qp[Q_HI]
         mask = qp[Q_MASK]
-        for j in range(n):
-            t = saturate_int(np.rint(xb[j]), np.int64(zb[j * zstride]), lo, hi)
-            y[i0 + j] = t & mask
-    else:
-        if qp[Q_HASZP] == 1:
+        if sstride == 0:
+            s0 = sv[0]
+            z0 = np.int64(zv[0])
             for j in range(n):
-                xb[j] = np.float32(xb[j] + zb[j * zstride])
-            if pkind != P_F32:
-                _round_to_precision(xb, ub, n, pkind, tab16)
+                ys[j] = saturate_int(np.rint(xs[j] / s0), z0, lo, hi) & mask
+        else:
+            for j in range(n):
+                ys[j] = saturate_int(np.rint(xs[j] / sv[j]), np.int64(zv[j]), lo, hi) & mask
+    elif xkind == X_F32 and pkind == P_F32 and qp[Q_HASZP] == 0:
         eb = qp[Q_EBITS]
         mb = qp[Q_MBITS]
         bias = qp[Q_BIAS]
@@ -182,13 +176,35 @@ def _quantize_chunk(c, x, s, z, y, lp, qp, tab16):
         has_inf = qp[Q_HASINF] == 1
         ns = qp[Q_NANSTYLE]
         sat = qp[Q_SATURATE] == 1
+        if sstride == 0:
+            s0 = sv[0]
+            for j in range(n):
+                ys[j] = encode_f32_bits(f32_as_u32(xs[j] / s0), eb, mb, bias, mc, has_inf, ns,
+                                        sat)
+        else:
+            for j in range(n):
+                ys[j] = encode_f32_bits(f32_as_u32(xs[j] / sv[j]), eb, mb, bias, mc, has_inf,
+                                        ns, sat)
+    else:
         for j in range(n):
-            y[i0 + j] = encode_f32_bits(ub[j], eb, mb, bias, mc, has_inf, ns, sat)
+            q = load_x(xs[j], xkind, pkind, tab16) / sv[j * sstride]
+            q = round_to_precision(q, pkind, tab16)
+            ys[j] = quantize_value(q, zv[j * sstride], qp, tab16)
 
 
-@njit(cache=True, nogil=True)
-def _round_int(i, mbits, max_value):
-    return np.float32(round_int_to_float(i, mbits, max_value))
+@njit(**_JIT)
+def _quantize_chunk(c, x, s, z, y, lp, qp, tab16):
+    i0 = c * CHUNK
+    n = min(CHUNK, x.size - i0)
+    xs = x[i0:i0 + n]
+    ys = y[i0:i0 + n]
+    if lp[L_UNIFORM] == 1:
+        _quantize_segment(xs, ys, s, z, 0, qp, tab16)
+    else:
+        sc = np.empty(n, np.float32)
+        zc = np.empty(n, np.float64)
+        _fill_params(i0, n, lp, s, z, sc, zc)
+        _quantize_segment(xs, ys, sc, zc, 1, qp, tab16)
 
 
 def _quantize_driver(x, s, z, y, lp, qp, tab16):
@@ -197,52 +213,60 @@ def _quantize_driver(x, s, z, y, lp, qp, tab16):
         _quantize_chunk(c, x, s, z, y, lp, qp, tab16)
 
 
-@njit(cache=True, nogil=True)
+@njit(**_JIT)
+def dequantize_value(xv, z, s, xkind, okind, tab):
+    """(x - zero_point) * scale in float32, as the output type's bits (float32 or uint16)."""
+    if xkind == DX_NUMERIC:
+        d = np.float32(xv) - np.float32(z)
+    elif xkind == DX_TABLE:
+        d = np.float32(tab[np.int64(xv)]) - np.float32(z)
+    else:
+        d = np.float32(np.int64(xv) - np.int64(z))
+    v = d * s
+    if okind == P_F32:
+        return v
+    return np.float32(_half_bits(v, okind))
+
+
+@njit(**_JIT)
+def _half_bits(v, okind):
+    b = f32_as_u32(v)
+    if okind == P_BF16:
+        if (b & 0x7FFFFFFF) > 0x7F800000:
+            return ((b | np.uint32(0x400000)) >> 16) & np.uint32(0xFFFF)
+        return ((b + np.uint32(0x7FFF) + ((b >> 16) & np.uint32(1))) >> 16) & np.uint32(0xFFFF)
+    return np.uint32(encode_f32_bits(b, 5, 10, 15, F16_MAX_CODE, True, 2, False))
+
+
+@njit(**_JIT)
 def _dequantize_chunk(c, x, s, z, y, lp, dp, tab):
-    n_total = x.size
     i0 = c * CHUNK
-    n = min(CHUNK, n_total - i0)
+    n = min(CHUNK, x.size - i0)
+    xs = x[i0:i0 + n]
+    ys = y[i0:i0 + n]
     xkind = dp[D_XKIND]
     okind = dp[D_OKIND]
-    xb = np.empty(CHUNK, np.float32)
-    ub = xb.view(np.uint32)
+    if lp[L_UNIFORM] == 1 and xs.itemsize == 1:
+        # one scale and one zero point: every byte has one result, look it up
+        out = np.empty(256, ys.dtype)
+        every = np.arange(256).astype(np.uint8).view(xs.dtype)  # each byte as x's type
+        for code in range(256):
+            out[code] = dequantize_value(every[code], z[0], s[0], xkind, okind, tab)
+        codes = xs.view(np.uint8)
+        for j in range(n):
+            ys[j] = out[codes[j]]
+        return
     if lp[L_UNIFORM] == 1:
-        sc = np.empty(1, np.float32)
-        sc[0] = s[0]
-        zb = np.empty(1, np.float64)
-        zb[0] = z[0]
-        st = 0
-    else:
-        sc = np.empty(CHUNK, np.float32)
-        zb = np.empty(CHUNK, np.float64)
-        _fill_params(i0, n, lp, s, z, sc, zb)
-        st = 1
-    # (x - zero_point), exact for <= 16-bit types, one rounding to float32 for int32
-    if xkind == DX_NUMERIC:
+        s0 = s[0]
+        z0 = z[0]
         for j in range(n):
-            xb[j] = np.float32(np.float64(x[i0 + j]) - zb[j * st])
-    elif xkind == DX_TABLE:
-        for j in range(n):
-            xb[j] = np.float32(tab[np.int64(x[i0 + j])] - zb[j * st])
-    else:
-        for j in range(n):
-            xb[j] = np.float32(np.float64(np.int64(x[i0 + j])) - zb[j * st])
-    # multiply in float32, round once to the output type
+            ys[j] = dequantize_value(xs[j], z0, s0, xkind, okind, tab)
+        return
+    sc = np.empty(n, np.float32)
+    zc = np.empty(n, np.float64)
+    _fill_params(i0, n, lp, s, z, sc, zc)
     for j in range(n):
-        xb[j] = xb[j] * sc[j * st]
-    if okind == P_F32:
-        for j in range(n):
-            y[i0 + j] = xb[j]
-    elif okind == P_BF16:
-        for j in range(n):
-            b = ub[j]
-            if (b & 0x7FFFFFFF) > 0x7F800000:
-                y[i0 + j] = ((b | 0x400000) >> 16) & 0xFFFF
-            else:
-                y[i0 + j] = ((b + 0x7FFF + ((b >> 16) & 1)) >> 16) & 0xFFFF
-    else:
-        for j in range(n):
-            y[i0 + j] = encode_f32_bits(ub[j], 5, 10, 15, F16_MAX_CODE, True, 2, False)
+        ys[j] = dequantize_value(xs[j], zc[j], sc[j], xkind, okind, tab)
 
 
 def _dequantize_driver(x, s, z, y, lp, dp, tab):
@@ -257,14 +281,12 @@ def _minmax_driver(x, xkind, tab16, out):
     for c in prange(nchunks):
         i0 = c * CHUNK
         n = min(CHUNK, x.size - i0)
+        xs = x[i0:i0 + n]
         lo = np.float32(np.inf)
         hi = np.float32(-np.inf)
         bad = 0
         for j in range(n):
-            if xkind == X_F32:
-                v = np.float32(x[i0 + j])
-            else:
-                v = tab16[np.int64(x[i0 + j])]
+            v = load_x(xs[j], xkind, P_F32, tab16)
             if v != v or v == np.inf or v == -np.inf:
                 bad += 1
             lo = min(lo, v)
@@ -274,12 +296,13 @@ def _minmax_driver(x, xkind, tab16, out):
         out[c, 2] = bad
 
 
-quantize_parallel = njit(parallel=True, cache=True, nogil=True)(_quantize_driver)
-quantize_serial = njit(cache=True, nogil=True)(_quantize_driver)
-dequantize_parallel = njit(parallel=True, cache=True, nogil=True)(_dequantize_driver)
-dequantize_serial = njit(cache=True, nogil=True)(_dequantize_driver)
-minmax_parallel = njit(parallel=True, cache=True, nogil=True)(_minmax_driver)
-minmax_serial = njit(cache=True, nogil=True)(_minmax_driver)
+_PAR = {"parallel": True, **_JIT}
+quantize_parallel = njit(**_PAR)(_quantize_driver)
+quantize_serial = njit(**_JIT)(_quantize_driver)
+dequantize_parallel = njit(**_PAR)(_dequantize_driver)
+dequantize_serial = njit(**_JIT)(_dequantize_driver)
+minmax_parallel = njit(**_PAR)(_minmax_driver)
+minmax_serial = njit(**_JIT)(_minmax_driver)
 
 
 def quantize(x, s, z, y, lp, qp, tab16) -> None:

@@ -1,0 +1,419 @@
+"""Side-by-side benchmark: ``python -m qcore.bench [--quick] [--size 4096x4096] [--json F]``.
+
+Runs every operator x format x granularity for qcore and each installed peer (onnxruntime,
+torch, ml_dtypes ``astype``, the NumPy one-liner) on the same data in one process, and prints
+elements/s, the ratio of qcore to each peer, and the fraction of the memory roofline (the
+machine's measured copy bandwidth divided by the bytes each element moves).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+import tracemalloc
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+import ml_dtypes
+import numpy as np
+from numba import njit, prange
+
+import qcore
+from qcore.formats import get_format
+
+
+@dataclass
+class Case:
+    """One benchmark row."""
+
+    name: str
+    op: str  # "quantize", "dequantize", "dynamic"
+    target: str  # quantized type
+    granularity: str = "per-tensor"
+    axis: int = 1
+    block_size: int = 0
+    saturate: bool = True
+    x_dtype: str = "float32"
+    packed: bool = False
+    results: dict = field(default_factory=dict)  # implementation -> elements/s
+    roofline: float = 0.0  # elements/s the copy bandwidth allows
+    extra_memory_ratio: float | None = None  # peak extra bytes / output bytes
+
+
+def default_cases(quick: bool = False) -> list[Case]:
+    """The benchmark matrix (a representative subset with --quick)."""
+    cases = [
+        Case("Q int8 per-tensor", "quantize", "int8"),
+        Case("Q uint8 per-tensor", "quantize", "uint8"),
+        Case("Q int8 per-axis (axis 0)", "quantize", "int8", "per-axis", 0),
+        Case("Q int8 per-axis (last axis)", "quantize", "int8", "per-axis", 1),
+        Case("Q int8 blocked 32 (last axis)", "quantize", "int8", "blocked", 1, 32),
+        Case("Q int8 blocked 128 (last axis)", "quantize", "int8", "blocked", 1, 128),
+        Case("Q int8 blocked 32 (first axis)", "quantize", "int8", "blocked", 0, 32),
+        Case("Q int8 blocked 128 (first axis)", "quantize", "int8", "blocked", 0, 128),
+    ]
+    for t in ("float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz"):
+        cases.append(Case(f"Q {t} saturate", "quantize", t))
+        cases.append(Case(f"Q {t} no saturate", "quantize", t, saturate=False))
+    for t in ("int4", "uint4", "int2", "uint2", "float4e2m1", "float6e2m3", "float6e3m2"):
+        cases.append(Case(f"Q {t} per-tensor", "quantize", t))
+    cases += [
+        Case("Q int4 blocked 32 + pack", "quantize", "int4", "blocked", 1, 32, packed=True),
+        Case("Q float4e2m1 blocked 32 + pack", "quantize", "float4e2m1", "blocked", 1, 32,
+             packed=True),
+        Case("Q int8 per-tensor, float16 x", "quantize", "int8", x_dtype="float16"),
+        Case("Q int8 per-tensor, bfloat16 x", "quantize", "int8", x_dtype="bfloat16"),
+        Case("Q float8e4m3fn, float16 x", "quantize", "float8e4m3fn", x_dtype="float16"),
+        Case("DQ int8 per-tensor", "dequantize", "int8"),
+        Case("DQ uint8 per-tensor", "dequantize", "uint8"),
+        Case("DQ int8 per-axis (last axis)", "dequantize", "int8", "per-axis", 1),
+        Case("DQ int8 blocked 32 (last axis)", "dequantize", "int8", "blocked", 1, 32),
+        Case("DQ int4 blocked 32", "dequantize", "int4", "blocked", 1, 32),
+        Case("DQ float8e4m3fn per-tensor", "dequantize", "float8e4m3fn"),
+        Case("DynamicQuantizeLinear", "dynamic", "uint8"),
+    ]
+    if quick:
+        keep = {"Q int8 per-tensor", "Q int8 per-axis (last axis)", "Q int8 blocked 32 (last axis)",
+                "Q float8e4m3fn saturate", "Q int4 per-tensor", "Q float4e2m1 per-tensor",
+                "DQ int8 per-tensor", "DQ float8e4m3fn per-tensor", "DynamicQuantizeLinear",
+                "Q int8 per-tensor, float16 x"}
+        cases = [c for c in cases if c.name in keep]
+    return cases
+
+
+# ---------------------------------------------------------------- data and parameters
+
+def _scale_shape(case: Case, shape: tuple[int, int]) -> tuple[int, ...]:
+    if case.granularity == "per-tensor":
+        return ()
+    if case.granularity == "per-axis":
+        return (shape[case.axis],)
+    s = list(shape)
+    s[case.axis] = -(-shape[case.axis] // case.block_size)
+    return tuple(s)
+
+
+def make_inputs(case: Case, shape: tuple[int, int], seed: int = 0) -> dict:
+    """x, scale and zero point for a case (the same arrays go to every implementation)."""
+    rng = np.random.default_rng(seed)
+    fmt = get_format(case.target)
+    x = rng.standard_normal(shape, dtype=np.float32)
+    x_dtype = get_format(case.x_dtype).dtype
+    scale_value = 3.0 / fmt.max
+    scale = np.full(_scale_shape(case, shape), scale_value, np.float32)
+    if case.x_dtype != "float32":
+        x = x.astype(x_dtype)
+        scale = scale.astype(x_dtype)
+    zero_point = np.zeros(scale.shape, fmt.dtype)
+    inputs = {"x": x, "scale": scale, "zero_point": zero_point}
+    if case.op == "dequantize":
+        inputs["q"] = qcore.quantize_linear(x, scale, zero_point, **_kwargs(case))
+    return inputs
+
+
+def _kwargs(case: Case) -> dict:
+    kw: dict = {"saturate": case.saturate}
+    if case.granularity != "per-tensor":
+        kw["axis"] = case.axis
+    if case.granularity == "blocked":
+        kw["block_size"] = case.block_size
+    return kw
+
+
+def bytes_per_element(case: Case) -> float:
+    """Bytes of memory traffic per element: read input, write output."""
+    x_bytes = get_format(case.x_dtype).itemsize
+    q_bytes = 0.5 if case.packed and get_format(case.target).bits == 4 else 1
+    q_bytes = get_format(case.target).itemsize if not case.packed else q_bytes
+    if case.op == "dequantize":
+        return q_bytes + 4
+    if case.op == "dynamic":
+        return 4 + 4 + 1  # min/max pass reads x, quantize pass reads x and writes y
+    return x_bytes + q_bytes
+
+
+# ---------------------------------------------------------------- implementations
+
+def qcore_impl(case: Case, inputs: dict, backend: str = "cpu") -> Callable[[], object] | None:
+    kw = _kwargs(case)
+    if case.op == "dynamic":
+        return lambda: qcore.dynamic_quantize_linear(inputs["x"], backend=backend)
+    if case.op == "dequantize":
+        kw.pop("saturate")
+        return lambda: qcore.dequantize_linear(inputs["q"], inputs["scale"],
+                                               inputs["zero_point"], backend=backend, **kw)
+    if case.packed:
+        return lambda: qcore.packing.pack(qcore.quantize_linear(
+            inputs["x"], inputs["scale"], inputs["zero_point"], backend=backend, **kw))
+    return lambda: qcore.quantize_linear(inputs["x"], inputs["scale"], inputs["zero_point"],
+                                         backend=backend, **kw)
+
+
+def numpy_impl(case: Case, inputs: dict) -> Callable[[], object] | None:
+    """The NumPy one-liner (integer targets, per-tensor)."""
+    fmt = get_format(case.target)
+    if case.op != "quantize" or fmt.kind != "int" or case.granularity != "per-tensor":
+        return None
+    if case.x_dtype != "float32":
+        return None
+    x, s = inputs["x"], inputs["scale"]
+    lo, hi, dt = fmt.min, fmt.max, fmt.dtype
+    return lambda: np.clip(np.rint(x / s), lo, hi).astype(dt)
+
+
+def ml_dtypes_impl(case: Case, inputs: dict) -> Callable[[], object] | None:
+    """ml_dtypes ``astype`` (float targets, per-tensor; what the onnx reference does)."""
+    fmt = get_format(case.target)
+    if case.op != "quantize" or fmt.kind != "float" or case.granularity != "per-tensor":
+        return None
+    x, s, dt = inputs["x"], inputs["scale"], fmt.dtype
+    if case.saturate and fmt.name.startswith("float8"):
+        lo, hi = fmt.min, fmt.max
+        return lambda: np.clip(x / s, lo, hi).astype(dt)
+    return lambda: (x / s).astype(dt)
+
+
+def onnxruntime_impl(case: Case, inputs: dict) -> Callable[[], object] | None:
+    try:
+        import onnx
+        import onnxruntime as ort
+        from onnx import TensorProto, helper
+    except ImportError:
+        return None
+    fmt = get_format(case.target)
+    x_fmt = get_format(case.x_dtype)
+    if x_fmt.name == "bfloat16" or fmt.bits < 4 or fmt.name.startswith("float6") or (
+            fmt.name == "float4e2m1") or case.packed:
+        return None  # no onnxruntime CPU kernel (README) or nothing comparable
+    attrs = {} if case.granularity == "per-tensor" else {"axis": case.axis}
+    if case.block_size:
+        attrs["block_size"] = case.block_size
+    if case.op == "dynamic":
+        node = helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "s", "z"])
+        opset = 11
+        feeds = {"x": inputs["x"]}
+        ins = [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)]
+        outs = [helper.make_tensor_value_info(n, t, None) for n, t in
+                (("y", TensorProto.UINT8), ("s", TensorProto.FLOAT), ("z", TensorProto.UINT8))]
+    else:
+        opset = 21
+        if case.op == "quantize":
+            if fmt.kind == "float":
+                attrs["saturate"] = int(case.saturate)
+            node = helper.make_node("QuantizeLinear", ["x", "s", "z"], ["y"], **attrs)
+            feeds = {"x": inputs["x"], "s": inputs["scale"]}
+            x_type, y_type = x_fmt.onnx_id, fmt.onnx_id
+        else:
+            node = helper.make_node("DequantizeLinear", ["x", "s", "z"], ["y"], **attrs)
+            feeds = {"x": inputs["q"], "s": inputs["scale"]}
+            x_type, y_type = fmt.onnx_id, TensorProto.FLOAT
+        z = onnx.numpy_helper.from_array(inputs["zero_point"], "z")
+        ins = [helper.make_tensor_value_info("x", x_type, None),
+               helper.make_tensor_value_info("s", x_fmt.onnx_id if case.op == "quantize"
+                                             else TensorProto.FLOAT, None)]
+        outs = [helper.make_tensor_value_info("y", y_type, None)]
+        node_graph = helper.make_graph([node], "bench", ins, outs, initializer=[z])
+    if case.op == "dynamic":
+        node_graph = helper.make_graph([node], "bench", ins, outs)
+    model = helper.make_model(node_graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 10
+    try:
+        options = ort.SessionOptions()
+        options.log_severity_level = 3
+        session = ort.InferenceSession(model.SerializeToString(), options,
+                                       providers=["CPUExecutionProvider"])
+        session.run(None, feeds)
+    except Exception:  # noqa: BLE001 - a peer without this kernel is simply not compared
+        return None
+    return lambda: session.run(None, feeds)
+
+
+def torch_impl(case: Case, inputs: dict) -> Callable[[], object] | None:
+    try:
+        import torch
+    except ImportError:
+        return None
+    fmt = get_format(case.target)
+    if case.op != "quantize" or case.x_dtype != "float32" or case.granularity != "per-tensor":
+        return None
+    x = torch.from_numpy(inputs["x"])
+    s = float(inputs["scale"])
+    if fmt.name in ("int8", "uint8"):
+        tdt = torch.int8 if fmt.name == "int8" else torch.uint8
+        lo, hi = fmt.min, fmt.max
+        return lambda: (x / s).round().clamp(lo, hi).to(tdt)
+    tdt = {"float8e4m3fn": "float8_e4m3fn", "float8e5m2": "float8_e5m2",
+           "float8e4m3fnuz": "float8_e4m3fnuz", "float8e5m2fnuz": "float8_e5m2fnuz"}.get(fmt.name)
+    if tdt is None or not hasattr(torch, tdt):
+        return None
+    tdt = getattr(torch, tdt)
+    return lambda: (x / s).to(tdt)
+
+
+PEERS = {"onnxruntime": onnxruntime_impl, "torch": torch_impl, "ml_dtypes": ml_dtypes_impl,
+         "numpy": numpy_impl}
+
+
+# ---------------------------------------------------------------- timing
+
+def time_call(fn: Callable[[], object], n_elements: int, min_time: float = 0.3,
+              max_reps: int = 15) -> float:
+    """Median elements/s over repetitions (after one warm-up call)."""
+    fn()
+    times = []
+    start = time.perf_counter()
+    while len(times) < 3 or (time.perf_counter() - start < min_time and len(times) < max_reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return n_elements / float(np.median(times))
+
+
+@njit(parallel=True, cache=True)
+def _parallel_copy(src, dst):
+    for i in prange(src.size):
+        dst[i] = src[i]
+
+
+def copy_bandwidth(n_bytes: int = 256 << 20) -> float:
+    """Bytes/s of a parallel copy (read + write counted), the streaming ceiling."""
+    src = np.ones(n_bytes // 4, np.float32)
+    dst = np.empty_like(src)
+    best = 0.0
+    for fn in (lambda: _parallel_copy(src, dst), lambda: np.copyto(dst, src)):
+        fn()
+        ts = []
+        for _ in range(7):
+            t0 = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - t0)
+        best = max(best, 2 * src.nbytes / float(np.median(ts)))
+    return best
+
+
+def extra_memory_ratio(fn: Callable[[], object]) -> float | None:
+    """Peak bytes allocated during a call beyond its output, over the output's size."""
+    fn()
+    tracemalloc.start()
+    out = fn()
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    arr = out[0] if isinstance(out, tuple) else out
+    size = getattr(arr, "nbytes", 0)
+    return (peak - size) / size if size else None
+
+
+def size_sweep(exponents=range(10, 27, 2), backend: str = "cpu") -> list[dict]:
+    """qcore int8 per-tensor elements/s against size (shows the serial/parallel threshold)."""
+    rows = []
+    for e in exponents:
+        n = 1 << e
+        x = np.random.default_rng(0).standard_normal(n, dtype=np.float32)
+        s, z = np.float32(0.02), np.int8(0)
+        rate = time_call(lambda: qcore.quantize_linear(x, s, z, backend=backend), n,
+                         min_time=0.2, max_reps=50)
+        rows.append({"elements": n, "qcore_elem_per_s": rate})
+    return rows
+
+
+def run(cases: list[Case], shape: tuple[int, int], backend: str = "cpu",
+        peers: bool = True, progress=None) -> tuple[list[Case], float]:
+    bandwidth = copy_bandwidth()
+    n = shape[0] * shape[1]
+    for i, case in enumerate(cases):
+        if progress:
+            progress(i, len(cases), case.name)
+        inputs = make_inputs(case, shape)
+        impls = {"qcore": qcore_impl(case, inputs, backend)}
+        if peers:
+            impls.update({name: make(case, inputs) for name, make in PEERS.items()})
+        for name, fn in impls.items():
+            if fn is not None:
+                case.results[name] = time_call(fn, n)
+        case.roofline = bandwidth / bytes_per_element(case)
+        if case.op == "quantize" and not case.packed:
+            case.extra_memory_ratio = extra_memory_ratio(impls["qcore"])
+    if progress:
+        progress(len(cases), len(cases), "done")
+    return cases, bandwidth
+
+
+def format_table(cases: list[Case], bandwidth: float) -> str:
+    peers = [p for p in PEERS if any(p in c.results for c in cases)]
+    head = ["case", "qcore Gelem/s", "% roofline"] + [f"{p} Gelem/s" for p in peers] + [
+        f"qcore/{p}" for p in peers]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for c in cases:
+        q = c.results.get("qcore", 0.0)
+        row = [c.name, f"{q / 1e9:.2f}", f"{100 * q / c.roofline:.0f}%" if c.roofline else ""]
+        row += [f"{c.results[p] / 1e9:.3f}" if p in c.results else "—" for p in peers]
+        row += [f"{q / c.results[p]:.1f}×" if p in c.results else "—" for p in peers]
+        lines.append("| " + " | ".join(row) + " |")
+    lines.append("")
+    lines.append(f"copy bandwidth (read + write): {bandwidth / 1e9:.1f} GB/s; roofline = "
+                 f"bandwidth / bytes moved per element (float32 → 8-bit: 5 B)")
+    return "\n".join(lines)
+
+
+def _parse_size(text: str) -> tuple[int, int]:
+    if "x" in text:
+        a, b = text.lower().split("x")
+        return int(a), int(b)
+    n = int(text)
+    return (max(1, n // 4096), min(n, 4096))
+
+
+def _progress(i: int, total: int, label: str) -> None:
+    width = 30
+    done = int(width * i / max(total, 1))
+    sys.stderr.write(f"\r[{'#' * done}{'.' * (width - done)}] {i}/{total} {label[:40]:<40}")
+    if i == total:
+        sys.stderr.write("\n")
+    sys.stderr.flush()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m qcore.bench", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="a representative subset")
+    parser.add_argument("--size", default="4096x4096", help="ROWSxCOLS or an element count")
+    parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    parser.add_argument("--backend", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--no-peers", action="store_true", help="qcore only")
+    parser.add_argument("--sweep", action="store_true",
+                        help="also report int8 per-tensor elements/s from 2^10 to 2^26 elements")
+    parser.add_argument("--only", default=None, help="run only cases whose name contains this")
+    args = parser.parse_args(argv)
+
+    shape = _parse_size(args.size)
+    t0 = time.perf_counter()
+    warm = qcore.warmup()
+    warm_s = time.perf_counter() - t0
+    cases = default_cases(args.quick)
+    if args.only:
+        cases = [c for c in cases if args.only.lower() in c.name.lower()]
+    cases, bandwidth = run(cases, shape, args.backend, not args.no_peers, _progress)
+    print(f"qcore {qcore.__version__} on {platform.processor() or platform.machine()}, "
+          f"{os.cpu_count()} cores, numpy {np.__version__}, ml_dtypes {ml_dtypes.__version__}; "
+          f"x shape {shape[0]}x{shape[1]} float32 ({shape[0] * shape[1]} elements)")
+    print(f"warmup (numba cache load or compile): {warm_s:.2f} s "
+          + ", ".join(f"{k} {v:.2f} s" for k, v in warm.items()))
+    print(format_table(cases, bandwidth))
+    mem = [c.extra_memory_ratio for c in cases if c.extra_memory_ratio is not None]
+    if mem:
+        print(f"peak extra memory beyond the output: max {100 * max(mem):.1f}% of the output")
+    sweep = size_sweep(backend=args.backend) if args.sweep else []
+    for row in sweep:
+        print(f"  {row['elements']:>10} elements: {row['qcore_elem_per_s'] / 1e9:.2f} Gelem/s")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"shape": shape, "bandwidth": bandwidth, "warmup_s": warm_s,
+                       "cases": [asdict(c) for c in cases], "sweep": sweep}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,38 @@
+"""Scalar float32 <-> uint32 bit casts for the numba CPU kernels (an LLVM bitcast, free)."""
+
+from __future__ import annotations
+
+from llvmlite import ir
+from numba import types
+from numba.extending import intrinsic
+
+
+@intrinsic
+def f32_as_u32(typingctx, value):
+    """The IEEE bits of a float32 as uint32."""
+    if value != types.float32:
+        return None
+    sig = types.uint32(types.float32)
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.IntType(32))
+
+    return sig, codegen
+
+
+@intrinsic
+def u32_as_f32(typingctx, value):
+    """The float32 whose IEEE bits are the low 32 bits of an integer."""
+    if not isinstance(value, types.Integer):
+        return None
+    sig = types.float32(value)
+
+    def codegen(context, builder, signature, args):
+        v = args[0]
+        if value.bitwidth > 32:
+            v = builder.trunc(v, ir.IntType(32))
+        elif value.bitwidth < 32:
+            v = builder.zext(v, ir.IntType(32))
+        return builder.bitcast(v, ir.FloatType())
+
+    return sig, codegen

@@ -1,0 +1,74 @@
+"""Compile (or load from numba's on-disk cache) every CPU kernel specialisation up front.
+
+The app calls :func:`warmup` once at start so that no click waits on compilation.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from .kernels import cpu
+
+QUANTIZE_INPUTS = (np.float32, np.uint16, np.int32)  # float32, float16/bfloat16 bits, int32
+QUANTIZE_OUTPUTS = (np.int8, np.uint8, np.int16, np.uint16)
+DEQUANTIZE_INPUTS = (np.int8, np.uint8, np.int16, np.uint16, np.int32)
+DEQUANTIZE_OUTPUTS = (np.float32, np.uint16)
+
+
+def _jobs() -> list[tuple[str, Callable[[], None]]]:
+    n = 8
+    lp = np.array([1, n, 1, n, 1, 1, 1, 1], np.int64)
+    s = np.ones(1, np.float32)
+    z = np.zeros(1, np.float64)
+    tab16 = np.zeros(1 << 16, np.float32)
+    qp = np.zeros(14, np.int64)
+    qp[cpu.Q_LO], qp[cpu.Q_HI], qp[cpu.Q_MASK] = -128, 127, -1
+    dp = np.zeros(2, np.int64)
+    table = np.zeros(256, np.float64)
+    jobs = []
+    for kernel, label in ((cpu.quantize_parallel, "parallel"), (cpu.quantize_serial, "serial")):
+        for xt in QUANTIZE_INPUTS:
+            for yt in QUANTIZE_OUTPUTS:
+                def job(kernel=kernel, xt=xt, yt=yt):
+                    kernel(np.zeros(n, xt), s, z, np.empty(n, yt), lp, qp, tab16)
+                jobs.append((f"quantize {label} {np.dtype(xt).name}->{np.dtype(yt).name}", job))
+    for kernel, label in ((cpu.dequantize_parallel, "parallel"),
+                          (cpu.dequantize_serial, "serial")):
+        for xt in DEQUANTIZE_INPUTS:
+            for yt in DEQUANTIZE_OUTPUTS:
+                def job(kernel=kernel, xt=xt, yt=yt):
+                    kernel(np.zeros(n, xt), s, z, np.empty(n, yt), lp, dp, table)
+                jobs.append((f"dequantize {label} {np.dtype(xt).name}->{np.dtype(yt).name}", job))
+    for kernel, label in ((cpu.minmax_parallel, "parallel"), (cpu.minmax_serial, "serial")):
+        def job(kernel=kernel):
+            kernel(np.zeros(n, np.float32), cpu.X_F32, tab16, np.empty((1, 3), np.float32))
+        jobs.append((f"minmax {label}", job))
+
+    def packing_job():
+        import ml_dtypes
+
+        from .packing import pack, unpack
+
+        unpack(pack(np.zeros(3, ml_dtypes.int4)), ml_dtypes.int4, 3)
+    jobs.append(("packing", packing_job))
+    return jobs
+
+
+def warmup(progress: Callable[[int, int, str], None] | None = None) -> dict[str, float]:
+    """Compile or cache-load every kernel; returns seconds per kernel family.
+
+    `progress(done, total, label)` is called after each specialisation (for a progress bar).
+    """
+    jobs = _jobs()
+    timings: dict[str, float] = {}
+    for i, (label, job) in enumerate(jobs):
+        t0 = time.perf_counter()
+        job()
+        family = label.split(" ")[0]
+        timings[family] = timings.get(family, 0.0) + time.perf_counter() - t0
+        if progress is not None:
+            progress(i + 1, len(jobs), label)
+    return timings
