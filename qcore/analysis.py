@@ -1,0 +1,219 @@
+"""Analyses the Quantization Explorer shows: formats side by side, clipping and block-size sweeps,
+repeated round trips and chains of formats. Pure numerics: NumPy, pandas and qcore only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .calibration import (
+    QuantParams,
+    as_input,
+    choose_params,
+    group_minmax,
+    layout_for,
+    params_from_range,
+    scale_shape_for,
+    target_format,
+)
+from .calibration import _scale_format as scale_format
+from .calibration import _symmetric as symmetric_for
+from .errors import QuantizationError
+from .formats import QUANTIZED_TYPES
+from .layout import BLOCKED, PER_TENSOR
+from .metrics import error_metrics
+from .versions import LATEST_OPSET
+
+_METRIC_COLUMNS = ("bits_per_element", "sqnr_db", "rmse", "max_abs_error", "clipped_fraction",
+                   "mse", "mean_abs_error", "mean_rel_error", "nan_out", "inf_out")
+
+
+def pareto_front(cost: Any, quality: Any) -> np.ndarray:
+    """True for the points no other point beats: lower-or-equal cost and higher-or-equal
+    quality, strictly better in one. NaN points are never on the front."""
+    c = np.asarray(cost, np.float64)
+    q = np.asarray(quality, np.float64)
+    ok = ~(np.isnan(c) | np.isnan(q))
+    front = np.zeros(c.shape, bool)
+    for i in np.flatnonzero(ok):
+        other = ok.copy()
+        other[i] = False
+        dominated = other & (c <= c[i]) & (q >= q[i]) & ((c < c[i]) | (q > q[i]))
+        front[i] = not dominated.any()
+    return front
+
+
+def _round_trip(x: np.ndarray, params: QuantParams, saturate: bool, opset: int,
+                precision: Any = None) -> np.ndarray:
+    y = params.quantize(x, saturate=saturate, precision=precision, opset=opset)
+    return params.dequantize(y, opset=opset)
+
+
+def compare_formats(x: Any, targets: Any, *, granularity: str = PER_TENSOR, axis: int = 0,
+                    block_size: int = 32, method: str = "minmax", opset: int = LATEST_OPSET,
+                    saturate: bool = True, **calibration: Any) -> pd.DataFrame:
+    """One row per target format: bits, bits_per_element, sqnr_db, rmse, max_abs_error,
+    clipped_fraction, pareto (on the SQNR-vs-bits-per-element front), more metrics, and
+    ``error`` (why a format could not be used at this opset/granularity, else "").
+
+    Extra keyword arguments go to :func:`qcore.calibration.choose_params`.
+    """
+    xa = as_input(x)
+    rows = []
+    if targets is None:
+        targets = QUANTIZED_TYPES
+    for t in [targets] if isinstance(targets, str) else list(targets):
+        fmt = target_format(t)
+        row: dict[str, Any] = {"format": fmt.name, "bits": fmt.bits}
+        try:
+            p = choose_params(xa, fmt.name, method=method, granularity=granularity, axis=axis,
+                              block_size=block_size, **calibration)
+            xh = _round_trip(xa, p, saturate, opset)
+            m = error_metrics(xa, xh, params=p)
+            row.update({k: m[k] for k in _METRIC_COLUMNS})
+            row["error"] = ""
+        except QuantizationError as exc:
+            row.update({k: np.nan for k in _METRIC_COLUMNS})
+            row["error"] = str(exc)
+        rows.append(row)
+    df = pd.DataFrame(rows, columns=["format", "bits", *_METRIC_COLUMNS, "error"])
+    df.insert(7, "pareto", pareto_front(df["bits_per_element"], df["sqnr_db"]))
+    return df
+
+
+def clipping_sweep(x: Any, target: Any, *, n: int = 60, granularity: str = PER_TENSOR,
+                   axis: int = 0, block_size: int = 32, lo: float = 0.05, hi: float = 1.0,
+                   saturate: bool = True, opset: int = LATEST_OPSET,
+                   scale_dtype: Any = "float") -> pd.DataFrame:
+    """Round-trip error as the clipping threshold goes from ``lo`` to ``hi`` times amax.
+
+    Columns: clip_ratio, threshold (ratio x amax; the mean over groups when grouped), mse,
+    rounding_mse (elements inside the saturation bounds), clipping_mse (outside), sqnr_db,
+    clipped_fraction, optimum (True on the least-mse row). ``df.attrs["optimum"]`` is that
+    row's index. Signed and float targets clip symmetrically, unsigned ones both tails.
+    """
+    xa = as_input(x)
+    fmt = target_format(target)
+    sfmt = scale_format(scale_dtype)
+    if int(n) < 1 or not 0 < lo <= hi:
+        raise QuantizationError(f"need n >= 1 and 0 < lo <= hi; got n={n}, lo={lo}, hi={hi}")
+    sshape, ax, bs = scale_shape_for(xa.shape, granularity, axis, block_size)
+    layout = layout_for(xa.shape, sshape, ax, bs)
+    glo, ghi = group_minmax(xa, layout)
+    sym = symmetric_for("mse", fmt)
+    amax = np.nan_to_num(np.maximum(np.abs(glo), np.abs(ghi)))
+    rows = []
+    for r in np.linspace(lo, hi, int(n)):
+        s, zp = params_from_range(fmt, glo * r, ghi * r, sym, sfmt)
+        p = QuantParams(s.reshape(sshape), None if zp is None else zp.reshape(sshape), ax, bs,
+                        granularity, "clip", fmt.name, float(r))
+        m = error_metrics(xa, _round_trip(xa, p, saturate, opset), params=p)
+        rows.append({"clip_ratio": float(r), "threshold": float(np.mean(amax) * r),
+                     "mse": m["mse"], "rounding_mse": m["rounding_mse"],
+                     "clipping_mse": m["clipping_mse"], "sqnr_db": m["sqnr_db"],
+                     "clipped_fraction": m["clipped_fraction"]})
+    df = pd.DataFrame(rows)
+    best = int(np.nanargmin(df["mse"].to_numpy())) if df["mse"].notna().any() else 0
+    df["optimum"] = np.arange(len(df)) == best
+    df.attrs["optimum"] = best
+    return df
+
+
+def block_size_sweep(x: Any, target: Any, block_sizes: Any, axis: int, *,
+                     method: str = "minmax", saturate: bool = True, opset: int = LATEST_OPSET,
+                     **calibration: Any) -> pd.DataFrame:
+    """SQNR and bits per element for each block size along ``axis`` (blocked quantization).
+
+    Sizes that are not integers in [1, x.shape[axis]] are skipped. Columns: block_size,
+    n_blocks, sqnr_db, rmse, bits_per_element, clipped_fraction.
+    """
+    xa = as_input(x)
+    fmt = target_format(target)
+    if xa.ndim == 0:
+        raise QuantizationError("blocked quantization needs x of rank >= 1")
+    _, ax, _ = scale_shape_for(xa.shape, BLOCKED, axis, 1)
+    dim = xa.shape[ax]
+    rows = []
+    for b in block_sizes:
+        if isinstance(b, bool) or not isinstance(b, (int, np.integer)) or not 1 <= b <= dim:
+            continue
+        p = choose_params(xa, fmt.name, method=method, granularity=BLOCKED, axis=ax,
+                          block_size=int(b), **calibration)
+        m = error_metrics(xa, _round_trip(xa, p, saturate, opset), params=p)
+        rows.append({"block_size": int(b), "n_blocks": -(-dim // int(b)), "sqnr_db": m["sqnr_db"],
+                     "rmse": m["rmse"], "bits_per_element": m["bits_per_element"],
+                     "clipped_fraction": m["clipped_fraction"]})
+    return pd.DataFrame(rows, columns=["block_size", "n_blocks", "sqnr_db", "rmse",
+                                       "bits_per_element", "clipped_fraction"])
+
+
+def repeated_round_trips(x: Any, target: Any, params: QuantParams, n: int = 5, *,
+                         saturate: bool = True, opset: int = LATEST_OPSET) -> pd.DataFrame:
+    """Quantize/dequantize x again and again with the same parameters.
+
+    Columns: round_trip (1..n), mse, rmse, sqnr_db, max_abs_error (all vs the original x),
+    changed (elements that differ from the previous round trip) and max_change. A correct
+    implementation is idempotent: ``changed`` is 0 from round trip 2 on.
+    """
+    xa = as_input(x)
+    fmt = target_format(target)
+    if params.target and params.target != fmt.name:
+        raise QuantizationError(f"params are for {params.target}, not {fmt.name}")
+    if not params.target:
+        params = QuantParams(params.scale, params.zero_point, params.axis, params.block_size,
+                             params.granularity, params.method, fmt.name, params.clip_ratio)
+    rows = []
+    cur = xa
+    for k in range(1, int(n) + 1):
+        nxt = _round_trip(cur, params, saturate, opset)
+        m = error_metrics(xa, nxt, params=params)
+        a = np.asarray(cur, np.float64)
+        b = np.asarray(nxt, np.float64)
+        same = (a == b) | (np.isnan(a) & np.isnan(b))
+        with np.errstate(invalid="ignore"):
+            diff = np.abs(b - a)
+        finite = np.isfinite(diff)
+        rows.append({"round_trip": k, "mse": m["mse"], "rmse": m["rmse"], "sqnr_db": m["sqnr_db"],
+                     "max_abs_error": m["max_abs_error"], "changed": int((~same).sum()),
+                     "max_change": float(diff[finite].max()) if finite.any() else 0.0})
+        cur = nxt
+    return pd.DataFrame(rows)
+
+
+def chain(x: Any, steps: Any, *, method: str = "minmax", granularity: str = PER_TENSOR,
+          axis: int = 0, block_size: int = 32, saturate: bool = True,
+          opset: int = LATEST_OPSET) -> list[dict[str, Any]]:
+    """x -> quantize/dequantize through each format in turn (e.g. ["float8e4m3fn", "int8"]).
+
+    Each step is calibrated on its own input (minmax; amax for floats) unless a step is a dict
+    ``{"target": ..., **choose_params keywords}``. Returns one dict per step: step, format, the
+    metrics of :func:`qcore.metrics.error_metrics` against the original x, ``step_sqnr_db``
+    (against the step's input), ``params`` and ``x_hat`` (the last one is the final result).
+    """
+    xa = as_input(x)
+    out = []
+    cur = xa
+    for i, st in enumerate(steps):
+        kw: dict[str, Any] = {"method": method, "granularity": granularity, "axis": axis,
+                              "block_size": block_size}
+        if isinstance(st, dict):
+            st = dict(st)
+            target = st.pop("target")
+            kw.update(st)
+        else:
+            target = st
+        fmt = target_format(target)
+        p = choose_params(cur, fmt.name, **kw)
+        xh = _round_trip(cur, p, saturate, opset)
+        m = error_metrics(xa, xh, params=p)
+        step = error_metrics(cur, xh, params=p)
+        out.append({"step": i + 1, "format": fmt.name, **m, "step_sqnr_db": step["sqnr_db"],
+                    "step_mse": step["mse"], "params": p, "x_hat": xh})
+        cur = xh
+    return out
+
+
+__all__ = ["block_size_sweep", "chain", "clipping_sweep", "compare_formats", "pareto_front",
+           "repeated_round_trips"]
