@@ -418,11 +418,13 @@ def choose_params(x: Any, target: Any, *, method: str = "minmax",
                   granularity: str = PER_TENSOR, axis: int = 0, block_size: int = 32,
                   percentile: float = 99.9, scale_dtype: Any = "float",
                   manual_scale: Any = None, manual_zero_point: Any = None,
-                  clip_ratio: float = 1.0, mse_candidates: int = 100) -> QuantParams:
+                  clip_ratio: float = 1.0, mse_candidates: int = 100,
+                  mse_exhaustive: bool = False) -> QuantParams:
     """Choose scale and zero point for quantizing ``x`` to ``target``.
 
     ``clip_ratio`` (amax-based methods) shrinks the clipping range to that fraction of the
-    observed one; ``mse_candidates`` is how many thresholds the ``mse`` method tries.
+    observed one; ``mse_candidates`` is the number of thresholds on the ``mse`` method's grid
+    (searched coarse-to-fine: about 30 round trips for 100; ``mse_exhaustive`` tries them all).
     """
     _check_method(method)
     fmt = target_format(target)
@@ -462,7 +464,7 @@ def choose_params(x: Any, target: Any, *, method: str = "minmax",
         return done(s, zp, clip_ratio)
     if method == "mse":
         s, zp, ratio = _mse_search(xa, fmt, sfmt, layout, sshape, ax, bs, lo, hi, sym,
-                                   int(mse_candidates))
+                                   int(mse_candidates), bool(mse_exhaustive))
         return done(s, zp, ratio)
     s, zp = params_from_range(fmt, lo, hi, sym, sfmt)
     return done(s, zp, clip_ratio)
@@ -501,45 +503,62 @@ def _manual(fmt: Format, sfmt: Format, sshape: tuple[int, ...], manual_scale: An
 
 def _mse_search(xa: np.ndarray, fmt: Format, sfmt: Format, layout: Layout,
                 sshape: tuple[int, ...], ax: int, bs: int, lo: np.ndarray, hi: np.ndarray,
-                sym: bool, n: int) -> tuple[np.ndarray, np.ndarray | None, float]:
-    """Per-group threshold search: the candidate with the least round-trip squared error."""
+                sym: bool, n: int, exhaustive: bool) -> tuple[np.ndarray, np.ndarray | None, float]:
+    """Per-group threshold search over ``n`` clip ratios in MSE_RANGE: the candidate with the
+    least round-trip squared error (qcore's own quantize/dequantize), chosen for every group at
+    once. Not exhaustive: every 5th ratio (and 1.0), then the ratios around each group's best.
+    For signed integers the asymmetric minmax parameters compete too, so the result is never
+    worse than minmax."""
     from .metrics import group_sse
 
     if n < 1:
         raise QuantizationError(f"mse_candidates={n} must be >= 1")
     x32 = as_float32(xa)
-    lp = layout
     kw = {"axis": ax if layout.granularity != PER_TENSOR else 1, "block_size": bs}
     out_dtype = "float" if sfmt.name in ("float16", "bfloat16") else None
+    ratios = np.linspace(MSE_RANGE[0], MSE_RANGE[1], n) if n > 1 else np.ones(1)
+    ng = lo.size
+    state: dict[str, Any] = {}
 
-    def sse_of(s, zp):
+    def try_params(s, zp, idx):
         y = quantize_linear(xa, s.reshape(sshape), None if zp is None else zp.reshape(sshape),
                             output_dtype=fmt.name if zp is None else None, **kw)
         xh = dequantize_linear(y, s.reshape(sshape), None if zp is None else zp.reshape(sshape),
                                output_dtype=out_dtype, **kw)
-        return group_sse(x32, xh.reshape(-1), lp)[0]
-
-    cands = []
-    if fmt.kind == INT and sym:  # never worse than minmax: try it too
-        cands.append((np.nan, *params_from_range(fmt, lo, hi, False, sfmt)))
-    ratios = np.linspace(MSE_RANGE[0], MSE_RANGE[1], n) if n > 1 else np.ones(1)
-    best = best_s = best_z = best_r = None
-    for r, *pz in cands + [(r, None, None) for r in ratios]:
-        s, zp = pz if pz[0] is not None else params_from_range(fmt, lo * r, hi * r, sym, sfmt)
-        sse = sse_of(s, zp)
-        if best is None:
-            best, best_s, best_z = sse, s.copy(), None if zp is None else zp.copy()
-            best_r = np.full(sse.shape, r)
-            continue
-        better = sse < best
+        sse = group_sse(x32, xh.reshape(-1), layout)[0]
+        if not state:
+            state.update(sse=sse, s=s.copy(), zp=None if zp is None else zp.copy(),
+                         idx=np.broadcast_to(idx, (ng,)).astype(np.int64))
+            return
+        better = sse < state["sse"]
         if better.any():
-            best = np.where(better, sse, best)
-            best_s = np.where(better, s, best_s)
+            state["sse"] = np.where(better, sse, state["sse"])
+            state["s"] = np.where(better, s, state["s"])
             if zp is not None:
-                best_z = np.where(better, zp, best_z)
-            best_r = np.where(better, r, best_r)
-    ratio = float(best_r[0]) if best_r.size == 1 else float("nan")
-    return best_s, best_z, ratio
+                state["zp"] = np.where(better, zp, state["zp"])
+            state["idx"] = np.where(better, idx, state["idx"])
+
+    def try_ratio_index(idx):
+        idx = np.clip(idx, 0, len(ratios) - 1)
+        r = ratios[idx]
+        s, zp = params_from_range(fmt, lo * r, hi * r, sym, sfmt)
+        try_params(s, zp, idx)
+
+    if fmt.kind == INT and sym:  # never worse than minmax: it competes too
+        try_params(*params_from_range(fmt, lo, hi, False, sfmt), -1)
+    step = 1 if exhaustive or n <= 20 else 5
+    coarse = sorted(set(range(n - 1, -1, -step)))
+    for i in coarse:
+        try_ratio_index(np.full(ng, i))
+    if step > 1:
+        centre = state["idx"].copy()
+        centre = np.where(centre < 0, n - 1, centre)  # minmax won: refine near amax
+        for off in range(-(step - 1), step):
+            if off:
+                try_ratio_index(centre + off)
+    idx = state["idx"]
+    ratio = float(ratios[idx[0]]) if idx.size == 1 and idx[0] >= 0 else float("nan")
+    return state["s"], state["zp"], ratio
 
 
 __all__ = [

@@ -92,32 +92,83 @@ def _histogram_impl(x, first, last, edges, nbins, nb):
     return counts.sum(axis=0)
 
 
+@njit(cache=True, nogil=True)
+def _fill_bounds(i0, n, lp, glo, ghi, blo, bhi):
+    """Gather each element's group bounds for elements i0..i0+n through the layout's index map."""
+    dim, post, block = lp[1], lp[2], lp[3]
+    sblocks, spost = lp[5], lp[6]
+    spre_step = 1 if lp[4] > 1 else 0
+    plane = dim * post
+    p = i0 // plane
+    r = i0 - p * plane
+    d = r // post
+    q = r - d * post
+    j = 0
+    if post == 1:
+        while j < n:
+            run = min(dim - d, n - j)
+            base = p * spre_step * sblocks
+            k = 0
+            while k < run:
+                blk = (d + k) // block
+                end = min(run, (blk + 1) * block - d)
+                lv = glo[base + blk]
+                hv = ghi[base + blk]
+                for t in range(k, end):
+                    blo[j + t] = lv
+                    bhi[j + t] = hv
+                k = end
+            j += run
+            d += run
+            if d == dim:
+                d = 0
+                p += 1
+    else:
+        while j < n:
+            run = min(post - q, n - j)
+            sbase = (p * spre_step * sblocks + d // block) * spost
+            if spost > 1:
+                for k in range(run):
+                    blo[j + k] = glo[sbase + q + k]
+                    bhi[j + k] = ghi[sbase + q + k]
+            else:
+                lv = glo[sbase]
+                hv = ghi[sbase]
+                for k in range(run):
+                    blo[j + k] = lv
+                    bhi[j + k] = hv
+            j += run
+            q += run
+            if q == post:
+                q = 0
+                d += 1
+                if d == dim:
+                    d = 0
+                    p += 1
+
+
 def _error_impl(x, xh, glo, ghi, lp, has_range, tiny):
-    """One pass: every error statistic, per chunk (rows summed by the caller)."""
+    """One pass: every error statistic, per chunk (the caller sums the rows, maxes S_MAXAE)."""
     n = x.size
     nch = (n + CHUNK - 1) // CHUNK
     out = np.zeros((nch, N_STATS), np.float64)
-    _pre, dim, post, block, spre, sblocks, spost = lp[0], lp[1], lp[2], lp[3], lp[4], lp[5], lp[6]
-    pstep = 1 if spre > 1 else 0
-    qstep = 1 if spost > 1 else 0
-    grouped = has_range and (spre * sblocks * spost > 1)
-    lo0 = glo[0]
-    hi0 = ghi[0]
+    grouped = has_range and (lp[4] * lp[5] * lp[6] > 1)
     for c in prange(nch):
         i0 = c * CHUNK
-        i1 = min(n, i0 + CHUNK)
-        plane = dim * post
-        p = i0 // plane
-        r = i0 - p * plane
-        d = r // post
-        q = r - d * post
-        b = d // block
-        db = d - b * block
+        m = min(CHUNK, n - i0)
+        blo = np.empty(CHUNK, np.float64)
+        bhi = np.empty(CHUNK, np.float64)
+        if grouped:
+            _fill_bounds(i0, m, lp, glo, ghi, blo, bhi)
+        else:
+            blo[:] = glo[0] if has_range else -np.inf
+            bhi[:] = ghi[0] if has_range else np.inf
         sse = 0.0
         sx2 = 0.0
         sae = 0.0
         maxae = 0.0
         srel = 0.0
+        sseclip = 0.0
         nrel = 0
         ncmp = 0
         nanin = 0
@@ -126,60 +177,52 @@ def _error_impl(x, xh, glo, ghi, lp, has_range, tiny):
         infout = 0
         nclip = 0
         nfin = 0
-        sseclip = 0.0
-        for i in range(i0, i1):
-            xv = np.float64(x[i])
-            hv = np.float64(xh[i])
-            lo = lo0
-            hi = hi0
-            if grouped:
-                g = (p * pstep * sblocks + b) * spost + q * qstep
-                lo = glo[g]
-                hi = ghi[g]
-                q += 1
-                if q == post:
-                    q = 0
-                    d += 1
-                    db += 1
-                    if db == block:
-                        db = 0
-                        b += 1
-                    if d == dim:
-                        d = 0
-                        b = 0
-                        db = 0
-                        p += 1
-            xfin = math.isfinite(xv)
-            hfin = math.isfinite(hv)
-            if not xfin:
-                if xv != xv:
-                    nanin += 1
-                else:
-                    infin += 1
-            if not hfin:
-                if hv != hv:
-                    nanout += 1
-                else:
-                    infout += 1
-            e = 0.0
-            if xfin and hfin:
-                e = hv - xv
+        for j in range(m):
+            xv = np.float64(x[i0 + j])
+            hv = np.float64(xh[i0 + j])
+            e = hv - xv
+            if math.isfinite(e):  # both finite (the common case)
                 ae = abs(e)
-                sse += e * e
+                e2 = e * e
+                sse += e2
                 sx2 += xv * xv
                 sae += ae
-                if ae > maxae:
-                    maxae = ae
+                maxae = max(maxae, ae)
                 ax = abs(xv)
                 if ax > tiny:
                     srel += ae / ax
                     nrel += 1
                 ncmp += 1
-            if xfin:
                 nfin += 1
-                if has_range and (xv < lo or xv > hi):
+                if xv < blo[j] or xv > bhi[j]:
                     nclip += 1
-                    sseclip += e * e
+                    sseclip += e2
+            else:
+                xfin = math.isfinite(xv)
+                hfin = math.isfinite(hv)
+                if not xfin:
+                    if xv != xv:
+                        nanin += 1
+                    else:
+                        infin += 1
+                if not hfin:
+                    if hv != hv:
+                        nanout += 1
+                    else:
+                        infout += 1
+                if xfin:
+                    nfin += 1
+                    clipped = xv < blo[j] or xv > bhi[j]
+                    if clipped:
+                        nclip += 1
+                    if hfin:  # float64 overflow of the difference
+                        sse += e * e
+                        sx2 += xv * xv
+                        sae += abs(e)
+                        maxae = max(maxae, abs(e))
+                        ncmp += 1
+                        if clipped:
+                            sseclip += e * e
         out[c, S_SSE] = sse
         out[c, S_SX2] = sx2
         out[c, S_SAE] = sae
@@ -204,84 +247,85 @@ def _group_sse_impl(x, xh, lp):
     n = x.size
     sse = np.zeros(ng, np.float64)
     cnt = np.zeros(ng, np.float64)
-    if ng <= 64:  # few groups: chunks with private accumulators
-        pstep = 1 if spre > 1 else 0
-        qstep = 1 if spost > 1 else 0
+    if ng == 1:
         nch = (n + CHUNK - 1) // CHUNK
-        psse = np.zeros((nch, ng), np.float64)
-        pcnt = np.zeros((nch, ng), np.float64)
+        part = np.zeros((nch, 2), np.float64)
         for c in prange(nch):
-            i0 = c * CHUNK
-            i1 = min(n, i0 + CHUNK)
-            plane = dim * post
-            p = i0 // plane
-            r = i0 - p * plane
-            d = r // post
-            q = r - d * post
-            b = d // block
-            db = d - b * block
-            for i in range(i0, i1):
-                g = (p * pstep * sblocks + b) * spost + q * qstep
-                xv = np.float64(x[i])
-                hv = np.float64(xh[i])
-                if math.isfinite(xv) and math.isfinite(hv):
-                    e = hv - xv
-                    psse[c, g] += e * e
-                    pcnt[c, g] += 1.0
-                q += 1
-                if q == post:
-                    q = 0
-                    d += 1
-                    db += 1
-                    if db == block:
-                        db = 0
-                        b += 1
-                    if d == dim:
-                        d = 0
-                        b = 0
-                        db = 0
-                        p += 1
-        for c in range(nch):
+            acc = 0.0
+            k = 0.0
+            for i in range(c * CHUNK, min(n, (c + 1) * CHUNK)):
+                e = np.float64(xh[i]) - np.float64(x[i])
+                if math.isfinite(e):
+                    acc += e * e
+                    k += 1.0
+            part[c, 0] = acc
+            part[c, 1] = k
+        sse[0] = part[:, 0].sum()
+        cnt[0] = part[:, 1].sum()
+        return sse, cnt
+    nchp = min(pre, 32)
+    if spre == 1 and pre > 1 and nchp * ng <= (1 << 22):
+        # groups shared by every pre index: chunks of pre with private accumulators
+        per = (pre + nchp - 1) // nchp
+        psse = np.zeros((nchp, ng), np.float64)
+        pcnt = np.zeros((nchp, ng), np.float64)
+        for c in prange(nchp):
+            for p in range(c * per, min(pre, (c + 1) * per)):
+                for d in range(dim):
+                    b = d if block == 1 else d // block
+                    base = (p * dim + d) * post
+                    if spost > 1:
+                        for q in range(post):
+                            e = np.float64(xh[base + q]) - np.float64(x[base + q])
+                            if math.isfinite(e):
+                                psse[c, b * spost + q] += e * e
+                                pcnt[c, b * spost + q] += 1.0
+                    else:
+                        acc = 0.0
+                        k = 0.0
+                        for q in range(post):
+                            e = np.float64(xh[base + q]) - np.float64(x[base + q])
+                            if math.isfinite(e):
+                                acc += e * e
+                                k += 1.0
+                        psse[c, b] += acc
+                        pcnt[c, b] += k
+        for c in range(nchp):
             for g in range(ng):
                 sse[g] += psse[c, g]
                 cnt[g] += pcnt[c, g]
         return sse, cnt
-    # many groups: each unit owns a range of blocks (and one pre index when the scale has it)
+    # each unit owns a range of blocks (and one pre index when the scale has it)
     if spre > 1:
         bch = sblocks if spre >= 64 else max(1, (sblocks * spre + 63) // 64)
     else:
         bch = max(1, (sblocks + 63) // 64)
     nbr = (sblocks + bch - 1) // bch
-    units = spre * nbr
-    for u in prange(units):
+    for u in prange(spre * nbr):
         ps = u // nbr
-        br = u - ps * nbr
-        b0 = br * bch
+        b0 = (u - ps * nbr) * bch
         b1 = min(sblocks, b0 + bch)
-        d0 = b0 * block
-        d1 = min(dim, b1 * block)
         p0 = ps if spre > 1 else 0
         p1 = ps + 1 if spre > 1 else pre
         for p in range(p0, p1):
-            for d in range(d0, d1):
-                gb = (ps * sblocks + d // block) * spost
-                base = (p * dim + d) * post
+            for b in range(b0, b1):
+                gb = (ps * sblocks + b) * spost
+                d0 = b * block
+                d1 = min(dim, d0 + block)
                 if spost > 1:
-                    for q in range(post):
-                        xv = np.float64(x[base + q])
-                        hv = np.float64(xh[base + q])
-                        if math.isfinite(xv) and math.isfinite(hv):
-                            e = hv - xv
-                            sse[gb + q] += e * e
-                            cnt[gb + q] += 1.0
-                else:
+                    for d in range(d0, d1):
+                        base = (p * dim + d) * post
+                        for q in range(post):
+                            e = np.float64(xh[base + q]) - np.float64(x[base + q])
+                            if math.isfinite(e):
+                                sse[gb + q] += e * e
+                                cnt[gb + q] += 1.0
+                else:  # the block's elements are contiguous
                     acc = 0.0
                     k = 0.0
-                    for q in range(post):
-                        xv = np.float64(x[base + q])
-                        hv = np.float64(xh[base + q])
-                        if math.isfinite(xv) and math.isfinite(hv):
-                            e = hv - xv
+                    for i in range((p * dim + d0) * post, (p * dim + d1) * post):
+                        e = np.float64(xh[i]) - np.float64(x[i])
+                        if math.isfinite(e):
                             acc += e * e
                             k += 1.0
                     sse[gb] += acc
@@ -519,28 +563,41 @@ def downsample_xy(x: Any, y: Any, max_points: int = 5000,
     if xa.size != ya.size:
         raise QuantizationError(f"x has {xa.size} elements but y has {ya.size}")
     max_points = max(int(max_points), 2)
-    fin = np.isfinite(xa) & np.isfinite(ya)
-    if not fin.all():
-        idx_all = np.flatnonzero(fin)
-        xa, ya = xa[idx_all], ya[idx_all]
+    with np.errstate(all="ignore"):
+        err = np.abs(ya.astype(np.float64) - xa) if xa.size <= max_points * 20 \
+            else np.abs(ya - xa)
+    if not np.isfinite(err).all():
+        keep_idx = np.flatnonzero(np.isfinite(xa) & np.isfinite(ya))
+        xa, ya, err = xa[keep_idx], ya[keep_idx], err[keep_idx]
+        err = np.where(np.isfinite(err), err, np.finfo(err.dtype).max)  # float32 overflow
     n = xa.size
     if n <= max_points:
         order = np.argsort(xa, kind="stable")
         return xa[order].astype(np.float64), ya[order].astype(np.float64)
-    keep = [np.array([np.argmin(xa), np.argmax(xa)])]
-    k = max(1, max_points // 20)
-    err = np.abs(ya.astype(np.float64) - xa)
-    keep.append(np.argpartition(err, n - k)[n - k:])
     rng = np.random.default_rng(seed)
-    keep.append(rng.choice(n, size=max_points, replace=False))
-    idx = np.unique(np.concatenate(keep))
-    if idx.size > max_points:  # trim random ones, never the extremes
-        must = np.unique(np.concatenate(keep[:2]))
-        rest = np.setdiff1d(idx, must, assume_unique=True)
-        rest = rng.choice(rest, size=max_points - must.size, replace=False)
-        idx = np.union1d(must, rest)
+    must = [np.array([np.argmin(xa), np.argmax(xa)])]
+    k = max(1, max_points // 20)
+    must.append(_top_k(err, k, rng))
+    must_idx = np.unique(np.concatenate(must))
+    rest = rng.choice(n, size=max_points, replace=False)
+    rest = np.setdiff1d(rest, must_idx)[: max(0, max_points - must_idx.size)]
+    idx = np.union1d(must_idx, rest)
     order = idx[np.argsort(xa[idx], kind="stable")]
     return xa[order].astype(np.float64), ya[order].astype(np.float64)
+
+
+def _top_k(v: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
+    """Indices of the k largest values (ties broken arbitrarily), without sorting all of v."""
+    n = v.size
+    if n <= 1 << 16:
+        return np.argpartition(v, n - k)[n - k:]
+    sample = v[rng.integers(0, n, 1 << 16)]
+    frac = min(1.0, 8.0 * k / n)
+    t = np.quantile(sample, 1.0 - frac)
+    cand = np.flatnonzero(v >= t)
+    if cand.size < k:
+        return np.argpartition(v, n - k)[n - k:]
+    return cand[np.argpartition(v[cand], cand.size - k)[cand.size - k:]]
 
 
 # ---------------------------------------------------------------------------------------------
