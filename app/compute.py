@@ -1,0 +1,694 @@
+"""Cached computations behind the pages. Every number comes from qcore.
+
+Functions here are pure (same arguments, same result) and take small hashable arguments
+(a :class:`app.tensors.TensorSpec`, names, numbers), so ``st.cache_data`` keys are cheap.
+The few helpers qcore lacks are small pure functions written here.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+import warnings
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+import qcore
+from qcore import versions as qversions
+
+#: Every opset qcore implements, oldest first.
+OPSETS: tuple[int, ...] = tuple(range(10, qcore.LATEST_OPSET + 1))
+#: Target types QuantizeLinear can produce (menus).
+TARGETS: tuple[str, ...] = qcore.QUANTIZED_TYPES
+
+
+@st.cache_resource(show_spinner=False)
+def warm() -> dict[str, float]:
+    """Compile (or load) every numba kernel once per server, before the first click."""
+    if not hasattr(qcore, "warmup"):
+        return {}
+    with st.spinner("Preparing the kernels (once per server start)…"):
+        try:
+            timings = qcore.warmup()
+            t0 = time.perf_counter()
+            _warm_analysis()
+            timings["app"] = time.perf_counter() - t0
+            return timings
+        except Exception:  # noqa: BLE001 - a kernel that fails here fails later with a message
+            logging.getLogger("qcore.app").exception("warming up the kernels failed")
+            return {}
+
+
+def _warm_analysis() -> None:
+    """Compile the metrics kernels the pages use (serial and parallel variants)."""
+    from qcore import calibration, metrics
+
+    for n in (64, 2 * metrics.PARALLEL_THRESHOLD):
+        x = np.linspace(-1, 1, n, dtype=np.float32).reshape(2, -1)
+        for gran in (qcore.PER_TENSOR, qcore.BLOCKED):
+            p = calibration.choose_params(x, "int8", granularity=gran, axis=1, block_size=16)
+            x_hat = p.dequantize(p.quantize(x))
+            metrics.error_metrics(x, x_hat, params=p)
+            metrics.group_errors(x, x_hat, p)
+            metrics.histogram(x, bins=8)
+
+
+# --------------------------------------------------------------------------- small helpers
+
+
+def version_label(op: str, opset: int) -> str:
+    """'QuantizeLinear-21' for the version in force at `opset`."""
+    return qcore.resolve(op, opset).label
+
+
+def zero_point_array(value: float, target: str, shape: tuple[int, ...] = ()) -> np.ndarray:
+    """A zero point of the target's type (integers rounded and clipped into range)."""
+    fmt = qcore.get_format(target)
+    if fmt.is_integer:
+        v = int(np.clip(round(value), fmt.min, fmt.max))
+        return np.full(shape, v, dtype=np.int64).astype(fmt.dtype)
+    return np.full(shape, value, dtype=np.float32).astype(fmt.dtype)
+
+
+def scale_shape(x_shape: tuple[int, ...], granularity: str, axis: int,
+                block_size: int) -> tuple[int, ...]:
+    """The y_scale shape a granularity needs for x of `x_shape` (as ONNX lays it out)."""
+    if granularity == qcore.PER_TENSOR or not x_shape:
+        return ()
+    ax = axis % len(x_shape)
+    if granularity == qcore.PER_AXIS:
+        return (x_shape[ax],)
+    shape = list(x_shape)
+    shape[ax] = math.ceil(x_shape[ax] / max(1, block_size))
+    return tuple(shape)
+
+
+def code_bits(fmt: qcore.Format, codes: np.ndarray) -> np.ndarray:
+    """The stored bit pattern of each element as an unsigned integer (for display)."""
+    a = np.asarray(codes)
+    if fmt.is_integer:
+        return a.astype(np.int64) & ((1 << fmt.bits) - 1)
+    return a.view(fmt.storage_dtype).astype(np.int64) & ((1 << fmt.bits) - 1)
+
+
+def bit_string(pattern: int, fmt: qcore.Format) -> str:
+    """'0 1011 010': the bits of a code with its sign/exponent/mantissa fields separated."""
+    s = format(int(pattern), f"0{fmt.bits}b")
+    if fmt.is_integer or fmt.kind == "scale":
+        return s
+    return f"{s[0]} {s[1:1 + fmt.ebits]} {s[1 + fmt.ebits:]}".rstrip()
+
+
+def fmt_value(v: float) -> str:
+    """A float as text that keeps -0, NaN and Inf visible."""
+    if math.isnan(v):
+        return "NaN"
+    if math.isinf(v):
+        return "+Inf" if v > 0 else "−Inf"
+    if v == 0:
+        return "−0" if math.copysign(1.0, v) < 0 else "0"
+    if float(v).is_integer() and abs(v) < 1e7:
+        return f"{v:,.0f}".replace(",", "")
+    return f"{v:.6g}"
+
+
+# --------------------------------------------------------------------------- home
+
+
+HOME_VALUES = np.array([-1.3, -0.62, -0.05, 0.0, 0.24, 0.5, 0.91, 1.7], np.float32)
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def home_example(scale: float, zero_point: float, target: str) -> pd.DataFrame:
+    """The 8-value example of the home page, through QuantizeLinear and DequantizeLinear."""
+    x = HOME_VALUES
+    s = np.array(scale, np.float32)
+    zp = zero_point_array(zero_point, target)
+    y = qcore.quantize_linear(x, s, zp)
+    x_hat = qcore.dequantize_linear(y, s, zp, output_dtype="float")
+    with np.errstate(all="ignore"):
+        ratio = x / s
+    fmt = qcore.get_format(target)
+    return pd.DataFrame({
+        "x": x.astype(np.float64),
+        "x / scale": ratio.astype(np.float64),
+        "y (stored)": y.astype(np.float64),
+        "bits": [bit_string(b, fmt) for b in code_bits(fmt, y)],
+        "x̂ = (y − zp)·scale": x_hat.astype(np.float64),
+        "error x̂ − x": (x_hat.astype(np.float64) - x.astype(np.float64)),
+    })
+
+
+def grid_levels(scale: float, zero_point: float, target: str, lo: float,
+                hi: float) -> np.ndarray:
+    """The values x̂ can take, (code − zp)·scale, inside [lo, hi] (at most ~600 of them)."""
+    fmt = qcore.get_format(target)
+    values = np.unique(fmt.all_values())
+    values = values[np.isfinite(values)]
+    levels = (values - zero_point) * scale
+    return levels[(levels >= lo) & (levels <= hi)][:600]
+
+
+# --------------------------------------------------------------------------- number formats
+
+
+def format_classes(fmt: qcore.Format) -> np.ndarray:
+    """For each code of a <= 16-bit format: zero, subnormal, normal, NaN, Inf or integer."""
+    values = fmt.all_values()
+    out = np.full(values.shape, "normal", dtype=object)
+    if fmt.is_integer:
+        out[:] = "integer"
+        out[values == 0] = "zero"
+        return out
+    patterns = np.arange(values.size)
+    exponent = (patterns >> fmt.mbits) & ((1 << fmt.ebits) - 1)
+    out[(exponent == 0) & (values != 0)] = "subnormal"
+    out[values == 0] = "zero"
+    out[np.isnan(values)] = "NaN"
+    out[np.isinf(values)] = "Inf"
+    if fmt.kind == "scale":
+        out[np.isfinite(values)] = "power of two"
+    return out
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def format_codes(name: str) -> pd.DataFrame:
+    """Every code of a <= 8-bit format: hex, bits (fields), sign/exponent/mantissa, value."""
+    fmt = qcore.get_format(name)
+    codes = fmt.all_codes()
+    patterns = code_bits(fmt, codes)
+    order = np.argsort(patterns, kind="stable")
+    patterns, values = patterns[order], fmt.all_values()[order]
+    classes = format_classes(fmt)[order]
+    df = pd.DataFrame({
+        "code": [f"0x{int(p):0{max(1, (fmt.bits + 3) // 4)}X}" for p in patterns],
+        "bits": [bit_string(p, fmt) for p in patterns],
+        "value": [fmt_value(v) for v in values],
+        "class": classes,
+        "numeric": values,
+    })
+    if fmt.is_float:
+        df.insert(2, "sign", (patterns >> (fmt.ebits + fmt.mbits)) & 1)
+        df.insert(3, "exponent", (patterns >> fmt.mbits) & ((1 << fmt.ebits) - 1))
+        df.insert(4, "mantissa", patterns & ((1 << fmt.mbits) - 1))
+    elif fmt.kind == "scale":
+        df.insert(2, "exponent", patterns)
+    return df
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def format_spacing(name: str) -> pd.DataFrame:
+    """Positive finite values of a format and the gap to the next one."""
+    fmt = qcore.get_format(name)
+    if fmt.bits > 16:
+        return pd.DataFrame({"value": [], "gap": [], "relative gap": []})
+    v = np.unique(fmt.all_values())
+    v = v[np.isfinite(v) & (v > 0)]
+    gap = np.diff(v)
+    return pd.DataFrame({"value": v[:-1], "gap": gap, "relative gap": gap / v[:-1]})
+
+
+def special_inputs(fmt: qcore.Format) -> list[tuple[str, float]]:
+    """Inputs that show a format's edge behaviour (with scale 1)."""
+    if fmt.is_integer:
+        return [("0", 0.0), ("−0", -0.0), ("0.5 (tie → even)", 0.5), ("1.5 (tie → even)", 1.5),
+                ("2.5 (tie → even)", 2.5), ("−2.5 (tie → even)", -2.5), ("max", fmt.max),
+                ("max + 1", fmt.max + 1), ("min − 1", fmt.min - 1), ("1e10", 1e10),
+                ("+Inf", math.inf), ("−Inf", -math.inf), ("NaN", math.nan)]
+    spacing = format_spacing(fmt.name)
+    top_gap = float(spacing["gap"].iloc[-1]) if len(spacing) else 0.0
+    tiny = fmt.min_positive
+    return [("0", 0.0), ("−0", -0.0), ("smallest subnormal", tiny),
+            ("half the smallest (tie → 0)", tiny / 2), ("0.75 × smallest", tiny * 0.75),
+            ("max", fmt.max), ("max + ½ step (tie)", fmt.max + top_gap / 2),
+            ("max + 1 step", fmt.max + top_gap), ("2 × max", 2 * fmt.max),
+            ("−2 × max", -2 * fmt.max), ("+Inf", math.inf), ("−Inf", -math.inf),
+            ("NaN", math.nan)]
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def format_specials(name: str) -> pd.DataFrame:
+    """What QuantizeLinear (scale 1, latest opset) gives for the special inputs, saturate 1/0."""
+    fmt = qcore.get_format(name)
+    labels, values = zip(*special_inputs(fmt))
+    x = np.array(values, np.float32)
+    rows: dict[str, Any] = {"input": list(labels), "x (float32)": [fmt_value(v) for v in x]}
+    for sat in (True, False):
+        y = qcore.quantize_linear(x, np.float32(1.0), output_dtype=name, saturate=sat)
+        col = "saturate=1" if sat else "saturate=0"
+        with np.errstate(all="ignore"):
+            decoded = y.astype(np.float64)
+        rows[f"{col} value"] = [fmt_value(v) for v in decoded]
+        rows[f"{col} bits"] = [bit_string(b, fmt) for b in code_bits(fmt, y)]
+    return pd.DataFrame(rows)
+
+
+def onnx_doc(op: str, version: int) -> str | None:
+    """The operator's documentation text from the onnx package (None without onnx)."""
+    try:
+        import onnx.defs
+    except ImportError:
+        return None
+    try:
+        return onnx.defs.get_schema(op, version).doc
+    except Exception:  # noqa: BLE001 - an old onnx without that version
+        return None
+
+
+def cast_tables(doc: str) -> str:
+    """The float8 saturation tables out of the Cast operator's documentation."""
+    first = doc.find("| x")
+    if first < 0:
+        return doc
+    start = doc.rfind("\n\n", 0, doc.rfind("\n\n", 0, first))
+    end = doc.find("FLOAT8E8M0 type was introduced")
+    return doc[max(start, 0):end if end > 0 else len(doc)].strip()
+
+
+# --------------------------------------------------------------------------- operator versions
+
+
+def version_table(op: str) -> pd.DataFrame:
+    """One row per version of `op`, from qcore's version table."""
+    rows = []
+    for v in qversions.versions(op):
+        ov = qcore.OPERATORS[op][v]
+        rows.append({
+            "version": ov.label,
+            "x types": ", ".join(ov.x_types),
+            "scale types": ", ".join(ov.scale_types),
+            "quantized types": ", ".join(ov.quantized_types),
+            "output types": ", ".join(ov.output_types) or "—",
+            "attributes": ", ".join(ov.attributes) or "—",
+            "per-axis": ov.per_axis,
+            "blocked": ov.blocked,
+        })
+    return pd.DataFrame(rows)
+
+
+def support_matrix(op: str, field: str, types: tuple[str, ...]) -> pd.DataFrame:
+    """1/0 table: type (rows) × version (columns) for one field of the version table."""
+    vs = qversions.versions(op)
+    data = {f"{v}": [int(t in getattr(qcore.OPERATORS[op][v], field)) for t in types]
+            for v in vs}
+    return pd.DataFrame(data, index=list(types))
+
+
+def check_everywhere(op: str, config: dict[str, Any]) -> pd.DataFrame:
+    """Validate one configuration with qcore.plan_* at every version; the exact message where
+    it is invalid, what was decided where it is valid."""
+    rows = []
+    for v in qversions.versions(op):
+        opsets = [o for o in OPSETS if qcore.resolve(op, o).version == v]
+        label = f"{op}-{v}"
+        try:
+            if op == qcore.QUANTIZE:
+                plan = qcore.plan_quantize(opset=v, **config)
+                detail = (f"{plan.layout.granularity}; y = {plan.target.name}; division in "
+                          f"{plan.precision.name}; saturate={int(plan.saturate)}")
+            else:
+                plan = qcore.plan_dequantize(opset=v, **config)
+                detail = f"{plan.layout.granularity}; output {plan.output.name}"
+            rows.append({"version": label, "opsets": f"{opsets[0]}–{opsets[-1]}",
+                         "valid": True, "what qcore says": detail})
+        except qcore.QuantizationError as exc:
+            rows.append({"version": label, "opsets": f"{opsets[0]}–{opsets[-1]}",
+                         "valid": False, "what qcore says": str(exc)})
+    return pd.DataFrame(rows)
+
+
+# --------------------------------------------------------------------------- quantize lab
+
+HIST_BINS = 121
+TRANSFER_POINTS = 4000
+HEAT_CELLS = 96  # a heat map is at most HEAT_CELLS x HEAT_CELLS cells
+
+
+def _quantize(spec, cfg) -> tuple[np.ndarray, Any, np.ndarray, np.ndarray]:
+    """(x, params, y, x̂) for a tensor spec and a configuration, all from qcore."""
+    from qcore import calibration
+
+    from . import tensors
+
+    x = tensors.load(spec)
+    params = calibration.choose_params(x, cfg.target, **cfg.calibration_kwargs())
+    y = params.quantize(x, saturate=cfg.saturate, precision=cfg.precision_arg, opset=cfg.opset)
+    x_hat = params.dequantize(y, opset=cfg.opset)
+    return x, params, y, x_hat
+
+
+def quantized_codes(spec, cfg) -> np.ndarray:
+    """y for the download buttons (recomputed on demand, not kept in the cache)."""
+    return _quantize(spec, cfg)[2]
+
+
+def level_values(params, target: str, group: int = 0, limit: int = 4096) -> np.ndarray:
+    """The values x̂ can take in one scale group: every code dequantized by qcore."""
+    fmt = qcore.get_format(target)
+    if fmt.bits > 12:
+        return np.zeros(0)
+    codes = np.unique(fmt.all_codes())
+    s = np.asarray(params.scale).reshape(-1)[group]
+    zp = None if params.zero_point is None else np.asarray(params.zero_point).reshape(-1)[group]
+    with np.errstate(all="ignore"):
+        v = qcore.dequantize_linear(codes, s, zp, output_dtype="float").astype(np.float64)
+    v = np.unique(v[np.isfinite(v)])
+    return v[:limit]
+
+
+def tile_rmse(x: np.ndarray, x_hat: np.ndarray,
+              cells: int = HEAT_CELLS) -> tuple[np.ndarray, int, int]:
+    """RMSE of x̂ − x over a grid of at most cells × cells tiles of x viewed as 2-D (rows =
+    first axis); NaN/Inf pairs are left out. Returns (grid, rows per tile, columns per tile).
+    (A small pure helper qcore does not have.)"""
+    a = np.asarray(x, np.float32)
+    b = np.asarray(x_hat, np.float32)
+    a2 = a.reshape(a.shape[0], -1) if a.ndim > 1 else a.reshape(1, -1)
+    b2 = b.reshape(a2.shape)
+    rows, cols = a2.shape
+    tr, tc = max(1, -(-rows // cells)), max(1, -(-cols // cells))
+    nr, nc = -(-rows // tr), -(-cols // tc)
+    with np.errstate(all="ignore"):
+        e = (b2 - a2).astype(np.float32)
+        ok = np.isfinite(e)
+        e2 = np.where(ok, e * e, 0).astype(np.float64)
+    pad = ((0, nr * tr - rows), (0, nc * tc - cols))
+    sse = np.pad(e2, pad).reshape(nr, tr, nc, tc).sum(axis=(1, 3))
+    cnt = np.pad(ok, pad).reshape(nr, tr, nc, tc).sum(axis=(1, 3))
+    with np.errstate(all="ignore"):
+        return np.where(cnt > 0, np.sqrt(sse / np.maximum(cnt, 1)), np.nan), tr, tc
+
+
+def pool_max(grid: np.ndarray, cells: int = HEAT_CELLS) -> tuple[np.ndarray, int, int]:
+    """A 2-D grid reduced to at most cells × cells by taking the max of each tile; returns
+    (pooled grid, rows per tile, columns per tile)."""
+    g = np.asarray(grid, np.float64)
+    g = g.reshape(g.shape[0], -1) if g.ndim > 1 else g.reshape(1, -1)
+    rows, cols = g.shape
+    tr, tc = max(1, -(-rows // cells)), max(1, -(-cols // cells))
+    nr, nc = -(-rows // tr), -(-cols // tc)
+    padded = np.full((nr * tr, nc * tc), np.nan)
+    padded[:rows, :cols] = g
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.nanmax(padded.reshape(nr, tr, nc, tc), axis=(1, 3)), tr, tc
+
+
+def sample_indices(x: np.ndarray, x_hat: np.ndarray, k: int = 10) -> np.ndarray:
+    """Elements worth walking through: the extremes, the largest error, NaN/Inf, random ones."""
+    a = np.asarray(x, np.float32).reshape(-1)
+    b = np.asarray(x_hat, np.float32).reshape(-1)
+    picks: list[int] = []
+    finite = np.isfinite(a)
+    if finite.any():
+        fa = np.where(finite, a, 0)
+        picks += [int(np.argmin(np.where(finite, a, np.inf))),
+                  int(np.argmax(np.where(finite, a, -np.inf))),
+                  int(np.argmin(np.abs(np.where(finite, fa, np.inf))))]
+        with np.errstate(all="ignore"):
+            err = np.where(finite & np.isfinite(b), np.abs(b - a), -1)
+        picks.append(int(np.argmax(err)))
+    bad = np.flatnonzero(~finite)
+    picks += [int(i) for i in bad[:2]]
+    rng = np.random.default_rng(0)
+    picks += [int(i) for i in rng.choice(a.size, size=min(a.size, k), replace=False)]
+    out: list[int] = []
+    for i in picks:
+        if i not in out:
+            out.append(i)
+    return np.array(out[:k], np.int64)
+
+
+@st.cache_data(max_entries=12, show_spinner="Quantizing…")
+def lab(spec, cfg) -> dict[str, Any]:
+    """Everything the Quantize Lab shows, reduced to plot-sized arrays."""
+    from qcore import metrics
+
+    x, params, y, x_hat = _quantize(spec, cfg)
+    m = metrics.error_metrics(x, x_hat, y=y, params=params)
+    xf = x.astype(np.float32, copy=False)
+    counts, edges = metrics.histogram(xf, bins=HIST_BINS)
+    with np.errstate(all="ignore"):
+        err = x_hat.astype(np.float32) - xf
+    e_counts, e_edges = metrics.histogram(err, bins=HIST_BINS)
+    tx, ty = metrics.downsample_xy(xf, x_hat, TRANSFER_POINTS)
+    gran = params.granularity
+    if gran == qcore.PER_TENSOR:
+        heat, tr, tc = tile_rmse(xf, x_hat)
+        heat_kind = "tiles"
+        tiles = (tr, tc)
+    else:
+        g = np.asarray(metrics.group_errors(xf, x_hat, params, x.shape))
+        heat_kind = "channels" if gran == qcore.PER_AXIS else "blocks"
+        if g.ndim <= 1:
+            heat, tiles = g.reshape(-1), (1, 1)
+        else:
+            ax = params.axis
+            g2 = np.moveaxis(g, ax, -1)  # blocks along the columns
+            g2 = g2.reshape(-1, g2.shape[-1])
+            heat, tr, tc = pool_max(g2)
+            tiles = (tr, tc)
+    idx = sample_indices(x, x_hat)
+    walk = metrics.walkthrough(x, params, cfg.target, idx, saturate=cfg.saturate,
+                               precision=cfg.precision_arg, opset=cfg.opset, y=y, x_hat=x_hat)
+    scale = np.asarray(params.scale)
+    s64 = scale.astype(np.float64).reshape(-1)
+    zp = params.zero_point
+    z64 = None if zp is None else np.asarray(zp).astype(np.float64).reshape(-1)
+    lo_level = level_values(params, cfg.target, int(np.argmax(s64)) if s64.size else 0)
+    return {
+        "metrics": m,
+        "shape": tuple(x.shape),
+        "x_dtype": str(x.dtype),
+        "y_dtype": qcore.get_format(y.dtype).name,
+        "out_dtype": qcore.get_format(x_hat.dtype).name,
+        "hist": (counts, edges),
+        "err_hist": (e_counts, e_edges),
+        "transfer": (tx, ty),
+        "heat": heat,
+        "heat_kind": heat_kind,
+        "heat_tiles": tiles,
+        "walk": walk,
+        "levels": lo_level,
+        "n_scales": int(scale.size),
+        "scale_shape": tuple(scale.shape),
+        "scale_type": qcore.get_format(scale.dtype).name,
+        "scale_min": float(s64.min()),
+        "scale_max": float(s64.max()),
+        "zp_min": None if z64 is None else float(z64.min()),
+        "zp_max": None if z64 is None else float(z64.max()),
+        "clip_ratio": float(params.clip_ratio),
+        "version": qcore.resolve(qcore.QUANTIZE, cfg.opset).label,
+        "dq_version": qcore.resolve(qcore.DEQUANTIZE, cfg.opset).label,
+    }
+
+
+def report_csv(spec, cfg, result: dict[str, Any]) -> bytes:
+    """Settings and metrics as a two-column CSV."""
+    rows = [("tensor", spec.label), ("shape", "×".join(map(str, result["shape"]))),
+            ("x type", result["x_dtype"]), ("operator", result["version"]),
+            ("dequantize operator", result["dq_version"])]
+    rows += [(k, v) for k, v in vars(cfg).items()]
+    rows += [("scale shape", result["scale_shape"]), ("scale type", result["scale_type"]),
+             ("scale min", result["scale_min"]), ("scale max", result["scale_max"]),
+             ("zero point min", result["zp_min"]), ("zero point max", result["zp_max"])]
+    rows += list(result["metrics"].items())
+    df = pd.DataFrame(rows, columns=["quantity", "value"])
+    text = df.to_csv(index=False)
+    text += "\n" + result["walk"].to_csv(index=False)
+    return text.encode()
+
+
+def npy_bytes(y: np.ndarray) -> bytes:
+    """y as a .npy file: NumPy integer types as they are, ml_dtypes types as their stored codes
+    (uint8, one element per byte) since .npy cannot name them without pickle."""
+    import io as _io
+
+    fmt = qcore.get_format(y.dtype)
+    arr = y if fmt.dtype in (np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int16),
+                             np.dtype(np.uint16)) else y.view(fmt.storage_dtype)
+    buf = _io.BytesIO()
+    np.save(buf, np.ascontiguousarray(arr), allow_pickle=False)
+    return buf.getvalue()
+
+
+def packed_bytes(y: np.ndarray) -> bytes:
+    """ONNX storage layout of a sub-byte tensor (qcore.packing.pack)."""
+    from qcore import packing
+
+    return packing.pack(y).tobytes()
+
+
+# --------------------------------------------------------------------------- format compare
+
+COMPARE_DEFAULT = ("int8", "uint8", "int4", "float8e4m3fn", "float8e5m2", "float6e2m3",
+                   "float4e2m1")
+HEADLINE_FORMATS = ("int8", "float8e4m3fn", "float8e5m2", "int4", "float4e2m1")
+#: One real tensor per kind for the headline comparison (outliers included on purpose).
+HEADLINE_TENSORS = (("weights", "layer0.ffn.out.weight"),
+                    ("activations", "layer5.ffn.residual"),
+                    ("gradients", "grad.layer5.ffn.act"))
+
+
+def _calibration(cfg) -> dict[str, Any]:
+    kw = cfg.calibration_kwargs()
+    kw.pop("method")
+    kw.pop("granularity")
+    kw.pop("axis")
+    kw.pop("block_size")
+    if cfg.method != "manual":
+        kw.pop("manual_scale")
+        kw.pop("manual_zero_point")
+    return kw
+
+
+@st.cache_data(max_entries=8, show_spinner="Comparing formats…")
+def compare(spec, targets: tuple[str, ...], cfg) -> pd.DataFrame:
+    """qcore.analysis.compare_formats on the spec's tensor."""
+    from qcore import analysis
+
+    from . import tensors
+
+    x = tensors.load(spec)
+    return analysis.compare_formats(x, list(targets), granularity=cfg.granularity,
+                                    axis=cfg.axis, block_size=cfg.block_size, method=cfg.method,
+                                    opset=cfg.opset, saturate=cfg.saturate, **_calibration(cfg))
+
+
+@st.cache_data(max_entries=8, show_spinner=False)
+def compare_error_hists(spec, targets: tuple[str, ...], cfg,
+                        bins: int = 81) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Error histogram (x̂ − x) of each format that can be used with these settings."""
+    from qcore import calibration, metrics
+
+    from . import tensors
+
+    x = tensors.load(spec)
+    xf = x.astype(np.float32, copy=False)
+    out = {}
+    for t in targets:
+        try:
+            p = calibration.choose_params(x, t, **{**cfg.calibration_kwargs()})
+            x_hat = p.round_trip(x, saturate=cfg.saturate, opset=cfg.opset)
+        except qcore.QuantizationError:
+            continue
+        with np.errstate(all="ignore"):
+            err = x_hat.astype(np.float32) - xf
+        out[t] = metrics.histogram(err, bins=bins)
+    return out
+
+
+@st.cache_data(max_entries=8, show_spinner="Comparing on real weights, activations and "
+                                             "gradients…")
+def headline(cfg) -> pd.DataFrame:
+    """SQNR of the headline formats on one real tensor of each kind (rows: formats)."""
+    from qcore import analysis, datasets
+
+    cols = {}
+    for kind, name in HEADLINE_TENSORS:
+        try:
+            x = datasets.load(name)
+        except qcore.QuantizationError:
+            continue
+        axis = min(cfg.axis, x.ndim - 1)
+        df = analysis.compare_formats(x, list(HEADLINE_FORMATS), granularity=cfg.granularity,
+                                      axis=axis, block_size=min(cfg.block_size, x.shape[axis]),
+                                      method=cfg.method, opset=cfg.opset,
+                                      saturate=cfg.saturate, **_calibration(cfg))
+        cols[f"{kind}\n{name}"] = df.set_index("format")["sqnr_db"]
+    return pd.DataFrame(cols)
+
+
+# --------------------------------------------------------------------------- sweeps
+
+
+def block_sizes_for(dim: int) -> list[int]:
+    """Powers of two up to dim, plus dim itself (one block)."""
+    sizes = [1 << k for k in range(0, 20) if (1 << k) <= dim]
+    if dim not in sizes:
+        sizes.append(dim)
+    return sizes
+
+
+@st.cache_data(max_entries=8, show_spinner="Sweeping the clipping range…")
+def clipping(spec, cfg, n: int = 48) -> pd.DataFrame:
+    from qcore import analysis
+
+    from . import tensors
+
+    return analysis.clipping_sweep(tensors.load(spec), cfg.target, n=n,
+                                   granularity=cfg.granularity, axis=cfg.axis,
+                                   block_size=cfg.block_size, saturate=cfg.saturate,
+                                   opset=cfg.opset, scale_dtype=cfg.scale_dtype)
+
+
+@st.cache_data(max_entries=8, show_spinner="Sweeping block sizes…")
+def block_sweep(spec, cfg) -> pd.DataFrame:
+    from qcore import analysis
+
+    from . import tensors
+
+    x = tensors.load(spec)
+    axis = cfg.axis % max(x.ndim, 1)
+    return analysis.block_size_sweep(x, cfg.target, block_sizes_for(int(x.shape[axis])), axis,
+                                     method=cfg.method, saturate=cfg.saturate, opset=cfg.opset,
+                                     **_calibration(cfg))
+
+
+@st.cache_data(max_entries=8, show_spinner="Repeating round trips…")
+def round_trips(spec, cfg, n: int = 5) -> pd.DataFrame:
+    from qcore import analysis, calibration
+
+    from . import tensors
+
+    x = tensors.load(spec)
+    p = calibration.choose_params(x, cfg.target, **cfg.calibration_kwargs())
+    return analysis.repeated_round_trips(x, cfg.target, p, n=n, saturate=cfg.saturate,
+                                         opset=cfg.opset)
+
+
+@st.cache_data(max_entries=8, show_spinner="Running the chain…")
+def chain(spec, steps: tuple[str, ...], cfg) -> pd.DataFrame:
+    """qcore.analysis.chain: one row per step (metrics against the original x)."""
+    from qcore import analysis
+
+    from . import tensors
+
+    res = analysis.chain(tensors.load(spec), list(steps), method=cfg.method,
+                         granularity=cfg.granularity, axis=cfg.axis,
+                         block_size=cfg.block_size, saturate=cfg.saturate, opset=cfg.opset)
+    keep = ("step", "format", "sqnr_db", "step_sqnr_db", "rmse", "max_abs_error",
+            "clipped_fraction", "nan_out", "inf_out")
+    return pd.DataFrame([{k: r[k] for k in keep} for r in res])
+
+
+# --------------------------------------------------------------------------- dynamic
+
+
+@st.cache_data(max_entries=8, show_spinner="Running DynamicQuantizeLinear…")
+def dynamic(spec) -> dict[str, Any]:
+    """DynamicQuantizeLinear-11 on the spec's tensor, step by step."""
+    from qcore import metrics
+
+    from . import tensors
+
+    x = tensors.load(spec)
+    lo, hi, count = metrics.finite_range(x)
+    y, scale, zp = qcore.dynamic_quantize_linear(x)
+    x_hat = qcore.dequantize_linear(y, scale, zp)
+    xf = x.astype(np.float32, copy=False)
+    m = metrics.error_metrics(xf, x_hat, y=y)
+    codes = np.bincount(y.reshape(-1), minlength=256)
+    counts, edges = metrics.histogram(xf, bins=HIST_BINS)
+    with np.errstate(all="ignore"):
+        err = x_hat.astype(np.float32) - xf
+    e_counts, e_edges = metrics.histogram(err, bins=HIST_BINS)
+    levels = qcore.dequantize_linear(np.arange(256, dtype=np.uint8), scale, zp).astype(np.float64)
+    return {"min": lo, "max": hi, "n": int(x.size), "scale": float(scale), "zero_point": int(zp),
+            "wmin": min(0.0, lo), "wmax": max(0.0, hi), "metrics": m, "codes": codes,
+            "hist": (counts, edges), "err_hist": (e_counts, e_edges), "levels": levels,
+            "x_dtype": str(x.dtype)}

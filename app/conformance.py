@@ -1,0 +1,430 @@
+"""One ONNX node run by qcore, the onnx reference evaluator and onnxruntime, compared bit by bit.
+
+onnx and onnxruntime are optional: they are imported lazily and a missing one is reported, not
+raised. The node's inputs are initializers (constants) so the types NumPy lacks (int4, float8,
+bfloat16) need no feeding; onnxruntime runs with graph optimizations off so its kernel, not a
+constant folder, computes the result.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+import qcore
+
+from .compute import fmt_value
+
+ENGINES = ("qcore", "onnx reference", "onnxruntime")
+
+
+@dataclass(frozen=True)
+class Node:
+    """A node to run: operator, opset, inputs as text lists, attributes."""
+
+    op: str = qcore.QUANTIZE
+    opset: int = 21
+    x: str = "1e10, -1e10, inf, -inf, 127.5, -128.5, 2.5"
+    x_type: str = "float"
+    scale: str = "1"
+    scale_type: str = "float"
+    zero_point: str = "0"
+    target: str = "int8"  # QuantizeLinear's output type / DequantizeLinear's input type
+    axis: int = 0
+    block_size: int = 0
+    saturate: bool = True
+    precision: str = ""
+    output_dtype: str = ""  # DequantizeLinear only
+
+
+@dataclass
+class Outcome:
+    """What one engine produced: outputs, or why it could not run."""
+
+    outputs: list[np.ndarray] = field(default_factory=list)
+    error: str = ""
+    missing: bool = False  # the package is not installed
+
+
+def parse_values(text: str, argument: str) -> np.ndarray:
+    """'1, -inf, nan, 2.5e3' as float64 values."""
+    items = [t.strip() for t in text.replace(";", ",").replace("\n", ",").split(",")]
+    items = [t for t in items if t]
+    out = []
+    for t in items:
+        low = t.lower().replace("−", "-")
+        try:
+            out.append(float(low))
+        except ValueError:
+            raise qcore.QuantizationError(
+                f"{argument}: {t!r} is not a number; write numbers separated by commas, "
+                f"e.g. 1.5, -2, 1e10, inf, -inf, nan") from None
+    return np.array(out, np.float64)
+
+
+def _cast(values: np.ndarray, type_name: str) -> np.ndarray:
+    fmt = qcore.get_format(type_name)
+    with np.errstate(all="ignore"):
+        if fmt.is_integer:
+            if not np.isfinite(values).all() or (values != np.rint(values)).any() \
+                    or values.min(initial=0) < fmt.min or values.max(initial=0) > fmt.max:
+                raise qcore.QuantizationError(
+                    f"values for {fmt.name} must be integers in [{int(fmt.min)}, "
+                    f"{int(fmt.max)}]; got {', '.join(fmt_value(v) for v in values)}")
+            return values.astype(np.int64).astype(fmt.dtype)
+        return values.astype(np.float32).astype(fmt.dtype)
+
+
+def inputs(node: Node) -> dict[str, np.ndarray | None]:
+    """The node's input arrays from its text fields."""
+    if node.op == qcore.DEQUANTIZE:
+        x = _cast(parse_values(node.x, "x"), node.target)
+    else:
+        x = _cast(parse_values(node.x, "x"), node.x_type)
+    if node.op == qcore.DYNAMIC:
+        return {"x": x, "scale": None, "zero_point": None}
+    s = _cast(parse_values(node.scale, "scale"), node.scale_type)
+    zp = None
+    if node.zero_point.strip():
+        zp = _cast(parse_values(node.zero_point, "zero point"), node.target)
+        if zp.size != s.size:
+            raise qcore.QuantizationError(
+                f"the zero point has {zp.size} value(s) but the scale has {s.size}; give "
+                f"one per scale (or leave the zero point empty)")
+    if s.size == 1:
+        s = s.reshape(())
+        zp = None if zp is None else zp.reshape(())
+    return {"x": x, "scale": s, "zero_point": zp}
+
+
+def attributes(node: Node, zero_point: np.ndarray | None) -> dict[str, Any]:
+    """Attributes as qcore's keyword arguments (only the ones away from their defaults)."""
+    kw: dict[str, Any] = {}
+    if node.op == qcore.DYNAMIC:
+        return kw
+    if node.axis != 1:
+        kw["axis"] = node.axis
+    if node.block_size:
+        kw["block_size"] = node.block_size
+    if node.op == qcore.QUANTIZE:
+        if not node.saturate:
+            kw["saturate"] = False
+        if node.precision:
+            kw["precision"] = node.precision
+        if zero_point is None:
+            kw["output_dtype"] = node.target
+    elif node.output_dtype:
+        kw["output_dtype"] = node.output_dtype
+    return kw
+
+
+def output_type(node: Node) -> str:
+    """The type of the node's (first) output, as ONNX infers it."""
+    if node.op == qcore.QUANTIZE:
+        return node.target
+    if node.op == qcore.DYNAMIC:
+        return "uint8"
+    if node.output_dtype:
+        return node.output_dtype
+    return "float" if node.scale_type == "float8e8m0" else node.scale_type
+
+
+def run_qcore(node: Node) -> Outcome:
+    try:
+        arrays = inputs(node)
+        x, s, zp = arrays["x"], arrays["scale"], arrays["zero_point"]
+        kw = attributes(node, zp)
+        if node.op == qcore.DYNAMIC:
+            return Outcome(list(qcore.dynamic_quantize_linear(x, opset=node.opset)))
+        if node.op == qcore.QUANTIZE:
+            return Outcome([qcore.quantize_linear(x, s, zp, opset=node.opset, **kw)])
+        return Outcome([qcore.dequantize_linear(x, s, zp, opset=node.opset, **kw)])
+    except qcore.QuantizationError as exc:
+        return Outcome(error=str(exc))
+
+
+def _model(node: Node):
+    """The ONNX model of the node (inputs as initializers), or raise ImportError."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    arrays = inputs(node)
+    x, s, zp = arrays["x"], arrays["scale"], arrays["zero_point"]
+    names, inits = [], []
+    for name, arr in (("x", x), ("scale", s), ("zero_point", zp)):
+        if arr is None:
+            if name == "zero_point":
+                continue
+            break
+        inits.append(numpy_helper.from_array(np.asarray(arr), name))
+        names.append(name)
+    kw = attributes(node, zp)
+    attrs: dict[str, Any] = {}
+    for k, v in kw.items():
+        if k in ("output_dtype", "precision"):
+            attrs[k] = qcore.get_format(v).onnx_id
+        elif k == "saturate":
+            attrs[k] = int(v)
+        else:
+            attrs[k] = v
+    if node.op == qcore.DYNAMIC:
+        outs = ["y", "y_scale", "y_zero_point"]
+        out_types = [onnx.TensorProto.UINT8, onnx.TensorProto.FLOAT, onnx.TensorProto.UINT8]
+        shapes = [list(x.shape), [], []]
+    else:
+        outs = ["y"]
+        out_types = [qcore.get_format(output_type(node)).onnx_id]
+        shapes = [list(x.shape)]
+    n = helper.make_node(node.op, names, outs, **attrs)
+    graph = helper.make_graph([n], "node", [], [
+        helper.make_tensor_value_info(o, t, sh) for o, t, sh in zip(outs, out_types, shapes)],
+        initializer=inits)
+    opsets = [helper.make_opsetid("", node.opset)]
+    model = helper.make_model(graph, opset_imports=opsets)
+    try:
+        model.ir_version = helper.find_min_ir_version_for(opsets, ignore_unknown=True)
+    except Exception:  # noqa: BLE001 - keep the default IR version
+        pass
+    return model
+
+
+def _widened(model, node: Node):
+    """The model with its output cast exactly to int32 (integers) or float32 (floats)."""
+    import onnx
+    from onnx import helper
+
+    fmt = qcore.get_format(output_type(node))
+    wide = onnx.TensorProto.INT32 if fmt.is_integer else onnx.TensorProto.FLOAT
+    g = model.graph
+    g.node[0].output[0] = "y_narrow"
+    g.node.append(helper.make_node("Cast", ["y_narrow"], ["y"], to=wide))
+    g.output[0].type.tensor_type.elem_type = wide
+    return model
+
+
+def _expected_dtype(node: Node, qc: Outcome) -> list[np.dtype | None]:
+    if qc.outputs:
+        return [o.dtype for o in qc.outputs]
+    return [None]
+
+
+def _coerce(arr: Any, dtype: np.dtype | None) -> np.ndarray:
+    """An engine's output as qcore's dtype when it returned the same bits in another dtype."""
+    a = np.asarray(arr)
+    if dtype is None or a.dtype == dtype:
+        return a
+    if a.dtype.itemsize == np.dtype(dtype).itemsize and a.dtype.kind in "uiV":
+        return a.view(dtype)
+    with np.errstate(all="ignore"):
+        return a.astype(dtype)
+
+
+def run_reference(node: Node, expected: list[np.dtype | None]) -> Outcome:
+    try:
+        import onnx  # noqa: F401
+        from onnx.reference import ReferenceEvaluator
+    except ImportError:
+        return Outcome(error="onnx is not installed (pip install onnx)", missing=True)
+    try:
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")
+            outs = ReferenceEvaluator(_model(node)).run(None, {})
+        return Outcome([_coerce(o, d) for o, d in zip(outs, expected + [None] * 3)])
+    except qcore.QuantizationError as exc:
+        return Outcome(error=str(exc))
+    except Exception as exc:  # noqa: BLE001 - the reference's own complaint, shown as it is
+        return Outcome(error=f"{type(exc).__name__}: {_short(exc)}")
+
+
+def run_onnxruntime(node: Node, expected: list[np.dtype | None]) -> Outcome:
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return Outcome(error="onnxruntime is not installed (pip install onnxruntime)",
+                       missing=True)
+    try:
+        opts = ort.SessionOptions()
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        opts.log_severity_level = 4
+        model = _model(node)
+        try:
+            outs = ort.InferenceSession(model.SerializeToString(), opts,
+                                        providers=["CPUExecutionProvider"]).run(None, {})
+        except RuntimeError as exc:
+            if "No corresponding Numpy type" not in str(exc):
+                raise
+            # onnxruntime cannot hand int4 / float8e5m2 to NumPy: add an exact Cast to a wider
+            # type and convert back (values compared, not NaN payloads)
+            outs = ort.InferenceSession(_widened(model, node).SerializeToString(), opts,
+                                        providers=["CPUExecutionProvider"]).run(None, {})
+        return Outcome([_coerce(o, d) for o, d in zip(outs, expected + [None] * 3)])
+    except qcore.QuantizationError as exc:
+        return Outcome(error=str(exc))
+    except Exception as exc:  # noqa: BLE001
+        return Outcome(error=f"{type(exc).__name__}: {_short(exc)}")
+
+
+def _short(exc: BaseException, limit: int = 400) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def bits(a: np.ndarray) -> np.ndarray:
+    """Each element's stored bit pattern as int64 (sub-byte types masked to their width)."""
+    a = np.ascontiguousarray(a)
+    try:
+        fmt = qcore.get_format(a.dtype)
+    except qcore.QuantizationError:
+        fmt = None
+    if fmt is not None and fmt.is_integer:
+        return a.astype(np.int64) & ((1 << fmt.bits) - 1)
+    u = a.view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize])
+    mask = (1 << fmt.bits) - 1 if fmt is not None and fmt.bits < 8 * a.dtype.itemsize else -1
+    return u.astype(np.int64) & mask
+
+
+def same(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Element-wise: the same type and the same bits."""
+    a, b = np.asarray(a), np.asarray(b)
+    if a.shape != b.shape:
+        return np.zeros(a.shape, bool)
+    if a.dtype != b.dtype:
+        with np.errstate(all="ignore"):
+            fa, fb = a.astype(np.float64), b.astype(np.float64)
+        return (fa == fb) | (np.isnan(fa) & np.isnan(fb))
+    return bits(a) == bits(b)
+
+
+def describe(v: np.ndarray) -> list[str]:
+    """'448 · 0x7E' for each element."""
+    a = np.asarray(v).reshape(-1)
+    with np.errstate(all="ignore"):
+        values = a.astype(np.float64)
+    try:
+        fmt = qcore.get_format(a.dtype)
+        width = max(1, (fmt.bits + 3) // 4)
+    except qcore.QuantizationError:
+        width = 2 * a.dtype.itemsize
+    return [f"{fmt_value(val)} · 0x{int(b):0{width}X}" for val, b in zip(values, bits(a))]
+
+
+def run_all(node: Node) -> dict[str, Outcome]:
+    """The node through every engine."""
+    qc = run_qcore(node)
+    expected = _expected_dtype(node, qc)
+    return {"qcore": qc, "onnx reference": run_reference(node, expected),
+            "onnxruntime": run_onnxruntime(node, expected)}
+
+
+def table(node: Node, outcomes: dict[str, Outcome], output: int = 0) -> tuple[pd.DataFrame,
+                                                                               pd.DataFrame]:
+    """(text table, agreement mask) for one output: one row per element, one column per engine
+    that produced it; the mask is True where an engine agrees with qcore bit for bit."""
+    x = inputs(node)["x"].reshape(-1)
+    cols: dict[str, list[str]] = {"x": [fmt_value(float(v)) for v in x.astype(np.float64)]}
+    ok: dict[str, list[bool]] = {"x": [True] * x.size}
+    ref = outcomes["qcore"].outputs[output] if outcomes["qcore"].outputs else None
+    for name in ENGINES:
+        out = outcomes[name]
+        if not out.outputs or len(out.outputs) <= output:
+            continue
+        arr = np.asarray(out.outputs[output])
+        flat = arr.reshape(-1)
+        if flat.size != x.size:  # scalar outputs (DynamicQuantizeLinear's scale / zp)
+            continue
+        cols[name] = describe(flat)
+        ok[name] = (same(flat, ref.reshape(-1)).tolist() if ref is not None
+                    else [True] * flat.size)
+    return pd.DataFrame(cols), pd.DataFrame(ok)
+
+
+def disagreements(outcomes: dict[str, Outcome]) -> dict[str, int]:
+    """Elements (over all outputs) where each other engine differs from qcore."""
+    ref = outcomes["qcore"].outputs
+    out = {}
+    for name in ENGINES[1:]:
+        o = outcomes[name]
+        if not ref or not o.outputs:
+            continue
+        n = 0
+        for a, b in zip(ref, o.outputs):
+            n += int((~same(np.asarray(a).reshape(-1), np.asarray(b).reshape(-1))).sum()) \
+                if np.size(a) == np.size(b) else int(np.size(a))
+        out[name] = n
+    return out
+
+
+def scalar_text(a: np.ndarray) -> str:
+    a = np.asarray(a)
+    return ", ".join(describe(a.reshape(-1))) if a.size else "—"
+
+
+#: The known cases (README's Semantics table), one click away.
+PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
+    "overflow": ("x/scale = 1e10 into int8", dict(
+        op=qcore.QUANTIZE, opset=21, x="1e10, -1e10, inf, -inf, 3e9, 127.5, -128.5, 2.5",
+        x_type="float", scale="1", scale_type="float", zero_point="0", target="int8",
+        axis=1, block_size=0, saturate=True, precision="")),
+    "nan_int": ("NaN into int8", dict(
+        op=qcore.QUANTIZE, opset=21, x="nan, -nan, 0, 1, -1", x_type="float", scale="1",
+        scale_type="float", zero_point="5", target="int8", axis=1, block_size=0,
+        saturate=True, precision="")),
+    "e4m3_480": ("float8e4m3fn, saturate=0, near 480", dict(
+        op=qcore.QUANTIZE, opset=21, x="448, 464, 470, 479, 480, 490, 495.9, 496, 500, inf",
+        x_type="float", scale="1", scale_type="float", zero_point="", target="float8e4m3fn",
+        axis=1, block_size=0, saturate=False, precision="")),
+    "e5m2_61440": ("float8e5m2, saturate=0, near 61440", dict(
+        op=qcore.QUANTIZE, opset=21, x="57344, 60000, 61439, 61440, 65000, 65535, 65536, inf",
+        x_type="float", scale="1", scale_type="float", zero_point="", target="float8e5m2",
+        axis=1, block_size=0, saturate=False, precision="")),
+    "f16_div": ("float16 division precision", dict(
+        op=qcore.QUANTIZE, opset=21, x="0.5, 0.9, 1.1, 1.3, 1.7, 2.1, 2.5, 2.7, 3.7, 4.5",
+        x_type="float16", scale="0.2", scale_type="float16", zero_point="0", target="int8",
+        axis=1, block_size=0, saturate=True, precision="")),
+    "dql_zeros": ("DynamicQuantizeLinear on zeros", dict(
+        op=qcore.DYNAMIC, opset=11, x="0, 0, 0, 0", x_type="float", scale="1",
+        scale_type="float", zero_point="", target="uint8", axis=1, block_size=0,
+        saturate=True, precision="")),
+    "f8_zp": ("float8 with a non-zero zero point", dict(
+        op=qcore.QUANTIZE, opset=21, x="1, 2, 3, -1, 0", x_type="float", scale="1",
+        scale_type="float", zero_point="1", target="float8e4m3fn", axis=1, block_size=0,
+        saturate=True, precision="")),
+    "f16_inf": ("±Inf on the float16, blocked path", dict(
+        op=qcore.QUANTIZE, opset=21, x="inf, -inf, 1, 3e4, -inf, inf, -3e4, 2",
+        x_type="float16", scale="1, 1", scale_type="float16", zero_point="1, -1",
+        target="int8", axis=0, block_size=4, saturate=True, precision="")),
+}
+
+#: What to look for in each preset (README, "Semantics").
+NOTES: dict[str, str] = {
+    "overflow": "The spec says saturate. qcore and onnxruntime give 127 for 1e10 and +Inf; the "
+                "onnx reference casts to int32 before clipping and wraps to **−128**.",
+    "nan_int": "NaN into an integer type is undefined by the spec. All three give the type's "
+               "minimum (−128), whatever the zero point; the app counts NaNs in its reports.",
+    "e4m3_480": "Cast's table for `saturate=0`: overflow gives NaN. onnxruntime gives ±448 for "
+                "|x| in [480, 496) instead.",
+    "e5m2_61440": "float8e5m2 with `saturate=0` overflows to Inf from 61440 on; onnxruntime "
+                  "gives NaN in [61440, 65536). (onnxruntime cannot return float8e5m2 to "
+                  "NumPy: its output is cast to float32 exactly and compared by value.)",
+    "f16_div": "x and the scale are float16, so the spec divides in float16 (the quotient is "
+               "rounded to float16 before rounding to int8). onnxruntime divides in float32: "
+               "different codes right at the .5 boundaries.",
+    "dql_zeros": "The spec's function body divides 0 by 0. qcore and the onnx reference return "
+                 "scale 1/255; onnxruntime 1.0. y and the zero point are 0 either way.",
+    "f8_zp": "The formula is x/scale + zero_point; qcore adds a given float8 zero point. The "
+             "onnx reference (and onnxruntime) ignore it in QuantizeLinear.",
+    "f16_inf": "±Inf must saturate to the type's range. On its float16 path onnxruntime "
+               "follows the zero point's sign instead; the onnx reference wraps.",
+}
+
+
+def is_finite_number(text: str) -> bool:
+    try:
+        return math.isfinite(float(text))
+    except ValueError:
+        return False

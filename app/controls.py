@@ -1,0 +1,157 @@
+"""The quantization settings several pages share: operator version, target type, granularity,
+calibration method, saturate and precision. Drawn as a compact panel of columns; the values
+live in the URL like every setting."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import streamlit as st
+
+import qcore
+from qcore import calibration
+
+from . import compute, widgets
+
+METHOD_LABELS = {"minmax": "min–max (asymmetric)", "absmax": "abs-max (symmetric)",
+                 "percentile": "percentile clipping", "mse": "MSE-optimal search",
+                 "manual": "manual values", "mx": "MX power-of-two (e8m0)"}
+SCALE_LABELS = {"float": "float32", "float16": "float16", "bfloat16": "bfloat16",
+                "float8e8m0": "float8e8m0 (powers of two)"}
+PRECISIONS = ("", "float", "float16", "bfloat16")
+PRECISION_LABELS = {"": "default (scale's type)", "float": "float32", "float16": "float16",
+                    "bfloat16": "bfloat16"}
+GRANULARITY_LABELS = {qcore.PER_TENSOR: "per-tensor", qcore.PER_AXIS: "per-axis",
+                      qcore.BLOCKED: "blocked"}
+
+
+@dataclass(frozen=True)
+class QuantConfig:
+    """Everything that decides a quantization, hashable (a cache key)."""
+
+    opset: int = qcore.LATEST_OPSET
+    target: str = "int8"
+    granularity: str = qcore.PER_TENSOR
+    axis: int = 1
+    block_size: int = 32
+    method: str = "minmax"
+    percentile: float = 99.9
+    scale_dtype: str = "float"
+    manual_scale: float = 0.01
+    manual_zero_point: float = 0.0
+    saturate: bool = True
+    precision: str = ""
+
+    def calibration_kwargs(self) -> dict:
+        """Keyword arguments for :func:`qcore.calibration.choose_params`."""
+        manual = self.method == "manual"
+        return dict(method=self.method, granularity=self.granularity, axis=self.axis,
+                    block_size=self.block_size, percentile=self.percentile,
+                    scale_dtype=self.scale_dtype,
+                    manual_scale=self.manual_scale if manual else None,
+                    manual_zero_point=self.manual_zero_point if manual else None)
+
+    @property
+    def precision_arg(self) -> str | None:
+        return self.precision or None
+
+
+def target_label(name: str) -> str:
+    fmt = qcore.get_format(name)
+    return f"{name}  ·  {fmt.bits} bit"
+
+
+def opset_label(opset: int) -> str:
+    return f"{opset}  →  {compute.version_label(qcore.QUANTIZE, opset)}"
+
+
+def granularity_panel(shape: tuple[int, ...], where=None, *, prefix: str = "") -> tuple[str, int, int]:
+    """Granularity, axis and block size widgets; returns (granularity, axis, block size)."""
+    where = where if where is not None else st
+    c1, c2, c3 = where.columns([1.4, 0.7, 1])
+    gran = widgets.select("Granularity", qcore.GRANULARITIES, prefix + "gran", qcore.PER_TENSOR,
+                          where=c1, kind="segmented", format_func=GRANULARITY_LABELS.get,
+                          help="One scale for the whole tensor, one per slice along an axis, "
+                               "or one per block of consecutive elements along an axis.")
+    ndim = max(len(shape), 1)
+    axis = widgets.select("Axis", list(range(ndim)), prefix + "axis", min(1, ndim - 1),
+                          where=c2, disabled=gran == qcore.PER_TENSOR,
+                          help="The dimension that gets its own scales (per-axis) or is cut "
+                               "into blocks (blocked).")
+    dim = int(shape[axis]) if shape else 1
+    block = widgets.number("Block size", prefix + "block", 32, min_value=1,
+                           max_value=max(dim, 1), where=c3, disabled=gran != qcore.BLOCKED,
+                           help=f"Consecutive elements along axis {axis} that share a scale "
+                                f"(1…{dim}); the last block is short when {dim} is not a "
+                                f"multiple.")
+    if gran == qcore.BLOCKED:
+        nblocks = -(-dim // block)
+        lo, hi = qcore.block_size_range(dim, nblocks)
+        short = dim - (nblocks - 1) * block
+        where.caption(f"{nblocks:,} block(s) of {block} along axis {axis} (length {dim})"
+                      + (f", the last one {short} long" if short != block else "")
+                      + f". For {nblocks:,} scales the spec accepts block sizes "
+                      + (f"{lo}…{hi}." if hi is not None else f"≥ {lo}."))
+    elif gran == qcore.PER_AXIS:
+        where.caption(f"{dim:,} scales, one per index of axis {axis}.")
+    return gran, int(axis), int(block)
+
+
+def panel(shape: tuple[int, ...], *, show_opset: bool = True, show_target: bool = True,
+          show_precision: bool = True, prefix: str = "") -> QuantConfig:
+    """The full settings panel (in a bordered container); returns the chosen configuration."""
+    box = st.container(border=True)
+    c1, c2, c3 = box.columns([1.2, 1.2, 1.6])
+    opset = qcore.LATEST_OPSET
+    if show_opset:
+        opset = widgets.select("Opset", list(compute.OPSETS), prefix + "opset",
+                               qcore.LATEST_OPSET, where=c1, format_func=opset_label,
+                               help="The ONNX opset of the model; it picks the operator version "
+                                    "(opset 22 → QuantizeLinear-21).")
+    target = "int8"
+    if show_target:
+        target = widgets.select("Target type", list(compute.TARGETS), prefix + "target", "int8",
+                                where=c2, format_func=target_label,
+                                help="The element type y is stored in.")
+    with c3:
+        gran, axis, block = granularity_panel(shape, prefix=prefix)
+    d1, d2, d3, d4 = box.columns([1.6, 1.0, 1.0, 0.8])
+    method = widgets.select("Scale and zero point", list(calibration.METHODS), prefix + "method",
+                            "minmax", where=d1, format_func=METHOD_LABELS.get,
+                            help="How the scale (and zero point) are chosen from the tensor.")
+    scale_dtype = widgets.select("Scale type", list(calibration.SCALE_DTYPES),
+                                 prefix + "stype", "float", where=d2,
+                                 format_func=SCALE_LABELS.get, disabled=method == "mx",
+                                 help="The element type the scale is stored in; float8e8m0 "
+                                      "holds powers of two only (MX). From opset 19 to 22 the "
+                                      "scale must have x's type.")
+    precision = ""
+    if show_precision:
+        precision = widgets.select("Division precision", list(PRECISIONS), prefix + "prec", "",
+                                   where=d3, format_func=PRECISION_LABELS.get,
+                                   help="The type x / scale is computed in (the `precision` "
+                                        "attribute, QuantizeLinear-23+).")
+    with d4:
+        st.write("")
+        saturate = widgets.toggle("Saturate", prefix + "sat", True,
+                                  help="float8 only: overflow becomes ±max (on) or NaN/Inf "
+                                       "(off). Integers always saturate; float4/6 too.")
+    box.caption(calibration.describe(method))
+    percentile, mscale, mzp = 99.9, 0.01, 0.0
+    if method == "percentile":
+        percentile = widgets.slider("Percentile of |x| mapped to the largest code",
+                                    prefix + "pct", 99.9, min_value=90.0, max_value=100.0,
+                                    step=0.01, where=box, fmt="%.2f")
+    elif method == "manual":
+        m1, m2 = box.columns(2)
+        mscale = widgets.number("Scale", prefix + "mscale", 0.01, min_value=1e-30,
+                                max_value=1e30, where=m1, fmt="%.6g", step=None)
+        mzp = widgets.number("Zero point", prefix + "mzp", 0.0, min_value=-1e6, max_value=1e6,
+                             where=m2, fmt="%g", step=1.0)
+    return QuantConfig(int(opset), target, gran, axis, block, method, float(percentile),
+                       scale_dtype, float(mscale), float(mzp), bool(saturate), precision)
+
+
+def shape_of(x: np.ndarray) -> tuple[int, ...]:
+    return tuple(int(d) for d in x.shape)

@@ -1,0 +1,57 @@
+"""The page registry: one entry per script in ``pages/``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import streamlit as st
+
+
+@dataclass(frozen=True)
+class PageInfo:
+    script: str
+    title: str
+    icon: str
+    blurb: str
+    section: str
+
+
+PAGES: tuple[PageInfo, ...] = (
+    PageInfo("pages/home.py", "Home", ":material/home:",
+             "What linear quantization is, with a live example.", "Explore"),
+    PageInfo("pages/quantize_lab.py", "Quantize Lab", ":material/science:",
+             "Quantize one tensor and see every error, histogram and step.", "Explore"),
+    PageInfo("pages/format_compare.py", "Format Compare", ":material/compare:",
+             "int8, float8, int4, float4… side by side on the same tensor.", "Explore"),
+    PageInfo("pages/round_trip_sweeps.py", "Round Trip & Sweeps", ":material/ssid_chart:",
+             "Error against clipping range and block size, repeated round trips, chains.",
+             "Explore"),
+    PageInfo("pages/dynamic_quantization.py", "Dynamic Quantization", ":material/bolt:",
+             "DynamicQuantizeLinear step by step.", "Explore"),
+    PageInfo("pages/number_formats.py", "Number Formats", ":material/pin:",
+             "Every code of every format, its bits, its value and its specials.", "Reference"),
+    PageInfo("pages/operator_versions.py", "Operator Versions", ":material/history:",
+             "What each operator version accepts; where a configuration is valid.", "Reference"),
+    PageInfo("pages/conformance.py", "Conformance", ":material/rule:",
+             "qcore vs the onnx reference vs onnxruntime, element by element.", "Reference"),
+)
+
+
+def url_path(info: PageInfo) -> str:
+    """The page's URL path: the title in kebab case ("quantize-lab").
+
+    It must differ from the script's stem: with a ``pages/`` folder Streamlit first runs its
+    legacy multipage mode, which would otherwise run a page script without this app's
+    ``streamlit_app.py`` around it.
+    """
+    special = {"pages/home.py": "overview", "pages/conformance.py": "onnx-conformance"}
+    return special.get(info.script, "-".join(info.title.lower().replace("&", " ").split()))
+
+
+def navigation() -> st.navigation:
+    """Build ``st.navigation`` from the registry, grouped by section."""
+    sections: dict[str, list[st.Page]] = {}
+    for i, p in enumerate(PAGES):
+        sections.setdefault(p.section, []).append(
+            st.Page(p.script, title=p.title, icon=p.icon, url_path=url_path(p), default=i == 0))
+    return st.navigation(sections)

@@ -1,0 +1,76 @@
+"""Format Compare: one tensor, every chosen format side by side."""
+
+import streamlit as st
+
+from app import charts, compute, controls, errors, explain, tensors, widgets
+
+st.title("Format Compare")
+spec = tensors.picker()
+if spec is None:
+    st.stop()
+x = errors.require(tensors.load, spec, what="Loading the tensor")
+st.caption(f"Tensor **{spec.label}** · shape {' × '.join(map(str, x.shape))} · "
+           f"{x.size:,} elements")
+explain.intro(explain.COMPARE_INTRO, explain.COMPARE_EXACT)
+
+targets = widgets.multi("Formats", list(compute.TARGETS), "c_formats",
+                        list(compute.COMPARE_DEFAULT), kind="pills",
+                        format_func=lambda t: t)
+cfg = controls.panel(controls.shape_of(x), show_opset=False, show_target=False,
+                     show_precision=False, prefix="c_")
+if not targets:
+    st.info("Pick at least one format.", icon=":material/touch_app:")
+    st.stop()
+df = errors.require(compute.compare, spec, tuple(targets), cfg, what="Comparing formats")
+
+left, right = st.columns([5, 4], gap="medium")
+with left:
+    charts.show(charts.pareto(df))
+with right:
+    best = df[df["error"] == ""].sort_values("sqnr_db", ascending=False)
+    if len(best):
+        top = best.iloc[0]
+        c1, c2 = st.columns(2)
+        c1.metric("Best SQNR", f"{top['sqnr_db']:.2f} dB", help="Among the chosen formats.",
+                  border=True)
+        c2.metric("…with", str(top["format"]), f"{top['bits_per_element']:.3f} bits/element",
+                  delta_color="off", border=True)
+        front = ", ".join(best[best["pareto"]].sort_values("bits_per_element")["format"])
+        st.markdown(f"**Pareto front:** {front}")
+    for _, row in df[df["error"] != ""].iterrows():
+        st.error(f"**{row['format']}**: {row['error']}", icon=":material/block:")
+    st.caption("A point on the front has no other format that is both cheaper (fewer bits per "
+               "element) and better (higher SQNR).")
+
+table = df.drop(columns=["error"]).copy()
+table["clipped_fraction"] = 100 * table["clipped_fraction"]
+table["mean_rel_error"] = 100 * table["mean_rel_error"]
+st.dataframe(table, hide_index=True, column_config={
+    "format": st.column_config.TextColumn("format", pinned=True),
+    "bits": st.column_config.NumberColumn("bits"),
+    "bits_per_element": st.column_config.NumberColumn("bits / element", format="%.3f"),
+    "sqnr_db": st.column_config.ProgressColumn(
+        "SQNR (dB)", format="%.2f", min_value=0.0,
+        max_value=float(max(1.0, table["sqnr_db"].replace(float("inf"), 0).max()))),
+    "rmse": st.column_config.NumberColumn("RMSE", format="%.4g"),
+    "max_abs_error": st.column_config.NumberColumn("max |error|", format="%.4g"),
+    "clipped_fraction": st.column_config.NumberColumn("clipped %", format="%.3g"),
+    "pareto": st.column_config.CheckboxColumn("Pareto"),
+    "mse": st.column_config.NumberColumn("MSE", format="%.4g"),
+    "mean_abs_error": st.column_config.NumberColumn("mean |error|", format="%.4g"),
+    "mean_rel_error": st.column_config.NumberColumn("mean rel. error %", format="%.3g"),
+    "nan_out": st.column_config.NumberColumn("NaN out"),
+    "inf_out": st.column_config.NumberColumn("Inf out"),
+})
+
+hists = compute.compare_error_hists(spec, tuple(targets), cfg)
+if hists:
+    charts.show(charts.small_multiples(hists))
+
+st.subheader("Weights, activations and gradients", divider="gray")
+st.markdown("The headline question: on real tensors of a transformer (all-MiniLM-L6-v2, "
+            "shipped in `datasets/`), which format keeps the most signal? Same calibration "
+            "and granularity as above.")
+head = errors.attempt(compute.headline, cfg, what="Headline comparison")
+if head is not None and not head.empty:
+    charts.show(charts.sqnr_table(head, title="SQNR (dB) by format and tensor kind"))

@@ -1,0 +1,83 @@
+"""Number Formats: every code of a format, its bit fields, value, spacing and specials."""
+
+import math
+
+import streamlit as st
+
+import qcore
+from app import charts, compute, errors, explain, widgets
+
+FORMATS = list(qcore.QUANTIZED_TYPES) + ["float8e8m0"]
+
+st.title("Number Formats")
+explain.intro(explain.FORMATS_INTRO)
+
+left, right = st.columns([1, 2], vertical_alignment="bottom")
+name = widgets.select("Format", FORMATS, "nf_format", "float8e4m3fn", where=left,
+                      format_func=lambda n: f"{n} ({qcore.get_format(n).bits} bit)")
+fmt = qcore.get_format(name)
+right.markdown(f"**{name}** — {fmt.description}")
+
+c = st.columns(6)
+c[0].metric("Bits", fmt.bits, border=True)
+c[1].metric("Distinct values", f"{fmt.levels:,}", border=True,
+            help="Finite values, zero counted once.")
+c[2].metric("Largest", compute.fmt_value(fmt.max), border=True)
+c[3].metric("Smallest", compute.fmt_value(fmt.min), border=True)
+if fmt.is_integer:
+    c[4].metric("Step", "1", border=True, help="Integers are evenly spaced.")
+    c[5].metric("Zero", "exact", border=True)
+else:
+    c[4].metric("Smallest normal", compute.fmt_value(fmt.min_normal), border=True)
+    c[5].metric("Smallest subnormal" if fmt.mbits else "Smallest",
+                compute.fmt_value(fmt.min_positive), border=True,
+                help=f"Dynamic range: {math.log2(fmt.max / fmt.min_positive):.1f} binades.")
+
+if fmt.bits <= 8:
+    codes = errors.require(compute.format_codes, name)
+    log = widgets.toggle("Logarithmic number line", "nf_log", not fmt.is_integer)
+    charts.show(charts.number_line(codes["numeric"].to_numpy(), codes["class"].to_numpy(), name,
+                                   log=log))
+    c1, c2 = st.columns([3, 2])
+    with c1:
+        st.markdown(f"#### All {len(codes)} codes")
+        st.dataframe(codes.drop(columns=["numeric"]), hide_index=True, height=420,
+                     column_config={"bits": st.column_config.TextColumn(
+                         "bits (sign exponent mantissa)" if fmt.is_float else "bits")})
+    with c2:
+        spacing = compute.format_spacing(name)
+        if len(spacing) > 1:
+            charts.show(charts.spacing(spacing, name))
+        else:
+            st.info("A single positive value: no spacing to draw.")
+else:
+    st.info(f"{name} has {1 << fmt.bits:,} codes — evenly spaced integers from "
+            f"{int(fmt.min):,} to {int(fmt.max):,}; too many to list.", icon=":material/info:")
+
+st.subheader("Special values and overflow", divider="gray")
+if fmt.kind == "scale":
+    st.markdown("float8e8m0 is a **scale type** (MX block scales): QuantizeLinear does not "
+                "produce it. It stores only powers of two 2^(e−127), no sign, no zero; 0xFF is "
+                "NaN.")
+else:
+    st.markdown("What `qcore.quantize_linear(x, scale=1, output_dtype=…)` returns for the "
+                "edge cases, with `saturate` on and off (computed live).")
+    specials = errors.require(compute.format_specials, name)
+    diff = specials["saturate=1 value"] != specials["saturate=0 value"]
+
+    def _mark(row):  # highlight rows where saturate matters
+        return ["background-color: #FFF4E6" if diff.iloc[row.name] else "" for _ in row]
+
+    st.dataframe(specials.style.apply(_mark, axis=1), hide_index=True)
+    if not diff.any():
+        st.caption("`saturate` makes no difference here: integers always saturate, and "
+                   "float4/float6 have no Inf or NaN to overflow to.")
+    doc = compute.onnx_doc("Cast", 25)
+    with st.expander("Exact ONNX semantics (Cast's saturation tables)",
+                     icon=":material/menu_book:"):
+        st.markdown("QuantizeLinear converts to float8 the way Cast does; the tables for "
+                    "`saturate=1` and `saturate=0` are the Cast operator's.")
+        if doc:
+            st.markdown(compute.cast_tables(doc))
+        else:
+            st.info("Install `onnx` to read the operator documentation here.")

@@ -1,0 +1,18 @@
+"""The Quantization Explorer: ``pip install -e . && streamlit run streamlit_app.py``."""
+
+import streamlit as st
+
+st.set_page_config(page_title="Quantization Explorer", page_icon=":material/grid_on:",
+                   layout="wide", initial_sidebar_state="expanded")
+
+from app import compute, errors, nav, state  # noqa: E402 - after set_page_config
+
+state.begin_run()
+page = nav.navigation()
+try:
+    compute.warm()
+    page.run()
+except Exception as exc:  # noqa: BLE001 - no traceback ever reaches the user
+    errors.show(exc)
+finally:
+    state.sync_url()
