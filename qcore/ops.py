@@ -123,8 +123,8 @@ def _scale_values(ov: OpVersion, scale: np.ndarray, fmt: Format, argument: str,
 
 def _zero_point_values(ov: OpVersion, zp: np.ndarray | None, scale: np.ndarray, fmt: Format,
                        argument: str, scale_name: str) -> np.ndarray:
-    if zp is None:
-        return np.zeros(1, np.float64)
+    if zp is None:  # one zero per scale: the kernels index zero points like scales
+        return np.zeros(max(scale.size, 1), np.float64)
     if zp.shape != scale.shape and not (zp.size == 1 and scale.size == 1):
         raise QuantizationError(
             f"{ov.label}: {argument} has shape {zp.shape} but {scale_name} has shape "
