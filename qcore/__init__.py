@@ -15,10 +15,19 @@ from .warmup import warmup
 
 __version__ = "0.1.0"
 
+
+def cuda_available() -> bool:
+    """Whether ``backend="cuda"`` can run here (a usable GPU, or numba's CUDA simulator)."""
+    from .kernels.cuda import cuda_available as available  # numba.cuda only when asked
+
+    return available()
+
+
 __all__ = [
     "BLOCKED", "DEQUANTIZE", "DYNAMIC", "FORMATS", "GRANULARITIES", "HIGH_PRECISION_TYPES",
     "LATEST_OPSET", "OPERATORS", "PER_AXIS", "PER_TENSOR", "QUANTIZE", "QUANTIZED_TYPES",
-    "Format", "Layout", "QuantizationError", "block_size_range", "dequantize_linear",
+    "Format", "Layout", "QuantizationError", "block_size_range", "cuda_available",
+    "dequantize_linear",
     "dynamic_quantize_linear", "get_format", "plan_dequantize", "plan_quantize",
     "quantize_linear", "resolve", "warmup",
 ]

@@ -43,10 +43,33 @@ def decode_table(name: str) -> np.ndarray:
     return np.arange(256, dtype=np.uint8).view(fmt.dtype).astype(np.float64)
 
 
+def _is_device(value: Any) -> bool:
+    """A CUDA device array: numba's (real or simulated) or any __cuda_array_interface__ object."""
+    return not isinstance(value, np.ndarray) and (
+        hasattr(value, "__cuda_array_interface__") or bool(getattr(value, "__cuda_ndarray__", False))
+    )
+
+
+def _require_device_backend(kernels, ov: OpVersion) -> None:
+    if not hasattr(kernels, "quantize_device"):
+        raise QuantizationError(
+            f"{ov.label}: x is a CUDA device array; pass backend='cuda' (the result stays on "
+            f"the device) or copy x to the host first"
+        )
+
+
 def _as_array(value: Any, argument: str, ov: OpVersion, integer_dtype=None) -> np.ndarray:
-    """NumPy array from an array, list or scalar; Python floats become float32."""
-    if hasattr(value, "__cuda_array_interface__") and not isinstance(value, np.ndarray):
-        return value
+    """NumPy array from an array, list or scalar; Python floats become float32.
+
+    A CUDA device array x stays on the device (as a numba device array); device scales and zero
+    points are small and are read to the host."""
+    if _is_device(value):
+        from .kernels import cuda as cuda_kernels
+
+        value = cuda_kernels.as_device_array(value, ov.label)
+        if argument == "x":
+            return value
+        value = value.copy_to_host()
     if isinstance(value, (np.ndarray, np.generic)):
         arr = np.asarray(value)
     else:
@@ -260,7 +283,10 @@ def layout_params(layout: Layout) -> np.ndarray:
 
 
 def _flat_input(x: np.ndarray) -> np.ndarray:
-    """x as a flat C-contiguous array; float16/bfloat16 as their uint16 bits."""
+    """x as a flat C-contiguous array; float16/bfloat16 as their uint16 bits (device arrays are
+    passed through: the CUDA kernels flatten them on the device)."""
+    if _is_device(x):
+        return x
     flat = np.ascontiguousarray(x).reshape(-1)
     if flat.dtype in (np.float16, ml_dtypes.bfloat16):
         return flat.view(np.uint16)
@@ -271,7 +297,8 @@ def _run_quantize(kernels, x, s: np.ndarray, z: np.ndarray, plan: QuantizePlan,
                   has_zero_point: bool) -> np.ndarray:
     """Run the kernel. A given zero point is added even when it is 0 (the formula's
     ``x / scale + zp`` turns -0 into +0 for the float targets)."""
-    if hasattr(x, "__cuda_array_interface__") and not isinstance(x, np.ndarray):
+    if _is_device(x):
+        _require_device_backend(kernels, plan.version)
         return kernels.quantize_device(x, s, z, plan, quantize_params(plan, has_zero_point),
                                        layout_params(plan.layout), float16_table())
     t = plan.target
@@ -371,7 +398,8 @@ def dequantize_params(plan: DequantizePlan) -> tuple[np.ndarray, np.ndarray]:
 
 def _run_dequantize(kernels, x, s, z, plan: DequantizePlan) -> np.ndarray:
     dp, table = dequantize_params(plan)
-    if hasattr(x, "__cuda_array_interface__") and not isinstance(x, np.ndarray):
+    if _is_device(x):
+        _require_device_backend(kernels, plan.version)
         return kernels.dequantize_device(x, s, z, plan, dp, layout_params(plan.layout), table)
     out = plan.output
     y = np.empty(x.size, np.float32 if out.name == "float" else np.uint16)
@@ -396,6 +424,8 @@ def dynamic_quantize_linear(x: Any, *, backend: str = "cpu",
     fmt = get_format(x.dtype, "x")
     check_type(ov, "x", "x", fmt.name)
     kernels = _check_backend(backend, ov)
+    if _is_device(x):
+        _require_device_backend(kernels, ov)
     if x.size == 0:
         lo = hi = 0.0
     else:

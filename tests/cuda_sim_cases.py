@@ -1,0 +1,563 @@
+"""The CUDA backend, bit for bit against the CPU backend.
+
+Not collected by a plain ``pytest`` (the name has no ``test_`` prefix): tests/test_cuda_sim.py
+runs this file in a subprocess with ``NUMBA_ENABLE_CUDASIM=1`` (numba reads it at import), and
+again without it when a real GPU is usable. Anywhere else the module skips itself.
+
+The simulator runs every GPU thread as a Python thread, so the tensors are small (<= 256
+elements) and the launches use few threads, each looping over several elements (the grid-stride
+loop is exercised as it is on a GPU).
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+import zlib
+
+import ml_dtypes
+import numba
+import numpy as np
+import pytest
+
+import qcore
+from qcore.formats import FLOAT, INT, get_format
+from qcore.kernels import cpu
+from qcore.versions import DEQUANTIZE, OPERATORS, QUANTIZE
+
+if not (numba.config.ENABLE_CUDASIM or qcore.cuda_available()):
+    pytest.skip("needs NUMBA_ENABLE_CUDASIM=1 or a GPU; run through tests/test_cuda_sim.py",
+                allow_module_level=True)
+
+from numba import cuda  # noqa: E402
+
+from qcore import packing  # noqa: E402
+from qcore.kernels import cuda as ck  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+
+if numba.config.ENABLE_CUDASIM:
+    # Simulated threads hand the GIL back and forth around every call into compiled code (the
+    # CPU element functions release it) while the simulator's scheduler polls: a short switch
+    # interval makes those hand-overs cheap (about 2x faster here).
+    sys.setswitchinterval(5e-5)
+
+SHAPE = (3, 8, 10)  # 240 elements: per-axis on any axis, blocked with a short last block
+# (granularity, attributes, scale shape)
+GRANULARITIES = {
+    "per-tensor": [({}, ())],
+    "per-axis": [(dict(axis=0), (3,)), (dict(axis=1), (8,)), (dict(axis=-1), (10,))],
+    "blocked": [(dict(axis=1, block_size=3), (3, 3, 10)), (dict(axis=2, block_size=4), (3, 8, 3)),
+                (dict(axis=0, block_size=2), (2, 8, 10))],
+}
+INF, NAN = np.inf, np.nan
+
+
+def _bits(a: np.ndarray) -> np.ndarray:
+    a = np.ascontiguousarray(a)
+    return a.view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize])
+
+
+def assert_bit_exact(expected, got, x=None, what=""):
+    """Same type, shape and bits; on failure name the first elements that differ."""
+    got_host = got.copy_to_host() if hasattr(got, "copy_to_host") else got
+    assert isinstance(got_host, np.ndarray), f"{what}: got {type(got)}"
+    assert got_host.dtype == expected.dtype, f"{what}: dtype {got_host.dtype} != {expected.dtype}"
+    assert got_host.shape == expected.shape, f"{what}: shape {got_host.shape} != {expected.shape}"
+    e, g = _bits(expected).reshape(-1), _bits(got_host).reshape(-1)
+    bad = np.flatnonzero(e != g)
+    if bad.size:
+        xs = "" if x is None else f" x={np.asarray(x).reshape(-1)[bad[:8]].tolist()}"
+        raise AssertionError(
+            f"{what}: {bad.size} of {e.size} elements differ; first at {bad[:8].tolist()}{xs} "
+            f"cpu bits={[hex(int(v)) for v in e[bad[:8]]]} cuda bits="
+            f"{[hex(int(v)) for v in g[bad[:8]]]}"
+        )
+
+
+def both(fn, *args, x=None, **kwargs):
+    """Run `fn` on the CPU and on CUDA; compare results bit for bit (or the same error)."""
+    try:
+        expected = fn(*args, backend="cpu", **kwargs)
+    except qcore.QuantizationError as exc:
+        with pytest.raises(qcore.QuantizationError) as info:
+            fn(*args, backend="cuda", **kwargs)
+        assert str(info.value) == str(exc)
+        return None
+    got = fn(*args, backend="cuda", **kwargs)
+    if isinstance(expected, tuple):
+        for e, g in zip(expected, got):
+            assert_bit_exact(e, g, x, f"{fn.__name__} {kwargs}")
+    else:
+        assert_bit_exact(expected, got, x, f"{fn.__name__} {kwargs}")
+    return expected
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs: adversarial values in units of the scale
+# ---------------------------------------------------------------------------------------------
+
+_UNITS = np.array([
+    0.0, -0.0, 0.5, -0.5, 1.5, -1.5, 2.5, -2.5, 3.5, 126.5, 127.5, -128.5, -127.5, 254.5, 255.5,
+    7.5, -8.5, 15.5, 1.4999999, 1.5000001, 32767.5, -32768.5, 65535.5, 1e10, -1e10, INF, -INF,
+    NAN, -NAN, 1e-45, -1e-45, 1e-40, 1.1754942e-38, 3.4e38, -3.4e38, 448.0, 464.0, 464.1, 479.9,
+    480.0, 496.0, 240.0, 248.0, 256.0, 57344.0, 61439.0, 61440.0, 65536.0, 6.0, 6.5, 7.0, 0.25,
+    0.75, 2.0**-9, 2.0**-10, 2.0**-7, 2.0**-8, 2.0**-16, 2.0**-17, 2.0**-126, 2.0**-149, 28.0,
+    30.0, 32.0, 0.0625, 0.1875, 1.0, -1.0, 100.0, -100.0, 65504.0, 65520.0, 3e38,
+], np.float32)
+
+
+def _units(n: int, rng) -> np.ndarray:
+    """n values: every adversarial value, then random ones over several magnitudes."""
+    extra = rng.standard_normal(n) * rng.choice([0.1, 1.0, 10.0, 100.0, 1e4], n)
+    u = np.concatenate([_UNITS, extra.astype(np.float32)])[:n]
+    return rng.permutation(u).astype(np.float32)
+
+
+def _scales(shape, rng, dtype) -> np.ndarray:
+    """Positive scales: mostly powers of two (exact ties), some arbitrary."""
+    if not shape:
+        return np.array(rng.choice([0.5, 1.0, 2.0, 0.25]), np.float32).astype(dtype)
+    n = int(np.prod(shape))
+    pw = 2.0 ** rng.integers(-4, 3, n)
+    arb = rng.uniform(0.05, 3.0, n)
+    s = np.where(rng.random(n) < 0.7, pw, arb).astype(np.float32).reshape(shape)
+    return s.astype(dtype)
+
+
+def _expand(scale: np.ndarray, attrs: dict, shape) -> np.ndarray:
+    """Each element's scale (for building x = units * scale)."""
+    if scale.size == 1:
+        return np.broadcast_to(scale.astype(np.float32).reshape(()), shape)
+    axis = attrs.get("axis", 1) % len(shape)
+    s = scale.astype(np.float32)
+    if s.ndim == 1:
+        view = [1] * len(shape)
+        view[axis] = -1
+        return np.broadcast_to(s.reshape(view), shape)
+    return np.repeat(s, attrs["block_size"], axis=axis).take(range(shape[axis]), axis=axis)
+
+
+def _zero_point(mode: str, target, shape, rng):
+    fmt = get_format(target)
+    if mode == "none":
+        return None
+    if mode == "zero":
+        return np.zeros(shape, fmt.dtype)
+    if fmt.kind == INT:
+        lo, hi = int(fmt.min), int(fmt.max)
+        vals = rng.integers(lo, hi + 1, max(1, int(np.prod(shape))))
+        vals[: min(2, vals.size)] = [lo, hi][: min(2, vals.size)]
+        return vals.reshape(shape).astype(fmt.dtype)
+    vals = rng.choice([1.0, -0.5, 2.0, -1.5, 0.5], max(1, int(np.prod(shape))))
+    return vals.reshape(shape).astype(np.float32).astype(fmt.dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# QuantizeLinear: versions x targets x granularities x saturate x zero points x precision
+# ---------------------------------------------------------------------------------------------
+
+
+def _quantize_cases():
+    cases = []
+    cycle_x = itertools.cycle(["float", "float16", "bfloat16", "int32", "float", "float16"])
+    cycle_zp = itertools.cycle(["none", "zero", "value", "value"])
+    cycle_prec = itertools.cycle([None, "float16", "bfloat16", "float", None])
+    cycle_scale = itertools.cycle(["float", "float16", "bfloat16", "float8e8m0", "float"])
+    for version, ov in OPERATORS[QUANTIZE].items():
+        grans = ["per-tensor"] + (["per-axis"] if ov.per_axis else []) + (
+            ["blocked"] if ov.blocked else [])
+        for target in ov.quantized_types:
+            fmt = get_format(target)
+            for gran in grans:
+                for k, (attrs, sshape) in enumerate(GRANULARITIES[gran]):
+                    if k and gran == "per-axis" and fmt.kind == FLOAT:
+                        continue  # the other axes only for the integer targets
+                    sats = [True, False] if fmt.kind == FLOAT and "saturate" in ov.attributes \
+                        else [True]
+                    for sat in sats:
+                        x_type = next(cycle_x)
+                        if x_type not in ov.x_types or (ov.scale_follows_x and x_type == "int32"):
+                            x_type = "float"
+                        prec = next(cycle_prec) if "precision" in ov.attributes else None
+                        if ov.scale_follows_x:
+                            s_type = x_type
+                        elif version >= 19:
+                            s_type = next(cycle_scale)
+                            if s_type not in ov.scale_types:
+                                s_type = "float"
+                        else:
+                            s_type = "float"
+                        if prec is not None and x_type == "int32" and prec == "float":
+                            prec = None
+                        cases.append(dict(version=version, target=target, gran=gran,
+                                          attrs=attrs, sshape=sshape, saturate=sat,
+                                          x_type=x_type, s_type=s_type, precision=prec,
+                                          zp=next(cycle_zp)))
+    return cases
+
+
+QUANTIZE_CASES = _quantize_cases()
+
+
+def _case_id(c):
+    a = ",".join(f"{k}{v}" for k, v in c["attrs"].items())
+    return (f"Q{c['version']}-{c['target']}-{c['gran']}{a}-sat{int(c['saturate'])}-"
+            f"x{c['x_type']}-s{c['s_type']}-p{c['precision']}-zp{c['zp']}")
+
+
+def _quantize_inputs(c, seed):
+    rng = np.random.default_rng(seed)
+    s_fmt = get_format(c["s_type"])
+    scale = _scales(c["sshape"], rng, np.float32)
+    if s_fmt.name == "float8e8m0":
+        scale = (2.0 ** np.round(np.log2(scale))).astype(np.float32)
+    scale = scale.astype(s_fmt.dtype)
+    n = int(np.prod(SHAPE))
+    if c["x_type"] == "int32":
+        pool = np.array([0, 1, -1, 2, 3, -3, 127, 128, -128, -129, 255, 256, 2047, 2049, 4097,
+                         65504, 65519, 65520, 65536, 2**24 + 1, -(2**24 + 3), 2**31 - 1, -2**31,
+                         300000001, -7], np.int64)
+        vals = np.concatenate([pool, rng.integers(-2**31, 2**31, n)])[:n]
+        x = rng.permutation(vals).astype(np.int32).reshape(SHAPE)
+    else:
+        units = _units(n, rng).reshape(SHAPE)
+        with np.errstate(all="ignore"):
+            x = (units * _expand(scale, c["attrs"], SHAPE)).astype(np.float32)
+        x = x.astype(get_format(c["x_type"]).dtype)
+    zp = _zero_point(c["zp"], c["target"], c["sshape"], rng)
+    return x, scale, zp
+
+
+@pytest.mark.parametrize("c", QUANTIZE_CASES, ids=[_case_id(c) for c in QUANTIZE_CASES])
+def test_quantize_matches_cpu(c):
+    x, scale, zp = _quantize_inputs(c, zlib.crc32(_case_id(c).encode()))
+    kwargs = dict(c["attrs"], opset=c["version"])
+    if c["version"] >= 19:
+        kwargs["saturate"] = c["saturate"]
+    if zp is None and c["target"] != "uint8":
+        kwargs["output_dtype"] = c["target"]
+    if c["precision"] is not None:
+        kwargs["precision"] = c["precision"]
+    both(qcore.quantize_linear, x, scale, zp, x=x, **kwargs)
+
+
+def test_quantize_case_matrix_covers_everything():
+    """Every version x target, every granularity and both saturate modes appear."""
+    seen = {(c["version"], c["target"]) for c in QUANTIZE_CASES}
+    for version, ov in OPERATORS[QUANTIZE].items():
+        assert {(version, t) for t in ov.quantized_types} <= seen
+    assert {c["gran"] for c in QUANTIZE_CASES} == set(GRANULARITIES)
+    assert {c["saturate"] for c in QUANTIZE_CASES} == {True, False}
+    assert {c["precision"] for c in QUANTIZE_CASES} == {None, "float", "float16", "bfloat16"}
+    assert {c["x_type"] for c in QUANTIZE_CASES} == {"float", "float16", "bfloat16", "int32"}
+    assert "float8e8m0" in {c["s_type"] for c in QUANTIZE_CASES}
+    assert {c["zp"] for c in QUANTIZE_CASES} == {"none", "zero", "value"}
+
+
+@pytest.mark.parametrize("target", ["int8", "uint8", "int4", "float8e4m3fn", "float8e5m2",
+                                    "float8e4m3fnuz", "float4e2m1", "float6e3m2"])
+@pytest.mark.parametrize("saturate", [True, False])
+def test_quantize_every_special_value(target, saturate):
+    """Each adversarial value once per scale (1, 0.5, 3), per-tensor and per-axis."""
+    x = np.repeat(_UNITS[None, :], 3, axis=0)
+    scales = np.array([1.0, 0.5, 3.0], np.float32)
+    x = (x * scales[:, None]).astype(np.float32)
+    for s in scales:
+        both(qcore.quantize_linear, x, s, output_dtype=target, saturate=saturate, x=x)
+    both(qcore.quantize_linear, x, scales, output_dtype=target, saturate=saturate, axis=0, x=x)
+
+
+def test_quantize_negative_nan_keeps_its_sign():
+    """A GPU's NaN arithmetic gives a positive NaN; the kernels keep the CPU's sign."""
+    neg_nan = np.array([0xFFC00000, 0xFF800001, 0x7FC00000], np.uint32).view(np.float32)
+    for target in ("float8e4m3fn", "float8e5m2"):
+        for zp in (None, np.array(1.0, np.float32).astype(get_format(target).dtype)):
+            y = both(qcore.quantize_linear, neg_nan, np.float32(0.5), zp, output_dtype=target)
+            assert np.signbit(y.astype(np.float32)[:2]).all()
+
+
+@pytest.mark.parametrize("shape", [(), (1,), (17,), (0,), (2, 0, 3), (1, 1, 1, 5)])
+def test_quantize_shapes(shape):
+    rng = np.random.default_rng(1)
+    x = (rng.standard_normal(shape) * 50).astype(np.float32)
+    both(qcore.quantize_linear, x, np.float32(0.3), np.int8(-3))
+    both(qcore.quantize_linear, x, np.float32(0.3), output_dtype="float8e4m3fn")
+
+
+def test_quantize_more_elements_than_threads():
+    """Several elements per thread (grid-stride loop) and a blocked layout along the last axis."""
+    rng = np.random.default_rng(2)
+    x = (rng.standard_normal((4, 97)) * 9).astype(np.float32)
+    s = rng.uniform(0.1, 1.0, (4, 4)).astype(np.float32)
+    both(qcore.quantize_linear, x, s, np.zeros((4, 4), ml_dtypes.int4), axis=1, block_size=25)
+
+
+# ---------------------------------------------------------------------------------------------
+# DequantizeLinear: every code of every <= 8-bit type, every version, granularity, output type
+# ---------------------------------------------------------------------------------------------
+
+DQ_SHAPE = (2, 8, 16)  # 256 elements: every byte once
+
+
+def _dequantize_cases():
+    cases = []
+    cycle_out = itertools.cycle([None, "float16", "bfloat16", "float"])
+    cycle_scale = itertools.cycle(["float", "float16", "bfloat16", "float8e8m0"])
+    cycle_zp = itertools.cycle(["none", "value", "zero"])
+    grans_all = {"per-tensor": [({}, ())], "per-axis": [(dict(axis=1), (8,))],
+                 "blocked": [(dict(axis=2, block_size=6), (2, 8, 3))]}
+    for version, ov in OPERATORS[DEQUANTIZE].items():
+        grans = ["per-tensor"] + (["per-axis"] if ov.per_axis else []) + (
+            ["blocked"] if ov.blocked else [])
+        for xt in ov.quantized_types:
+            for gran in grans:
+                for attrs, sshape in grans_all[gran]:
+                    s_type = next(cycle_scale)
+                    if s_type not in ov.scale_types:
+                        s_type = "float"
+                    out = next(cycle_out) if "output_dtype" in ov.attributes else None
+                    if out is not None and out not in ov.output_types:
+                        out = None
+                    cases.append(dict(version=version, x_type=xt, gran=gran, attrs=attrs,
+                                      sshape=sshape, s_type=s_type, out=out,
+                                      zp=next(cycle_zp) if xt != "int32" or version >= 10
+                                      else "none"))
+    return cases
+
+
+DEQUANTIZE_CASES = _dequantize_cases()
+
+
+def _dq_id(c):
+    return (f"DQ{c['version']}-{c['x_type']}-{c['gran']}-s{c['s_type']}-o{c['out']}-"
+            f"zp{c['zp']}")
+
+
+def _codes(x_type: str, rng) -> np.ndarray:
+    fmt = get_format(x_type)
+    n = int(np.prod(DQ_SHAPE))
+    if fmt.bits <= 8:
+        codes = fmt.all_codes()
+        return np.resize(codes, n).reshape(DQ_SHAPE)
+    if fmt.name == "int32":
+        pool = np.array([0, 1, -1, 2**24 + 1, -(2**24 + 1), 2**31 - 1, -2**31, 16777217,
+                         123456789], np.int64)
+        vals = np.concatenate([pool, rng.integers(-2**31, 2**31, n)])[:n]
+        return vals.astype(np.int32).reshape(DQ_SHAPE)
+    lo, hi = int(fmt.min), int(fmt.max)
+    vals = np.concatenate([[lo, hi, 0, 1, -1 if lo < 0 else 2],
+                           rng.integers(lo, hi + 1, n)])[:n]
+    return vals.astype(fmt.dtype).reshape(DQ_SHAPE)
+
+
+@pytest.mark.parametrize("c", DEQUANTIZE_CASES, ids=[_dq_id(c) for c in DEQUANTIZE_CASES])
+def test_dequantize_matches_cpu(c):
+    rng = np.random.default_rng(zlib.crc32(_dq_id(c).encode()))
+    x = _codes(c["x_type"], rng)
+    scale = _scales(c["sshape"], rng, np.float32)
+    if c["s_type"] == "float8e8m0":
+        scale = (2.0 ** np.round(np.log2(scale))).astype(np.float32)
+    scale = scale.astype(get_format(c["s_type"]).dtype)
+    fmt = get_format(c["x_type"])
+    zp = None
+    if c["zp"] != "none" and c["x_type"] != "int32":
+        zp = _zero_point(c["zp"], c["x_type"], c["sshape"], rng)
+    elif c["zp"] != "none":
+        zp = rng.integers(-1000, 1000, max(1, int(np.prod(c["sshape"])))).astype(np.int32)
+        zp = zp.reshape(c["sshape"])
+    kwargs = dict(c["attrs"], opset=c["version"])
+    if c["out"] is not None:
+        kwargs["output_dtype"] = c["out"]
+    both(qcore.dequantize_linear, x, scale, zp, x=x, **kwargs)
+    assert fmt.bits > 8 or np.unique(_bits(x)).size == 1 << fmt.bits  # every code was there
+
+
+@pytest.mark.parametrize("x_type", [f for f in qcore.QUANTIZED_TYPES if get_format(f).bits <= 8])
+@pytest.mark.parametrize("output", ["float", "float16", "bfloat16"])
+def test_dequantize_every_code_with_an_awkward_scale(x_type, output):
+    """Scales whose products round (and overflow float16), per-tensor: the 8-bit lookup path."""
+    x = get_format(x_type).all_codes()
+    for s in (np.float32(0.1), np.float32(1e-3), np.float32(3000.0), np.float32(1e-30)):
+        both(qcore.dequantize_linear, x, s, output_dtype=output, x=x)
+
+
+def test_dequantize_nan_codes_keep_the_cpu_bits():
+    """float8 NaN codes dequantize to the CPU's NaN bits (sign kept), not a GPU canonical NaN."""
+    for name in ("float8e4m3fn", "float8e5m2", "float8e4m3fnuz"):
+        codes = get_format(name).all_codes()
+        for out in ("float", "bfloat16", "float16"):
+            both(qcore.dequantize_linear, codes, np.float32(2.0), output_dtype=out)
+
+
+# ---------------------------------------------------------------------------------------------
+# DynamicQuantizeLinear and the min/max reduction
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", ["random", "positive", "negative", "zeros", "one", "big",
+                                  "constant", "tiny", "long"])
+def test_dynamic_quantize_linear(case):
+    rng = np.random.default_rng(3)
+    x = {
+        "random": rng.standard_normal((7, 23)) * 4,
+        "positive": rng.uniform(0.5, 9.0, 100),
+        "negative": -rng.uniform(0.5, 9.0, (10, 10)),
+        "zeros": np.zeros((4, 5)),
+        "one": np.array([-2.5]),
+        "big": rng.standard_normal(64) * 1e30,
+        "constant": np.full(33, 7.25),
+        "tiny": rng.standard_normal(50) * 1e-40,
+        "long": rng.standard_normal(300),  # > threads x blocks: several elements per thread
+    }[case].astype(np.float32)
+    both(qcore.dynamic_quantize_linear, x, x=x)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_dynamic_quantize_linear_refuses_nan_and_inf(bad):
+    x = np.linspace(-1, 1, 70, dtype=np.float32)
+    x[[3, 50]] = bad
+    with pytest.raises(qcore.QuantizationError, match="2 NaN/Inf"):
+        qcore.dynamic_quantize_linear(x, backend="cuda")
+
+
+@pytest.mark.parametrize("n", [1, 2, 31, 32, 33, 64, 65, 257])
+def test_minmax_reduction(n):
+    rng = np.random.default_rng(n)
+    x = (rng.standard_normal(n) * 10).astype(np.float32)
+    x[rng.integers(0, n)] = -77.0
+    tab16 = qcore.ops.float16_table()
+    lo, hi, bad = ck.minmax(x, cpu.X_F32, tab16)
+    assert (lo, hi, bad) == (float(x.min()), float(x.max()), 0)
+    if n > 3:
+        x[[0, n // 2, n - 1]] = [np.inf, np.nan, -np.inf]
+        assert ck.minmax(x, cpu.X_F32, tab16) == (-np.inf, np.inf, 3)
+    h = x.astype(np.float16)
+    lo16, hi16, bad16 = ck.minmax(h.view(np.uint16), cpu.X_F16, tab16)
+    finite = h[np.isfinite(h)].astype(np.float32)
+    assert bad16 == int((~np.isfinite(h)).sum())
+    if bad16 == 0:
+        assert (lo16, hi16) == (float(finite.min()), float(finite.max()))
+    b = x.astype(ml_dtypes.bfloat16)
+    lob, hib, badb = ck.minmax(b.view(np.uint16), cpu.X_BF16, tab16)
+    if badb == 0:
+        assert (lob, hib) == (float(b.astype(np.float32).min()), float(b.astype(np.float32).max()))
+
+
+# ---------------------------------------------------------------------------------------------
+# Device arrays: results stay on the device
+# ---------------------------------------------------------------------------------------------
+
+
+def _on_device(a):
+    return hasattr(a, "copy_to_host") and not isinstance(a, np.ndarray)
+
+
+@pytest.mark.parametrize("target", ["int8", "uint16", "int4", "uint2", "float8e4m3fn",
+                                    "float8e5m2fnuz", "float4e2m1", "float6e2m3"])
+def test_device_round_trip_stays_on_device(target):
+    rng = np.random.default_rng(4)
+    x = (rng.standard_normal((6, 20)) * 5).astype(np.float32)
+    s = rng.uniform(0.05, 1.0, (6, 4)).astype(np.float32)
+    kw = dict(axis=1, block_size=5, output_dtype=target)
+    y_cpu = qcore.quantize_linear(x, s, **kw)
+    y_dev = qcore.quantize_linear(cuda.to_device(x), s, backend="cuda", **kw)
+    assert _on_device(y_dev)
+    assert y_dev.shape == x.shape and y_dev.dtype == y_cpu.dtype
+    assert_bit_exact(y_cpu, y_dev, x, "device quantize")
+    # the device result feeds DequantizeLinear on the device, read as its real type
+    x_cpu = qcore.dequantize_linear(y_cpu, s, axis=1, block_size=5)
+    x_dev = qcore.dequantize_linear(y_dev, s, axis=1, block_size=5, backend="cuda")
+    assert _on_device(x_dev)
+    assert_bit_exact(x_cpu, x_dev, what="device dequantize")
+
+
+def test_device_inputs_of_every_kind():
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((4, 12)) * 3).astype(np.float32)
+    for xt, st in ((np.float16, np.float16), (ml_dtypes.bfloat16, ml_dtypes.bfloat16)):
+        xx, ss = x.astype(xt), np.float32(0.25).astype(st)
+        expected = qcore.quantize_linear(xx, ss, np.int8(1))
+        got = qcore.quantize_linear(cuda.to_device(xx), ss, np.int8(1), backend="cuda")
+        assert_bit_exact(expected, got, what=f"device {np.dtype(xt).name} x")
+    xi = rng.integers(-1000, 1000, (3, 7)).astype(np.int32)
+    assert_bit_exact(qcore.quantize_linear(xi, np.float32(7.0), np.int16(0)),
+                     qcore.quantize_linear(cuda.to_device(xi), np.float32(7.0), np.int16(0),
+                                           backend="cuda"), what="device int32 x")
+    codes = rng.integers(-128, 128, (5, 9)).astype(np.int8)
+    for out in ("float", "float16", "bfloat16"):
+        expected = qcore.dequantize_linear(codes, np.float32(0.1), np.int8(3), output_dtype=out)
+        got = qcore.dequantize_linear(cuda.to_device(codes), np.float32(0.1), np.int8(3),
+                                      output_dtype=out, backend="cuda")
+        assert _on_device(got)
+        assert_bit_exact(expected, got, what=f"device dequantize -> {out}")
+    # device scales and zero points are read to the host
+    s = np.full(12, 0.5, np.float32)
+    z = np.arange(12, dtype=np.uint8)
+    assert_bit_exact(qcore.quantize_linear(x, s, z, axis=1),
+                     qcore.quantize_linear(cuda.to_device(x), cuda.to_device(s), cuda.to_device(z),
+                                           axis=1, backend="cuda"), what="device scale")
+
+
+def test_device_dynamic_quantize_linear():
+    x = np.random.default_rng(6).standard_normal((9, 11)).astype(np.float32)
+    y, s, z = qcore.dynamic_quantize_linear(x)
+    yd, sd, zd = qcore.dynamic_quantize_linear(cuda.to_device(x), backend="cuda")
+    assert _on_device(yd)
+    assert_bit_exact(y, yd, what="device dynamic y")
+    assert_bit_exact(s, sd, what="scale")
+    assert_bit_exact(z, zd, what="zero point")
+
+
+@pytest.mark.parametrize("target", ["int4", "uint4", "int2", "uint2", "float4e2m1"])
+@pytest.mark.parametrize("n", [1, 7, 8, 45])
+def test_pack_on_device(target, n):
+    rng = np.random.default_rng(n)
+    x = (rng.standard_normal(n) * 3).astype(np.float32)
+    y = qcore.quantize_linear(x, np.float32(0.5), output_dtype=target)
+    y_dev = qcore.quantize_linear(cuda.to_device(x), np.float32(0.5), output_dtype=target,
+                                  backend="cuda")
+    packed = ck.pack_device(y_dev)
+    assert _on_device(packed)
+    np.testing.assert_array_equal(packed.copy_to_host(), packing.pack(y))
+    # storage bytes with an explicit type give the same bytes
+    np.testing.assert_array_equal(ck.pack_device(y_dev.view(np.uint8), target).copy_to_host(),
+                                  packing.pack(y))
+    back = ck.unpack_device(packed, get_format(target).dtype, y.shape)
+    assert_bit_exact(y, back, what="unpack_device")
+
+
+def test_device_errors():
+    x = cuda.to_device(np.ones((4, 6), np.float32))
+    with pytest.raises(qcore.QuantizationError, match="backend='cuda'"):
+        qcore.quantize_linear(x, np.float32(1.0))  # backend="cpu" with a device array
+    with pytest.raises(qcore.QuantizationError, match="backend='cuda'"):
+        qcore.dynamic_quantize_linear(x)
+    with pytest.raises(qcore.QuantizationError, match="not C-contiguous"):
+        qcore.quantize_linear(x[:, ::2], np.float32(1.0), backend="cuda")
+    with pytest.raises(qcore.QuantizationError, match="packing is for"):
+        ck.pack_device(cuda.to_device(np.zeros(4, np.int8)))
+    with pytest.raises(qcore.QuantizationError, match="bytes cannot hold"):
+        ck.unpack_device(cuda.to_device(np.zeros(3, np.uint8)), ml_dtypes.int4, (9,))
+
+
+# ---------------------------------------------------------------------------------------------
+# The timing helpers the benchmark calls
+# ---------------------------------------------------------------------------------------------
+
+
+def test_bench_helpers_run():
+    rows = ck.bench_cases(n=256, repeat=1)
+    names = [r.name for r in rows]
+    assert names[0] == "device copy" and "Q int8 per-tensor" in names
+    for r in rows:
+        assert r.elements > 0 and r.bytes_moved > 0 and r.kernel_s >= 0 and r.device
+        assert r.end_to_end_s >= r.kernel_s
+    t = ck.bench_quantize(np.ones((4, 8), np.float32), np.float32(0.5), output_dtype="int4",
+                          repeat=1)
+    assert t.elements == 32 and t.bytes_moved == 32 * 4 + 32
+
+
+def test_available_in_this_process():
+    assert qcore.cuda_available()
+    assert ck.backend_or_raise("x") is ck

@@ -1,0 +1,154 @@
+"""The CUDA backend in the normal test run.
+
+- tests/cuda_sim_cases.py (bit-exact against the CPU backend) runs in a subprocess under numba's
+  CUDA simulator: numba reads NUMBA_ENABLE_CUDASIM when it is imported, so the variable is set
+  for that process only; and again without the simulator when this machine has a usable GPU.
+- Every kernel specialisation is typed and lowered for the real CUDA target (LLVM IR; no GPU, no
+  CUDA toolkit needed): the simulator runs kernels as Python and would not notice code a GPU
+  cannot compile.
+- Without a GPU, ``backend="cuda"`` raises QuantizationError saying why.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import qcore
+
+ROOT = Path(__file__).resolve().parent.parent
+CASES = "tests/cuda_sim_cases.py"
+
+
+def _run_cases(simulator: bool, timeout: int = 600) -> None:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PYTEST_", "NUMBA_ENABLE_CUDASIM"))}
+    env["NUMBA_ENABLE_CUDASIM"] = "1" if simulator else "0"
+    cmd = [sys.executable, "-m", "pytest", CASES, "-q", "--tb=short", "-p", "no:cacheprovider",
+           "-W", "ignore::RuntimeWarning"]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+    out = proc.stdout + proc.stderr
+    where = "under the CUDA simulator" if simulator else "on the GPU"
+    assert proc.returncode == 0 and " passed" in out, (
+        f"{CASES} {where} failed (exit {proc.returncode}); run "
+        f"`NUMBA_ENABLE_CUDASIM={int(simulator)} python -m pytest {CASES}` to reproduce. "
+        f"Output tail:\n{out[-8000:]}"
+    )
+
+
+def test_cuda_kernels_match_cpu_under_the_simulator():
+    _run_cases(simulator=True)
+
+
+@pytest.mark.skipif(not qcore.cuda_available(), reason="no usable GPU here")
+def test_cuda_kernels_match_cpu_on_the_gpu():
+    _run_cases(simulator=False)
+
+
+def test_backend_cuda_without_gpu_raises_quantization_error():
+    from qcore.kernels import cuda as ck
+
+    if qcore.cuda_available():
+        pytest.skip("a GPU is usable here")
+    reason = ck.unavailable_reason()
+    assert reason and "\n" not in reason
+    x = np.linspace(-2, 2, 12, dtype=np.float32).reshape(3, 4)
+    calls = [
+        lambda: qcore.quantize_linear(x, np.float32(0.1), backend="cuda"),
+        lambda: qcore.quantize_linear(x, np.float32(0.1), output_dtype="float8e4m3fn",
+                                      backend="cuda"),
+        lambda: qcore.dequantize_linear(np.arange(12, dtype=np.int8), np.float32(0.1),
+                                        backend="cuda"),
+        lambda: qcore.dynamic_quantize_linear(x, backend="cuda"),
+    ]
+    for call in calls:
+        with pytest.raises(qcore.QuantizationError, match="backend='cuda' is not available") as e:
+            call()
+        assert reason in str(e.value) and "backend='cpu'" in str(e.value)
+    assert qcore.cuda_available() is False
+    # the CPU backend is untouched
+    assert qcore.quantize_linear(x, np.float32(0.1), backend="cpu").dtype == np.uint8
+
+
+def _gpu_signatures():
+    from numba import types as t
+
+    from qcore.kernels import cuda as ck
+
+    def arr(ty, nd=1):
+        return t.Array(ty, nd, "C")
+
+    f32, f64, i64 = t.float32, t.float64, t.int64
+    sigs = []  # every x type and every y type at least once (the rest is the same code)
+    for xt, yt in ((t.float32, t.uint8), (t.uint16, t.int8), (t.int32, t.uint16),
+                   (t.float32, t.int16)):
+        sigs.append((ck._quantize_kernel, (arr(xt), arr(f32), arr(f64), arr(yt), arr(i64),
+                                           arr(i64), arr(f32))))
+    for xt, yt in ((t.int8, t.float32), (t.uint8, t.uint16), (t.int16, t.float32),
+                   (t.uint16, t.uint16), (t.int32, t.float32)):
+        sigs.append((ck._dequantize_kernel, (arr(xt), arr(f32), arr(f64), arr(yt), arr(i64),
+                                             arr(i64), arr(f64))))
+    for xt in (t.float32, t.uint16):
+        sigs.append((ck._minmax_partial_kernel, (arr(xt), i64, arr(f32), arr(f32, 2), arr(i64))))
+    sigs.append((ck._minmax_final_kernel, (arr(f32, 2), arr(i64), arr(f32), arr(i64))))
+    sigs.append((ck._pack_kernel, (arr(t.uint8), i64, arr(t.uint8))))
+    sigs.append((ck._unpack_kernel, (arr(t.uint8), i64, arr(t.uint8))))
+    sigs.append((ck._copy_kernel, (arr(f32), arr(f32))))
+    return sigs
+
+
+def _culprits(exc: BaseException) -> str:
+    """The chain of Python functions numba was compiling for the device when `exc` arose."""
+    chain = []
+    tb = exc.__traceback__
+    while tb is not None:
+        frame = tb.tb_frame
+        if frame.f_code.co_name == "compile_device":
+            fn = getattr(frame.f_locals.get("self"), "py_func", None)
+            if fn is not None:
+                name = f"{fn.__module__}.{fn.__qualname__}"
+                if not chain or chain[-1] != name:
+                    chain.append(name)
+        tb = tb.tb_next
+    return " -> ".join(chain) or "(the kernel itself)"
+
+
+def test_cuda_kernels_compile_for_the_gpu_target(monkeypatch):
+    """Type and lower every kernel for the CUDA target, as a GPU launch would (minus PTX)."""
+    try:
+        import numba
+        import numba.cuda.dispatcher as cuda_dispatcher
+        from numba import types
+        from numba.cuda.compiler import compile_cuda
+    except Exception as exc:  # pragma: no cover - numba without its CUDA target
+        pytest.skip(f"numba's CUDA target is not importable: {exc}")
+    if numba.config.ENABLE_CUDASIM:
+        pytest.skip("this process runs the simulator")
+
+    class Device:  # device functions ask the current GPU for its compute capability
+        compute_capability = (8, 0)
+
+    monkeypatch.setattr(cuda_dispatcher, "get_current_device", lambda: Device())
+    failures = []
+    for kernel, sig in _gpu_signatures():
+        try:
+            compile_cuda(kernel.py_func, types.void, sig, debug=False, lineinfo=False,
+                         cc=(8, 0))
+        except Exception as exc:
+            lines = [ln for ln in str(exc).splitlines() if ln.strip()][:12]
+            failures.append(f"{kernel.py_func.__name__}{tuple(str(a) for a in sig)}: "
+                            f"{type(exc).__name__}: " + "\n    ".join(lines)
+                            + f"\n    while compiling for the device: {_culprits(exc)}")
+    assert not failures, (
+        f"{len(failures)} CUDA kernel specialisation(s) do not compile for a GPU (numba "
+        f"{numba.__version__}). Note: numba's CUDA target cannot compile the builtins min()/max() "
+        f"(vararg overloads) in device code, so code shared with the GPU (kernels/scalar.py and "
+        f"the element functions of kernels/cpu.py) must compare explicitly.\n"
+        + "\n".join(failures[:4])
+    )
