@@ -148,18 +148,16 @@ class QuantParams:
         return self.dequantize(y, output_dtype=output_dtype, opset=opset)
 
     def _code_values(self, codes: tuple[float, ...]) -> list[np.ndarray]:
-        """Each code value dequantized with every scale (shaped like the scale), as qcore does."""
+        """Each code value dequantized with every scale (shaped like the scale), as qcore does
+        (one DequantizeLinear call over a (len(codes), n_scales) array)."""
         fmt = self.format
         shape = np.shape(self.scale)
         s = np.asarray(self.scale).reshape(-1)
         z = None if self.zero_point is None else np.asarray(self.zero_point).reshape(-1)
         out = "float" if self.scale_format.name in ("float16", "bfloat16") else None
-        res = []
-        for v in codes:
-            code = np.full(s.shape, v, np.float64).astype(fmt.dtype)
-            res.append(dequantize_linear(code, s, z, axis=0, output_dtype=out)
-                       .astype(np.float64).reshape(shape))
-        return res
+        c = np.repeat(np.asarray(codes, np.float64)[:, None], s.size, axis=1).astype(fmt.dtype)
+        v = dequantize_linear(c, s, z, axis=1, output_dtype=out).astype(np.float64)
+        return [row.reshape(shape) for row in v]
 
     def value_range(self) -> tuple[np.ndarray, np.ndarray]:
         """(value of the min code, value of the max code) per scale, as qcore dequantizes them."""

@@ -104,7 +104,18 @@ def _fill_bounds(i0, n, lp, glo, ghi, blo, bhi):
     d = r // post
     q = r - d * post
     j = 0
-    if post == 1:
+    if post == 1 and block == 1:
+        while j < n:
+            run = min(dim - d, n - j)
+            base = p * spre_step * sblocks + d
+            blo[j:j + run] = glo[base:base + run]
+            bhi[j:j + run] = ghi[base:base + run]
+            j += run
+            d += run
+            if d == dim:
+                d = 0
+                p += 1
+    elif post == 1:
         while j < n:
             run = min(dim - d, n - j)
             base = p * spre_step * sblocks
@@ -112,11 +123,8 @@ def _fill_bounds(i0, n, lp, glo, ghi, blo, bhi):
             while k < run:
                 blk = (d + k) // block
                 end = min(run, (blk + 1) * block - d)
-                lv = glo[base + blk]
-                hv = ghi[base + blk]
-                for t in range(k, end):
-                    blo[j + t] = lv
-                    bhi[j + t] = hv
+                blo[j + k:j + end] = glo[base + blk]
+                bhi[j + k:j + end] = ghi[base + blk]
                 k = end
             j += run
             d += run
@@ -128,15 +136,11 @@ def _fill_bounds(i0, n, lp, glo, ghi, blo, bhi):
             run = min(post - q, n - j)
             sbase = (p * spre_step * sblocks + d // block) * spost
             if spost > 1:
-                for k in range(run):
-                    blo[j + k] = glo[sbase + q + k]
-                    bhi[j + k] = ghi[sbase + q + k]
+                blo[j:j + run] = glo[sbase + q:sbase + q + run]
+                bhi[j:j + run] = ghi[sbase + q:sbase + q + run]
             else:
-                lv = glo[sbase]
-                hv = ghi[sbase]
-                for k in range(run):
-                    blo[j + k] = lv
-                    bhi[j + k] = hv
+                blo[j:j + run] = glo[sbase]
+                bhi[j:j + run] = ghi[sbase]
             j += run
             q += run
             if q == post:
@@ -147,8 +151,20 @@ def _fill_bounds(i0, n, lp, glo, ghi, blo, bhi):
                     p += 1
 
 
+@njit(cache=True, nogil=True, fastmath={"nnan", "ninf", "nsz", "reassoc"})
+def _max_nonneg(a, m):
+    """Largest of a[:m] (non-negative, finite values: the fast-math flags let it vectorize)."""
+    r = 0.0
+    for j in range(m):
+        r = max(r, a[j])
+    return r
+
+
 def _error_impl(x, xh, glo, ghi, lp, has_range, tiny):
-    """One pass: every error statistic, per chunk (the caller sums the rows, maxes S_MAXAE)."""
+    """One pass: every error statistic, per chunk (the caller sums the rows, maxes S_MAXAE).
+
+    Branch-free body (selects, not jumps) so LLVM vectorizes it; float64 accumulators.
+    """
     n = x.size
     nch = (n + CHUNK - 1) // CHUNK
     out = np.zeros((nch, N_STATS), np.float64)
@@ -158,6 +174,7 @@ def _error_impl(x, xh, glo, ghi, lp, has_range, tiny):
         m = min(CHUNK, n - i0)
         blo = np.empty(CHUNK, np.float64)
         bhi = np.empty(CHUNK, np.float64)
+        abuf = np.empty(CHUNK, np.float64)
         if grouped:
             _fill_bounds(i0, m, lp, glo, ghi, blo, bhi)
         else:
@@ -166,7 +183,6 @@ def _error_impl(x, xh, glo, ghi, lp, has_range, tiny):
         sse = 0.0
         sx2 = 0.0
         sae = 0.0
-        maxae = 0.0
         srel = 0.0
         sseclip = 0.0
         nrel = 0
@@ -176,53 +192,31 @@ def _error_impl(x, xh, glo, ghi, lp, has_range, tiny):
         nanout = 0
         infout = 0
         nclip = 0
-        nfin = 0
         for j in range(m):
             xv = np.float64(x[i0 + j])
             hv = np.float64(xh[i0 + j])
             e = hv - xv
-            if math.isfinite(e):  # both finite (the common case)
-                ae = abs(e)
-                e2 = e * e
-                sse += e2
-                sx2 += xv * xv
-                sae += ae
-                maxae = max(maxae, ae)
-                ax = abs(xv)
-                if ax > tiny:
-                    srel += ae / ax
-                    nrel += 1
-                ncmp += 1
-                nfin += 1
-                if xv < blo[j] or xv > bhi[j]:
-                    nclip += 1
-                    sseclip += e2
-            else:
-                xfin = math.isfinite(xv)
-                hfin = math.isfinite(hv)
-                if not xfin:
-                    if xv != xv:
-                        nanin += 1
-                    else:
-                        infin += 1
-                if not hfin:
-                    if hv != hv:
-                        nanout += 1
-                    else:
-                        infout += 1
-                if xfin:
-                    nfin += 1
-                    clipped = xv < blo[j] or xv > bhi[j]
-                    if clipped:
-                        nclip += 1
-                    if hfin:  # float64 overflow of the difference
-                        sse += e * e
-                        sx2 += xv * xv
-                        sae += abs(e)
-                        maxae = max(maxae, abs(e))
-                        ncmp += 1
-                        if clipped:
-                            sseclip += e * e
+            ok = abs(e) < np.inf  # both finite (False for NaN and Inf)
+            e0 = e if ok else 0.0
+            e2 = e0 * e0
+            ae = abs(e0)
+            ax = abs(xv)
+            abuf[j] = ae
+            sse += e2
+            sx2 += xv * xv if ok else 0.0
+            sae += ae
+            rel = ok & (ax > tiny)
+            srel += ae / (ax if rel else 1.0) if rel else 0.0
+            nrel += np.int64(rel)
+            ncmp += np.int64(ok)
+            nanin += np.int64(xv != xv)
+            infin += np.int64(ax == np.inf)
+            nanout += np.int64(hv != hv)
+            infout += np.int64(abs(hv) == np.inf)
+            clip = (ax < np.inf) & ((xv < blo[j]) | (xv > bhi[j]))
+            nclip += np.int64(clip)
+            sseclip += e2 if clip else 0.0
+        maxae = _max_nonneg(abuf, m)
         out[c, S_SSE] = sse
         out[c, S_SX2] = sx2
         out[c, S_SAE] = sae
@@ -235,7 +229,7 @@ def _error_impl(x, xh, glo, ghi, lp, has_range, tiny):
         out[c, S_NANOUT] = nanout
         out[c, S_INFOUT] = infout
         out[c, S_NCLIP] = nclip
-        out[c, S_NFIN] = nfin
+        out[c, S_NFIN] = m - nanin - infin
         out[c, S_SSECLIP] = sseclip
     return out
 
@@ -255,9 +249,9 @@ def _group_sse_impl(x, xh, lp):
             k = 0.0
             for i in range(c * CHUNK, min(n, (c + 1) * CHUNK)):
                 e = np.float64(xh[i]) - np.float64(x[i])
-                if math.isfinite(e):
-                    acc += e * e
-                    k += 1.0
+                ok = abs(e) < np.inf
+                acc += e * e if ok else 0.0
+                k += 1.0 if ok else 0.0
             part[c, 0] = acc
             part[c, 1] = k
         sse[0] = part[:, 0].sum()
@@ -277,17 +271,17 @@ def _group_sse_impl(x, xh, lp):
                     if spost > 1:
                         for q in range(post):
                             e = np.float64(xh[base + q]) - np.float64(x[base + q])
-                            if math.isfinite(e):
-                                psse[c, b * spost + q] += e * e
-                                pcnt[c, b * spost + q] += 1.0
+                            ok = abs(e) < np.inf
+                            psse[c, b * spost + q] += e * e if ok else 0.0
+                            pcnt[c, b * spost + q] += 1.0 if ok else 0.0
                     else:
                         acc = 0.0
                         k = 0.0
                         for q in range(post):
                             e = np.float64(xh[base + q]) - np.float64(x[base + q])
-                            if math.isfinite(e):
-                                acc += e * e
-                                k += 1.0
+                            ok = abs(e) < np.inf
+                            acc += e * e if ok else 0.0
+                            k += 1.0 if ok else 0.0
                         psse[c, b] += acc
                         pcnt[c, b] += k
         for c in range(nchp):
@@ -317,30 +311,33 @@ def _group_sse_impl(x, xh, lp):
                         base = (p * dim + d) * post
                         for q in range(post):
                             e = np.float64(xh[base + q]) - np.float64(x[base + q])
-                            if math.isfinite(e):
-                                sse[gb + q] += e * e
-                                cnt[gb + q] += 1.0
+                            ok = abs(e) < np.inf
+                            sse[gb + q] += e * e if ok else 0.0
+                            cnt[gb + q] += 1.0 if ok else 0.0
                 else:  # the block's elements are contiguous
                     acc = 0.0
                     k = 0.0
                     for i in range((p * dim + d0) * post, (p * dim + d1) * post):
                         e = np.float64(xh[i]) - np.float64(x[i])
-                        if math.isfinite(e):
-                            acc += e * e
-                            k += 1.0
+                        ok = abs(e) < np.inf
+                        acc += e * e if ok else 0.0
+                        k += 1.0 if ok else 0.0
                     sse[gb] += acc
                     cnt[gb] += k
     return sse, cnt
 
 
+#: Reductions may be reassociated (so loops vectorize); NaN/Inf semantics are kept.
+_FASTMATH = {"reassoc", "contract", "nsz"}
 _finite_minmax_par = njit(parallel=True, cache=True)(_finite_minmax_impl)
 _finite_minmax_ser = njit(cache=True)(_finite_minmax_impl)
-_histogram_par = njit(parallel=True, cache=True)(_histogram_impl)
-_histogram_ser = njit(cache=True)(_histogram_impl)
-_error_par = njit(parallel=True, cache=True)(_error_impl)
-_error_ser = njit(cache=True)(_error_impl)
-_group_sse_par = njit(parallel=True, cache=True)(_group_sse_impl)
-_group_sse_ser = njit(cache=True)(_group_sse_impl)
+_histogram_par = njit(parallel=True, cache=True, error_model="numpy")(_histogram_impl)
+_histogram_ser = njit(cache=True, error_model="numpy")(_histogram_impl)
+_error_par = njit(parallel=True, cache=True, fastmath=_FASTMATH, error_model="numpy")(_error_impl)
+_error_ser = njit(cache=True, fastmath=_FASTMATH, error_model="numpy")(_error_impl)
+_group_sse_par = njit(parallel=True, cache=True, fastmath=_FASTMATH,
+                      error_model="numpy")(_group_sse_impl)
+_group_sse_ser = njit(cache=True, fastmath=_FASTMATH, error_model="numpy")(_group_sse_impl)
 
 
 def _pick(par, ser, n: int):
