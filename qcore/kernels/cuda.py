@@ -236,7 +236,7 @@ def _quantize_kernel(x, s, z, y, lp, qp, tab16):
         v = load_x(x[i], xkind, pkind, tab16)
         q = round_to_precision(float32(v / s[si]), pkind, tab16)
         if tkind == 0:
-            y[i] = saturate_int(rint_f32(q), int64(z[zi]), lo, hi) & mask
+            y[i] = int64(saturate_int(rint_f32(q), int64(z[zi]), lo, hi) & mask)
         else:
             if v != v:
                 # NaN: a CPU's NaN / scale + zp is that NaN, and the float targets' NaN codes
@@ -505,6 +505,11 @@ def _storage_view(d, dtype):
     return d if d.dtype == dtype else d.view(dtype)
 
 
+def _code_storage(fmt) -> np.dtype:
+    """Unsigned memory of the target's width for the codes (viewed as the target's dtype)."""
+    return np.dtype(np.uint8 if fmt.itemsize == 1 else np.uint16)
+
+
 def _launch_quantize(d_x, d_s, d_z, d_y, d_lp, d_qp, d_tab16) -> None:
     n = d_x.size
     if n:
@@ -582,8 +587,8 @@ def minmax(x, xkind, tab16) -> tuple[float, float, int]:
 def quantize_device(x, s, z, plan, qp, lp, tab16):
     """QuantizeLinear of a device array x; returns a numba device array on the device.
 
-    The result has x's shape and holds the codes in ``plan.target.storage_dtype`` memory, viewed
-    as the target's dtype (int8 ... uint16 themselves; the ml_dtypes type, one element per byte,
+    The result has x's shape and holds the codes in unsigned 8/16-bit memory, viewed as the
+    target's dtype (int8 ... uint16 themselves; the ml_dtypes type, one element per byte,
     for float8/6/4 and the 2/4-bit integers), so ``y.copy_to_host()`` equals the CPU backend's
     array and ``dequantize_linear(y, ...)`` reads the right type. To hand the codes to another
     kernel or library, view them as the storage type: ``y.view(np.uint8)``.
@@ -592,7 +597,7 @@ def quantize_device(x, s, z, plan, qp, lp, tab16):
     d = as_device_array(x, label)
     flat = _quantize_input_view(_flat_device(d, label), int(qp[Q_XKIND]))
     target = plan.target
-    d_y = cuda.device_array(flat.size, target.storage_dtype)
+    d_y = cuda.device_array(flat.size, _code_storage(target))
     _launch_quantize(flat, cuda.to_device(s), cuda.to_device(z), d_y, cuda.to_device(lp),
                      cuda.to_device(qp), _device_table(tab16))
     return _storage_view(d_y.reshape(tuple(d.shape)), target.dtype)
@@ -768,12 +773,12 @@ def bench_quantize(x: np.ndarray, y_scale, y_zero_point=None, *, repeat: int = 1
     qp = ops.quantize_params(plan, zp is not None)
     flat = ops._flat_input(x)
     d_x = _quantize_input_view(cuda.to_device(flat), int(qp[Q_XKIND]))
-    d_y = cuda.device_array(flat.size, plan.target.storage_dtype)
+    d_y = cuda.device_array(flat.size, _code_storage(plan.target))
     args = (d_x, cuda.to_device(s), cuda.to_device(z), d_y,
             cuda.to_device(ops.layout_params(plan.layout)), cuda.to_device(qp),
             _device_table(ops.float16_table()))
     kernel_s = _time_events(lambda: _launch_quantize(*args), repeat)
-    h_y = np.empty(flat.size, plan.target.storage_dtype)
+    h_y = np.empty(flat.size, _code_storage(plan.target))
     return Timing(
         name or f"QuantizeLinear {plan.x.name}->{plan.target.name} {plan.layout.granularity}",
         int(flat.size), int(flat.nbytes + h_y.nbytes), kernel_s,
