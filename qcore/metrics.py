@@ -68,13 +68,12 @@ def _finite_minmax_impl(x):
     return out
 
 
-def _histogram_impl(x, first, last, edges, nbins, nb):
+def _histogram_impl(x, first, last, denom, edges, nbins, nb):
     """np.histogram's uniform-bin rule, in x's precision: bin i is [e_i, e_i+1), the last closed."""
     n = x.size
     nch = min(max(1, n // CHUNK), 256)
     per = (n + nch - 1) // nch
     counts = np.zeros((nch, nbins), np.int64)
-    denom = last - first
     for c in prange(nch):
         i0 = c * per
         i1 = min(n, i0 + per)
@@ -385,13 +384,21 @@ def histogram(x: Any, bins: int = 128,
         if not (math.isfinite(lo) and math.isfinite(hi)) or lo > hi:
             raise QuantizationError(f"range={range!r} must be finite with min <= max")
     dt = a.dtype.type
-    first, last = dt(lo), dt(hi)
-    if first == last:
-        first, last = first - dt(0.5), last + dt(0.5)
-    edges = np.linspace(first, last, bins + 1, endpoint=True, dtype=a.dtype)
+    if range is None:  # NumPy's edges are scalars of x's type: everything in that type
+        first, last = dt(lo), dt(hi)
+        if first == last:
+            first, last = first - dt(0.5), last + dt(0.5)
+        denom = last - first
+        edges = np.linspace(first, last, bins + 1, endpoint=True, dtype=a.dtype)
+    else:  # Python floats: edges computed in float64, the span subtracted in float64
+        if lo == hi:
+            lo, hi = lo - 0.5, hi + 0.5
+        edges = np.linspace(lo, hi, bins + 1, endpoint=True, dtype=a.dtype)
+        first, last, denom = dt(lo), dt(hi), dt(hi - lo)
     if a.size == 0:
         return np.zeros(bins, np.int64), edges.astype(np.float64)
-    counts = _pick(_histogram_par, _histogram_ser, a.size)(a, first, last, edges, bins, dt(bins))
+    counts = _pick(_histogram_par, _histogram_ser, a.size)(a, first, last, denom, edges, bins,
+                                                          dt(bins))
     return counts, edges.astype(np.float64)
 
 

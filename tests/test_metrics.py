@@ -47,11 +47,14 @@ def test_histogram_matches_numpy(dtype, n, bins):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_histogram_with_range_and_edges(dtype):
     x = np.concatenate([rng(1).uniform(-2, 2, 5000), np.arange(-1, 1.01, 0.25)]).astype(dtype)
-    for r in ((-1.0, 1.0), (-0.5, 0.75), (0.0, 0.0)):
-        counts, edges = histogram(x, bins=8, range=r)
-        ref_c, ref_e = np.histogram(x, bins=8, range=r)
-        assert np.array_equal(counts, ref_c), r
-        assert np.allclose(edges, ref_e)
+    x = np.concatenate([x, np.linspace(-0.1, 0.1, 1001).astype(dtype),
+                        np.array([-0.1, 0.1, 1 / 3, -1 / 3, 2 / 3], dtype)])
+    for r in ((-1.0, 1.0), (-0.5, 0.75), (0.0, 0.0), (-0.1, 0.1), (-1 / 3, 2 / 3), (0.1, 0.1)):
+        for bins in (3, 8, 100):
+            counts, edges = histogram(x, bins=bins, range=r)
+            ref_c, ref_e = np.histogram(x, bins=bins, range=r)
+            assert np.array_equal(counts, ref_c), (r, bins)
+            assert np.array_equal(edges, ref_e.astype(np.float64)), (r, bins)
 
 
 def test_histogram_skips_nan_and_inf():
