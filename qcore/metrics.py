@@ -264,6 +264,14 @@ def _group_sse_impl(x, xh, lp):
         pcnt = np.zeros((nchp, ng), np.float64)
         for c in prange(nchp):
             for p in range(c * per, min(pre, (c + 1) * per)):
+                if post == 1 and block == 1:  # per-axis on the last axis: one group per column
+                    row = p * dim
+                    for d in range(dim):
+                        e = np.float64(xh[row + d]) - np.float64(x[row + d])
+                        ok = abs(e) < np.inf
+                        psse[c, d] += e * e if ok else 0.0
+                        pcnt[c, d] += 1.0 if ok else 0.0
+                    continue
                 for d in range(dim):
                     b = d if block == 1 else d // block
                     base = (p * dim + d) * post
