@@ -5,14 +5,16 @@ import streamlit as st
 st.set_page_config(page_title="Quantization Explorer", page_icon=":material/grid_on:",
                    layout="wide", initial_sidebar_state="expanded")
 
-from app import compute, errors, nav, state  # noqa: E402 - after set_page_config
+from app import compute, errors, frame, nav, state  # noqa: E402 - after set_page_config
 
 state.begin_run()
 page = nav.navigation()
+frame.set_inside(True)
 try:
     compute.warm()
     page.run()
 except Exception as exc:  # noqa: BLE001 - no traceback ever reaches the user
     errors.show(exc)
 finally:
+    frame.set_inside(False)
     state.sync_url()

@@ -38,14 +38,8 @@ PAGES: tuple[PageInfo, ...] = (
 
 
 def url_path(info: PageInfo) -> str:
-    """The page's URL path: the title in kebab case ("quantize-lab").
-
-    It must differ from the script's stem: with a ``pages/`` folder Streamlit first runs its
-    legacy multipage mode, which would otherwise run a page script without this app's
-    ``streamlit_app.py`` around it.
-    """
-    special = {"pages/home.py": "overview", "pages/conformance.py": "onnx-conformance"}
-    return special.get(info.script, "-".join(info.title.lower().replace("&", " ").split()))
+    """The page's URL path: its script's name (``/quantize_lab``), see :mod:`app.frame`."""
+    return info.script.split("/")[-1].removesuffix(".py")
 
 
 def navigation() -> st.navigation:

@@ -3,7 +3,9 @@
 import streamlit as st
 
 import qcore
-from app import compute, conformance, controls, errors, explain, state, widgets
+from app import compute, conformance, controls, errors, explain, frame, state, widgets
+
+frame.enter()
 
 OPS = [qcore.QUANTIZE, qcore.DEQUANTIZE, qcore.DYNAMIC]
 FIELDS = {"op": "k_op", "opset": "k_opset", "x": "k_x", "x_type": "k_xtype", "scale": "k_scale",

@@ -3,7 +3,9 @@
 import numpy as np
 import streamlit as st
 
-from app import charts, compute, errors, explain, metrics_view, tensors, theme, widgets
+from app import charts, compute, errors, explain, frame, metrics_view, tensors, theme, widgets
+
+frame.enter()
 
 st.title("Dynamic Quantization")
 spec = tensors.picker()

@@ -2,7 +2,9 @@
 
 import streamlit as st
 
-from app import charts, compute, controls, errors, explain, tensors, widgets
+from app import charts, compute, controls, errors, explain, frame, tensors, widgets
+
+frame.enter()
 
 st.title("Format Compare")
 spec = tensors.picker()

@@ -2,7 +2,9 @@
 
 import streamlit as st
 
-from app import charts, compute, errors, explain, nav, widgets
+from app import charts, compute, errors, explain, frame, nav, widgets
+
+frame.enter()
 
 st.title("Quantization Explorer")
 st.caption("See what ONNX linear quantization does to real tensors — every number computed "

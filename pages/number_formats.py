@@ -5,7 +5,9 @@ import math
 import streamlit as st
 
 import qcore
-from app import charts, compute, errors, explain, widgets
+from app import charts, compute, errors, explain, frame, widgets
+
+frame.enter()
 
 FORMATS = list(qcore.QUANTIZED_TYPES) + ["float8e8m0"]
 

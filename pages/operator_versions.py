@@ -3,7 +3,9 @@
 import streamlit as st
 
 import qcore
-from app import charts, compute, controls, errors, explain, widgets
+from app import charts, compute, controls, errors, explain, frame, widgets
+
+frame.enter()
 
 OPS = (qcore.QUANTIZE, qcore.DEQUANTIZE, qcore.DYNAMIC)
 

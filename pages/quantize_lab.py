@@ -2,7 +2,20 @@
 
 import streamlit as st
 
-from app import charts, compute, controls, errors, explain, metrics_view, tensors, theme, widgets
+from app import (
+    charts,
+    compute,
+    controls,
+    errors,
+    explain,
+    frame,
+    metrics_view,
+    tensors,
+    theme,
+    widgets,
+)
+
+frame.enter()
 
 st.title("Quantize Lab")
 spec = tensors.picker()

@@ -1,0 +1,40 @@
+"""Every page runs inside ``streamlit_app.py`` (navigation, kernel warm-up, URL sync).
+
+Because this app has a ``pages/`` folder, Streamlit first runs its legacy multipage mode on a
+fresh server (and on every ``AppTest`` run): a request for ``/quantize_lab`` then executes
+``pages/quantize_lab.py`` directly, without the entry point around it. :func:`enter`, the first
+line of every page, notices that and runs the entry point instead, which runs the page inside
+its frame. (Page URL paths equal the script names, so the legacy mode finds the page rather
+than showing "Page not found" to the first visitor of a shared link.)
+"""
+
+from __future__ import annotations
+
+import runpy
+
+import streamlit as st
+from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+_IN_FRAME = "_qx_in_frame"
+
+
+def inside() -> bool:
+    """True while streamlit_app.py is running a page."""
+    return bool(st.session_state.get(_IN_FRAME))
+
+
+def set_inside(value: bool) -> None:
+    if value:
+        st.session_state[_IN_FRAME] = True
+    else:
+        st.session_state.pop(_IN_FRAME, None)
+
+
+def enter() -> None:
+    """Return when the page runs inside the app's frame; otherwise run the app and stop."""
+    if inside():
+        return
+    ctx = get_script_run_ctx()
+    main = ctx.pages_manager.main_script_path if ctx is not None else "streamlit_app.py"
+    runpy.run_path(str(main), run_name="__main__")
+    st.stop()
