@@ -314,8 +314,8 @@ def size_sweep(exponents=range(10, 27, 2), backend: str = "cpu") -> list[dict]:
         n = 1 << e
         x = np.random.default_rng(0).standard_normal(n, dtype=np.float32)
         s, z = np.float32(0.02), np.int8(0)
-        rate = time_call(lambda: qcore.quantize_linear(x, s, z, backend=backend), n,
-                         min_time=0.2, max_reps=50)
+        rate = time_call(lambda x=x, s=s, z=z: qcore.quantize_linear(x, s, z, backend=backend),
+                         n, min_time=0.2, max_reps=50)
         rows.append({"elements": n, "qcore_elem_per_s": rate})
     return rows
 

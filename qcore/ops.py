@@ -266,7 +266,7 @@ def quantize_params(plan: QuantizePlan, has_zero_point: bool) -> np.ndarray:
     if t.kind == INT:
         qp[cpu.Q_TKIND] = 0
         qp[cpu.Q_LO], qp[cpu.Q_HI] = int(t.min), int(t.max)
-        qp[cpu.Q_MASK] = (1 << t.bits) - 1 if t.bits < 8 else -1
+        qp[cpu.Q_MASK] = (1 << t.bits) - 1  # codes go to unsigned storage, then a view
     else:
         qp[cpu.Q_TKIND] = 1
         qp[cpu.Q_EBITS], qp[cpu.Q_MBITS], qp[cpu.Q_BIAS] = t.ebits, t.mbits, t.bias
@@ -302,7 +302,7 @@ def _run_quantize(kernels, x, s: np.ndarray, z: np.ndarray, plan: QuantizePlan,
         return kernels.quantize_device(x, s, z, plan, quantize_params(plan, has_zero_point),
                                        layout_params(plan.layout), float16_table())
     t = plan.target
-    y = np.empty(x.size, t.storage_dtype)
+    y = np.empty(x.size, np.uint8 if t.itemsize == 1 else np.uint16)
     if x.size:
         kernels.quantize(_flat_input(x), s, z, y, layout_params(plan.layout),
                          quantize_params(plan, has_zero_point), float16_table())

@@ -13,7 +13,7 @@ import numpy as np
 from .kernels import cpu
 
 QUANTIZE_INPUTS = (np.float32, np.uint16, np.int32)  # float32, float16/bfloat16 bits, int32
-QUANTIZE_OUTPUTS = (np.int8, np.uint8, np.int16, np.uint16)
+QUANTIZE_OUTPUTS = (np.uint8, np.uint16)  # integer codes are written unsigned, then viewed
 DEQUANTIZE_INPUTS = (np.int8, np.uint8, np.int16, np.uint16, np.int32)
 DEQUANTIZE_OUTPUTS = (np.float32, np.uint16)
 
@@ -25,7 +25,7 @@ def _jobs() -> list[tuple[str, Callable[[], None]]]:
     z = np.zeros(1, np.float64)
     tab16 = np.zeros(1 << 16, np.float32)
     qp = np.zeros(14, np.int64)
-    qp[cpu.Q_LO], qp[cpu.Q_HI], qp[cpu.Q_MASK] = -128, 127, -1
+    qp[cpu.Q_LO], qp[cpu.Q_HI], qp[cpu.Q_MASK] = -128, 127, 255
     dp = np.zeros(2, np.int64)
     table = np.zeros(256, np.float64)
     jobs = []

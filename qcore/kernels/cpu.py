@@ -103,18 +103,43 @@ def _fill_params(i0, n, lp, s, z, sc, zc):
 _JIT = {"cache": True, "nogil": True, "error_model": "numpy"}
 
 
-@njit(**_JIT)
+_INLINE = {"inline": "always", **_JIT}
+
+
+@njit(**_INLINE)
 def round_to_precision(v, pkind, tab16):
     """Round a float32 to float16 or bfloat16 (half to even; NaN kept), as float32."""
+    if pkind == P_F32:
+        return v
+    b = f32_as_u32(v)
+    a = b & np.uint32(0x7FFFFFFF)
+    sign = b & np.uint32(0x80000000)
     if pkind == P_BF16:
-        b = f32_as_u32(v)
-        if (b & 0x7FFFFFFF) > 0x7F800000:
-            return u32_as_f32((b | np.uint32(0x400000)) & np.uint32(0xFFFF0000))
-        return u32_as_f32((b + np.uint32(0x7FFF) + ((b >> 16) & np.uint32(1)))
-                          & np.uint32(0xFFFF0000))
-    if pkind == P_F16:
-        return tab16[encode_f32_bits(f32_as_u32(v), 5, 10, 15, F16_MAX_CODE, True, 2, False)]
-    return v
+        r = (a + np.uint32(0x7FFF) + ((a >> 16) & np.uint32(1))) & np.uint32(0xFFFF0000)
+        r = (a | np.uint32(0x400000)) & np.uint32(0xFFFF0000) if a > 0x7F800000 else r
+        return u32_as_f32(r | sign)
+    # float16: 10 mantissa bits for normals; below 2^-14 a multiple of 2^-24 (adding 0.5 in
+    # float32 rounds there, half to even); past 65504 the result is Inf
+    normal = (a + np.uint32(0xFFF) + ((a >> 13) & np.uint32(1))) & np.uint32(0xFFFFE000)
+    tiny = f32_as_u32((u32_as_f32(a) + np.float32(0.5)) - np.float32(0.5))
+    r = tiny if a < 0x38800000 else normal
+    r = np.uint32(0x7F800000) if r > 0x477FE000 else r
+    r = np.uint32(0x7FC00000) if a > 0x7F800000 else r
+    return u32_as_f32(r | sign)
+
+
+@njit(**_INLINE)
+def f16_to_f32(h):
+    """float16 bits to float32, exactly, without branches or tables."""
+    h = np.uint32(h)
+    sign = (h & np.uint32(0x8000)) << np.uint32(16)
+    e = (h >> np.uint32(10)) & np.uint32(0x1F)
+    m = h & np.uint32(0x3FF)
+    normal = ((e + np.uint32(112)) << np.uint32(23)) | (m << np.uint32(13))
+    special = np.uint32(0x7F800000) | (m << np.uint32(13))
+    sub = f32_as_u32(np.float32(m) * np.float32(5.960464477539063e-08))  # m * 2^-24
+    bits = sub if e == 0 else (special if e == 31 else normal)
+    return u32_as_f32(bits | sign)
 
 
 @njit(**_JIT)
@@ -123,7 +148,7 @@ def load_x(xv, xkind, pkind, tab16):
     if xkind == X_F32:
         v = np.float32(xv)
     elif xkind == X_F16:
-        v = tab16[np.int64(xv)]
+        v = f16_to_f32(xv)
     elif xkind == X_BF16:
         v = u32_as_f32(np.uint32(xv) << np.uint32(16))
     elif pkind == P_F32:
@@ -132,7 +157,7 @@ def load_x(xv, xkind, pkind, tab16):
         mb = 10 if pkind == P_F16 else 7
         mx = 65504.0 if pkind == P_F16 else 3.3895313892515355e38
         return np.float32(round_int_to_float(np.int64(xv), mb, mx))
-    if pkind != P_F32 and pkind != xkind:
+    if pkind != xkind:
         v = round_to_precision(v, pkind, tab16)
     return v
 
@@ -150,41 +175,53 @@ def quantize_value(q, z, qp, tab16):
                            qp[Q_SATURATE] == 1)
 
 
+@njit(**_INLINE)
+def _int_code(q, z, lo, hi, mask):
+    return saturate_int(np.rint(q), z, lo, hi) & mask
+
+
 @njit(**_JIT)
 def _quantize_segment(xs, ys, sv, zv, sstride, qp, tab16):
-    """Quantize xs into ys; scale/zero point sv[j*sstride], zv[j*sstride] (sstride 0 or 1)."""
+    """Quantize xs into ys; scale/zero point sv[j*sstride], zv[j*sstride] (sstride 0 or 1).
+
+    The common configurations get their own loops (so LLVM vectorises them); the rest share a
+    generic loop. Every loop computes the same thing through the same inlined helpers.
+    """
     n = xs.size
     xkind = qp[Q_XKIND]
     pkind = qp[Q_PKIND]
-    if xkind == X_F32 and pkind == P_F32 and qp[Q_TKIND] == 0:
-        lo = qp[Q_LO]
-        hi = qp[Q_HI]
-        mask = qp[Q_MASK]
-        if sstride == 0:
-            s0 = sv[0]
-            z0 = np.int64(zv[0])
-            for j in range(n):
-                ys[j] = saturate_int(np.rint(xs[j] / s0), z0, lo, hi) & mask
-        else:
-            for j in range(n):
-                ys[j] = saturate_int(np.rint(xs[j] / sv[j]), np.int64(zv[j]), lo, hi) & mask
-    elif xkind == X_F32 and pkind == P_F32 and qp[Q_HASZP] == 0:
-        eb = qp[Q_EBITS]
-        mb = qp[Q_MBITS]
-        bias = qp[Q_BIAS]
-        mc = qp[Q_MAXCODE]
-        has_inf = qp[Q_HASINF] == 1
-        ns = qp[Q_NANSTYLE]
-        sat = qp[Q_SATURATE] == 1
-        if sstride == 0:
-            s0 = sv[0]
-            for j in range(n):
-                ys[j] = encode_f32_bits(f32_as_u32(xs[j] / s0), eb, mb, bias, mc, has_inf, ns,
-                                        sat)
-        else:
-            for j in range(n):
-                ys[j] = encode_f32_bits(f32_as_u32(xs[j] / sv[j]), eb, mb, bias, mc, has_inf,
-                                        ns, sat)
+    tkind = qp[Q_TKIND]
+    lo = qp[Q_LO]
+    hi = qp[Q_HI]
+    mask = qp[Q_MASK]
+    eb = qp[Q_EBITS]
+    mb = qp[Q_MBITS]
+    bias = qp[Q_BIAS]
+    mc = qp[Q_MAXCODE]
+    has_inf = qp[Q_HASINF] == 1
+    ns = qp[Q_NANSTYLE]
+    sat = qp[Q_SATURATE] == 1
+    if tkind == 0 and pkind == P_F32 and xkind == X_F32:
+        for j in range(n):
+            ys[j] = _int_code(np.float32(xs[j]) / sv[j * sstride], np.int64(zv[j * sstride]),
+                              lo, hi, mask)
+    elif tkind == 1 and pkind == P_F32 and xkind == X_F32 and qp[Q_HASZP] == 0:
+        for j in range(n):
+            ys[j] = encode_f32_bits(f32_as_u32(np.float32(xs[j]) / sv[j * sstride]), eb, mb,
+                                    bias, mc, has_inf, ns, sat)
+    elif tkind == 0 and pkind == P_F16 and xkind == X_F16:
+        for j in range(n):
+            q = round_to_precision(f16_to_f32(xs[j]) / sv[j * sstride], P_F16, tab16)
+            ys[j] = _int_code(q, np.int64(zv[j * sstride]), lo, hi, mask)
+    elif tkind == 0 and pkind == P_BF16 and xkind == X_BF16:
+        for j in range(n):
+            v = u32_as_f32(np.uint32(xs[j]) << np.uint32(16))
+            q = round_to_precision(v / sv[j * sstride], P_BF16, tab16)
+            ys[j] = _int_code(q, np.int64(zv[j * sstride]), lo, hi, mask)
+    elif tkind == 1 and pkind == P_F16 and xkind == X_F16 and qp[Q_HASZP] == 0:
+        for j in range(n):
+            q = round_to_precision(f16_to_f32(xs[j]) / sv[j * sstride], P_F16, tab16)
+            ys[j] = encode_f32_bits(f32_as_u32(q), eb, mb, bias, mc, has_inf, ns, sat)
     else:
         for j in range(n):
             q = load_x(xs[j], xkind, pkind, tab16) / sv[j * sstride]
@@ -213,7 +250,7 @@ def _quantize_driver(x, s, z, y, lp, qp, tab16):
         _quantize_chunk(c, x, s, z, y, lp, qp, tab16)
 
 
-@njit(**_JIT)
+@njit(**_INLINE)
 def dequantize_value(xv, z, s, xkind, okind, tab):
     """(x - zero_point) * scale in float32, as the output type's bits (float32 or uint16)."""
     if xkind == DX_NUMERIC:
