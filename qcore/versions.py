@@ -119,9 +119,12 @@ def resolve(op: str, opset: int) -> OpVersion:
         raise QuantizationError(f"unknown operator {op!r}; valid: {', '.join(OPERATORS)}")
     if isinstance(opset, bool) or not isinstance(opset, int):
         try:
-            opset = int(opset)
+            as_int = int(opset)
+            if not isinstance(opset, str) and as_int != opset:  # 19.5 is no opset
+                raise ValueError(opset)
         except (TypeError, ValueError):
             raise QuantizationError(f"opset={opset!r} must be an integer") from None
+        opset = as_int
     first = versions(op)[0]
     if opset < first:
         raise QuantizationError(
