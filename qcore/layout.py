@@ -128,6 +128,14 @@ def resolve_layout(ov: OpVersion, x_shape: tuple[int, ...], scale_shape: tuple[i
             f"{tuple(expected)} (x's shape with dimension {ax} divided into blocks)"
         )
     lo, hi = block_size_range(x_shape[ax], scale_shape[ax])
+    if hi is not None and hi < lo:  # e.g. 9 split into 4 blocks: no block size does it
+        expected = list(scale_shape)
+        expected[ax] = math.ceil(x_shape[ax] / block_size) if block_size else 0
+        raise QuantizationError(
+            f"{ov.label}: {scale_name} has {scale_shape[ax]} blocks along axis {ax}, but no "
+            f"block size splits x.shape[{ax}]={x_shape[ax]} into {scale_shape[ax]} blocks; "
+            f"with block_size={block_size} {scale_name} must have shape {tuple(expected)}"
+        )
     if block_size < lo or (hi is not None and block_size > hi):
         valid = f"[{lo}, {hi}]" if hi is not None else f">= {lo}"
         raise QuantizationError(

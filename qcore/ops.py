@@ -58,6 +58,14 @@ def _require_device_backend(kernels, ov: OpVersion) -> None:
         )
 
 
+def _format(ov: OpVersion, spec: Any, argument: str) -> Format:
+    """get_format, with the operator version in the message of an unknown type."""
+    try:
+        return get_format(spec, argument)
+    except QuantizationError as exc:
+        raise QuantizationError(f"{ov.label}: {exc}") from None
+
+
 def _as_array(value: Any, argument: str, ov: OpVersion, integer_dtype=None) -> np.ndarray:
     """NumPy array from an array, list or scalar; Python floats become float32.
 
@@ -181,9 +189,9 @@ def plan_quantize(x_dtype, x_shape, scale_dtype, scale_shape, zero_point_dtype=N
     ov = resolve(QUANTIZE, opset)
     _check_attributes(ov, axis=axis, saturate=saturate, block_size=block_size,
                       output_dtype=output_dtype, precision=precision)
-    xf = get_format(x_dtype, "x")
+    xf = _format(ov, x_dtype, "x")
     check_type(ov, "x", "x", xf.name)
-    sf = get_format(scale_dtype, "y_scale")
+    sf = _format(ov, scale_dtype, "y_scale")
     check_type(ov, "scale", "y_scale", sf.name)
     if ov.scale_follows_x and sf.name != xf.name:
         raise QuantizationError(
@@ -193,9 +201,9 @@ def plan_quantize(x_dtype, x_shape, scale_dtype, scale_shape, zero_point_dtype=N
     target = None
     if output_dtype is not None and not (isinstance(output_dtype, (int, np.integer))
                                          and output_dtype == 0):
-        target = get_format(output_dtype, "output_dtype")
+        target = _format(ov, output_dtype, "output_dtype")
     if zero_point_dtype is not None:
-        zf = get_format(zero_point_dtype, "y_zero_point")
+        zf = _format(ov, zero_point_dtype, "y_zero_point")
         if target is not None and target.name != zf.name:
             raise QuantizationError(
                 f"{ov.label}: output_dtype={target.name} contradicts y_zero_point's type "
@@ -205,7 +213,7 @@ def plan_quantize(x_dtype, x_shape, scale_dtype, scale_shape, zero_point_dtype=N
     target = target or get_format("uint8")
     check_type(ov, "quantized", "the output type (y_zero_point / output_dtype)", target.name)
     if precision is not None and not (isinstance(precision, (int, np.integer)) and precision == 0):
-        pf = get_format(precision, "precision")
+        pf = _format(ov, precision, "precision")
         if pf.name not in _PRECISION_KIND:
             raise QuantizationError(
                 f"{ov.label}: precision={pf.name} is not a valid division type; valid: "
@@ -242,7 +250,7 @@ def quantize_linear(x: Any, y_scale: Any, y_zero_point: Any = None, *, axis: int
         if not isinstance(y_zero_point, (np.ndarray, np.generic)):
             target_hint = output_dtype if output_dtype not in (None, 0) else "uint8"
             y_zero_point = _as_array(y_zero_point, "y_zero_point", ov,
-                                     integer_dtype=get_format(target_hint).dtype)
+                                     integer_dtype=_format(ov, target_hint, "output_dtype").dtype)
             if get_format(target_hint).kind == FLOAT:
                 y_zero_point = y_zero_point.astype(get_format(target_hint).dtype)
         zp_dtype = y_zero_point.dtype
@@ -324,12 +332,12 @@ def plan_dequantize(x_dtype, x_shape, scale_dtype, scale_shape, zero_point_dtype
     """Validate a DequantizeLinear configuration without data."""
     ov = resolve(DEQUANTIZE, opset)
     _check_attributes(ov, axis=axis, block_size=block_size, output_dtype=output_dtype)
-    xf = get_format(x_dtype, "x")
+    xf = _format(ov, x_dtype, "x")
     check_type(ov, "quantized", "x", xf.name)
-    sf = get_format(scale_dtype, "x_scale")
+    sf = _format(ov, scale_dtype, "x_scale")
     check_type(ov, "scale", "x_scale", sf.name)
     if zero_point_dtype is not None:
-        zf = get_format(zero_point_dtype, "x_zero_point")
+        zf = _format(ov, zero_point_dtype, "x_zero_point")
         if zf.name != xf.name:
             raise QuantizationError(
                 f"{ov.label}: x_zero_point has type {zf.name} but x has type {xf.name}; "
@@ -337,7 +345,7 @@ def plan_dequantize(x_dtype, x_shape, scale_dtype, scale_shape, zero_point_dtype
             )
     if output_dtype is not None and not (isinstance(output_dtype, (int, np.integer))
                                          and output_dtype == 0):
-        of = get_format(output_dtype, "output_dtype")
+        of = _format(ov, output_dtype, "output_dtype")
         check_type(ov, "output", "output_dtype", of.name)
     elif sf.kind == SCALE:
         of = get_format("float")  # a float8e8m0 scale cannot be an output type
@@ -421,7 +429,7 @@ def dynamic_quantize_linear(x: Any, *, backend: str = "cpu",
     """
     ov = resolve(DYNAMIC, opset)
     x = _as_array(x, "x", ov)
-    fmt = get_format(x.dtype, "x")
+    fmt = _format(ov, x.dtype, "x")
     check_type(ov, "x", "x", fmt.name)
     kernels = _check_backend(backend, ov)
     if _is_device(x):
