@@ -389,6 +389,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     shape = _parse_size(args.size)
+    if args.backend == "cuda":
+        return _main_cuda(shape, args)
     t0 = time.perf_counter()
     warm = qcore.warmup()
     warm_s = time.perf_counter() - t0
@@ -412,6 +414,63 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.json, "w") as f:
             json.dump({"shape": shape, "bandwidth": bandwidth, "warmup_s": warm_s,
                        "cases": [asdict(c) for c in cases], "sweep": sweep}, f, indent=1)
+    return 0
+
+
+def _torch_cuda_rates(n: int) -> dict[str, float]:
+    """torch on the same GPU: int8 via (x / s).round().clamp().to(int8), and float8 e4m3fn."""
+    try:
+        import torch
+    except ImportError:
+        return {}
+    if not torch.cuda.is_available():
+        return {}
+    x = torch.randn(n, device="cuda")
+    fns = {"Q int8 per-tensor": lambda: (x / 0.05).round().clamp(-128, 127).to(torch.int8),
+           "Q float8e4m3fn per-tensor": lambda: x.to(torch.float8_e4m3fn)}
+    rates = {}
+    for name, fn in fns.items():
+        fn()
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(10):
+            fn()
+        end.record()
+        torch.cuda.synchronize()
+        rates[name] = n / (start.elapsed_time(end) / 10 / 1e3)
+    return rates
+
+
+def _main_cuda(shape: tuple[int, int], args) -> int:
+    from qcore.kernels import cuda as cuda_kernels
+
+    reason = cuda_kernels.unavailable_reason()
+    if reason:
+        print(f"--backend cuda: no usable GPU ({reason})", file=sys.stderr)
+        return 2
+    n = shape[0] * shape[1]
+    timings = cuda_kernels.bench_cases(n)
+    torch_rates = {} if args.no_peers else _torch_cuda_rates(n)
+    copy = timings[0]
+    print(f"GPU: {cuda_kernels.device_name()}; {n} elements; copy bandwidth "
+          f"{copy.bandwidth / 1e9:.0f} GB/s (read + write)")
+    print("| case | kernel Gelem/s | % copy roofline | torch Gelem/s | qcore/torch | "
+          "launch µs | H2D ms | D2H ms |")
+    print("|---|---|---|---|---|---|---|---|")
+    for t in timings[1:]:
+        torch_rate = torch_rates.get(t.name)
+        print(f"| {t.name} | {t.elements_per_s / 1e9:.1f} | "
+              f"{100 * t.bandwidth / copy.bandwidth:.0f}% | "
+              f"{torch_rate / 1e9:.1f} | {t.elements_per_s / torch_rate:.2f}× | "
+              if torch_rate else f"| {t.name} | {t.elements_per_s / 1e9:.1f} | "
+              f"{100 * t.bandwidth / copy.bandwidth:.0f}% | — | — | ", end="")
+        print(f"{t.launch_s * 1e6:.0f} | {t.h2d_s * 1e3:.1f} | {t.d2h_s * 1e3:.1f} |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": cuda_kernels.device_name(), "n": n,
+                       "timings": [asdict(t) for t in timings], "torch": torch_rates}, f,
+                      indent=1, default=str)
     return 0
 
 
