@@ -110,7 +110,7 @@ def number_line(values: np.ndarray, classes: np.ndarray, name: str, *, log: bool
 
 def spacing(df: pd.DataFrame, name: str) -> go.Figure:
     """Gap to the next representable value against magnitude (log-log)."""
-    fig = figure(f"Spacing of {name}: the gap to the next value", "value (log scale)",
+    fig = figure("Gap to the next value", "value (log scale)",
                  "gap to next value (log scale)", height=320, log_x=True, log_y=True)
     fig.add_trace(go.Scatter(x=df["value"], y=df["gap"], mode="lines+markers",
                              line=dict(shape="hv", color=theme.INPUT), marker=dict(size=4),
@@ -126,7 +126,7 @@ def spacing(df: pd.DataFrame, name: str) -> go.Figure:
 def support_heatmap(matrix: pd.DataFrame, title: str, op: str) -> go.Figure:
     """Types × versions, filled where the version accepts the type."""
     z = matrix.to_numpy()
-    fig = figure(title, f"{op} version", "type", height=max(220, 26 * len(matrix) + 90))
+    fig = figure(title, "", "", height=max(220, 26 * len(matrix) + 110))
     fig.add_trace(go.Heatmap(
         z=z, x=[str(c) for c in matrix.columns], y=list(matrix.index), xgap=3, ygap=3,
         colorscale=[[0, "#F1F3F5"], [1, theme.INPUT]], zmin=0, zmax=1, showscale=False,
@@ -134,9 +134,10 @@ def support_heatmap(matrix: pd.DataFrame, title: str, op: str) -> go.Figure:
         textfont=dict(color="white", size=13),
         hovertemplate="%{y} at version %{x}: %{customdata}<extra></extra>",
         customdata=np.where(z > 0, "accepted", "not accepted")))
-    fig.update_xaxes(type="category", showgrid=False, side="top")
-    fig.update_yaxes(autorange="reversed", showgrid=False)
-    fig.update_layout(margin=dict(t=80))
+    fig.update_xaxes(type="category", showgrid=False, side="top", title=dict(
+        text=f"{op} version", standoff=4), ticks="")
+    fig.update_yaxes(autorange="reversed", showgrid=False, ticks="")
+    fig.update_layout(margin=dict(t=100))
     return fig
 
 
@@ -156,18 +157,23 @@ def histogram(counts: np.ndarray, edges: np.ndarray, *, title: str, x_title: str
     return fig
 
 
-def add_levels(fig: go.Figure, levels: Sequence[float], *, limit: int = 300) -> None:
-    """Thin vertical lines at the representable values (thinned out beyond `limit`)."""
+def add_levels(fig: go.Figure, levels: Sequence[float], *, full: int = 48,
+               limit: int = 400) -> None:
+    """Mark the representable values: full-height lines when there are few of them, else a
+    comb of short ticks along the bottom (thinned out beyond `limit`)."""
     lv = np.asarray(levels, dtype=np.float64)
     lv = lv[np.isfinite(lv)]
     if lv.size > limit:
         lv = lv[np.linspace(0, lv.size - 1, limit).round().astype(int)]
+    top = 1.0 if lv.size <= full else 0.06
     xs: list[Any] = []
     for v in lv:
         xs += [v, v, None]
-    ys = [0, 1, None] * lv.size
-    fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", yaxis="y2", name="representable values",
-                             line=dict(color=theme.LEVEL, width=0.8), opacity=0.6,
+    ys = [0, top, None] * lv.size
+    fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", yaxis="y2",
+                             name=f"representable values ({len(levels):,})",
+                             line=dict(color=theme.LEVEL if top == 1.0 else "#1F2433",
+                                       width=0.8), opacity=0.55 if top == 1.0 else 0.8,
                              hoverinfo="skip"))
     fig.update_layout(yaxis2=dict(overlaying="y", range=[0, 1], visible=False))
 
@@ -233,6 +239,10 @@ def pareto(df: pd.DataFrame) -> go.Figure:
     ok = ok[np.isfinite(ok["sqnr_db"])]
     fig = figure("Quality against cost: SQNR vs bits per element", "bits per element",
                  "SQNR (dB, higher is better)", height=400)
+    ok = ok.assign(label=ok["format"])
+    key = ok["bits_per_element"].round(6).astype(str) + "|" + ok["sqnr_db"].round(6).astype(str)
+    ok["label"] = ok.groupby(key)["format"].transform(" / ".join)
+    ok = ok.drop_duplicates(subset=["label"])
     front = ok[ok["pareto"]].sort_values("bits_per_element")
     fig.add_trace(go.Scatter(x=front["bits_per_element"], y=front["sqnr_db"], mode="lines",
                              line=dict(color=theme.GOOD, width=2, dash="dash"),
@@ -242,7 +252,7 @@ def pareto(df: pd.DataFrame) -> go.Figure:
         part = ok[ok["pareto"] == on_front]
         fig.add_trace(go.Scatter(
             x=part["bits_per_element"], y=part["sqnr_db"], mode="markers+text",
-            text=part["format"], textposition="top center", name=name,
+            text=part["label"], textposition="top center", name=name,
             textfont=dict(size=11), marker=dict(size=11, color=color,
                                                 line=dict(color="white", width=1.5)),
             hovertemplate="%{text}<br>%{x:.3f} bits/element<br>SQNR %{y:.2f} dB"

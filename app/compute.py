@@ -103,6 +103,18 @@ def bit_string(pattern: int, fmt: qcore.Format) -> str:
     return f"{s[0]} {s[1:1 + fmt.ebits]} {s[1 + fmt.ebits:]}".rstrip()
 
 
+def short_num(v: float, digits: int = 3) -> str:
+    """A compact number for metric cards: 0.0183, 1.12e-4, 3.2e+6."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "—"
+    if math.isinf(v):
+        return "∞" if v > 0 else "−∞"
+    if v != 0 and (abs(v) < 1e-3 or abs(v) >= 1e6):
+        mant, exp = f"{v:.{digits - 1}e}".split("e")
+        return f"{mant}e{int(exp)}"
+    return f"{v:.{digits}g}"
+
+
 def fmt_value(v: float) -> str:
     """A float as text that keeps -0, NaN and Inf visible."""
     if math.isnan(v):
@@ -672,7 +684,7 @@ def chain(spec, steps: tuple[str, ...], cfg) -> pd.DataFrame:
 @st.cache_data(max_entries=8, show_spinner="Running DynamicQuantizeLinear…")
 def dynamic(spec) -> dict[str, Any]:
     """DynamicQuantizeLinear-11 on the spec's tensor, step by step."""
-    from qcore import metrics
+    from qcore import calibration, metrics
 
     from . import tensors
 
@@ -681,7 +693,8 @@ def dynamic(spec) -> dict[str, Any]:
     y, scale, zp = qcore.dynamic_quantize_linear(x)
     x_hat = qcore.dequantize_linear(y, scale, zp)
     xf = x.astype(np.float32, copy=False)
-    m = metrics.error_metrics(xf, x_hat, y=y)
+    params = calibration.QuantParams(scale, zp, 1, 0, qcore.PER_TENSOR, "dynamic", "uint8")
+    m = metrics.error_metrics(xf, x_hat, y=y, params=params)
     codes = np.bincount(y.reshape(-1), minlength=256)
     counts, edges = metrics.histogram(xf, bins=HIST_BINS)
     with np.errstate(all="ignore"):

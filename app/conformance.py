@@ -366,35 +366,35 @@ def scalar_text(a: np.ndarray) -> str:
 
 #: The known cases (README's Semantics table), one click away.
 PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
-    "overflow": ("x/scale = 1e10 into int8", dict(
+    "overflow": ("1e10 → int8", dict(
         op=qcore.QUANTIZE, opset=21, x="1e10, -1e10, inf, -inf, 3e9, 127.5, -128.5, 2.5",
         x_type="float", scale="1", scale_type="float", zero_point="0", target="int8",
         axis=1, block_size=0, saturate=True, precision="")),
-    "nan_int": ("NaN into int8", dict(
+    "nan_int": ("NaN → int8", dict(
         op=qcore.QUANTIZE, opset=21, x="nan, -nan, 0, 1, -1", x_type="float", scale="1",
         scale_type="float", zero_point="5", target="int8", axis=1, block_size=0,
         saturate=True, precision="")),
-    "e4m3_480": ("float8e4m3fn, saturate=0, near 480", dict(
+    "e4m3_480": ("e4m3fn, saturate=0, 480", dict(
         op=qcore.QUANTIZE, opset=21, x="448, 464, 470, 479, 480, 490, 495.9, 496, 500, inf",
         x_type="float", scale="1", scale_type="float", zero_point="", target="float8e4m3fn",
         axis=1, block_size=0, saturate=False, precision="")),
-    "e5m2_61440": ("float8e5m2, saturate=0, near 61440", dict(
+    "e5m2_61440": ("e5m2, saturate=0, 61440", dict(
         op=qcore.QUANTIZE, opset=21, x="57344, 60000, 61439, 61440, 65000, 65535, 65536, inf",
         x_type="float", scale="1", scale_type="float", zero_point="", target="float8e5m2",
         axis=1, block_size=0, saturate=False, precision="")),
-    "f16_div": ("float16 division precision", dict(
+    "f16_div": ("float16 division", dict(
         op=qcore.QUANTIZE, opset=21, x="0.5, 0.9, 1.1, 1.3, 1.7, 2.1, 2.5, 2.7, 3.7, 4.5",
         x_type="float16", scale="0.2", scale_type="float16", zero_point="0", target="int8",
         axis=1, block_size=0, saturate=True, precision="")),
-    "dql_zeros": ("DynamicQuantizeLinear on zeros", dict(
+    "dql_zeros": ("Dynamic on zeros", dict(
         op=qcore.DYNAMIC, opset=11, x="0, 0, 0, 0", x_type="float", scale="1",
         scale_type="float", zero_point="", target="uint8", axis=1, block_size=0,
         saturate=True, precision="")),
-    "f8_zp": ("float8 with a non-zero zero point", dict(
+    "f8_zp": ("float8 + zero point", dict(
         op=qcore.QUANTIZE, opset=21, x="1, 2, 3, -1, 0", x_type="float", scale="1",
         scale_type="float", zero_point="1", target="float8e4m3fn", axis=1, block_size=0,
         saturate=True, precision="")),
-    "f16_inf": ("±Inf on the float16, blocked path", dict(
+    "f16_inf": ("±Inf, float16 blocked", dict(
         op=qcore.QUANTIZE, opset=21, x="inf, -inf, 1, 3e4, -inf, inf, -3e4, 2",
         x_type="float16", scale="1, 1", scale_type="float16", zero_point="1, -1",
         target="int8", axis=0, block_size=4, saturate=True, precision="")),

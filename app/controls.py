@@ -66,10 +66,12 @@ def opset_label(opset: int) -> str:
     return f"{opset}  →  {compute.version_label(qcore.QUANTIZE, opset)}"
 
 
-def granularity_panel(shape: tuple[int, ...], where=None, *, prefix: str = "") -> tuple[str, int, int]:
-    """Granularity, axis and block size widgets; returns (granularity, axis, block size)."""
+def granularity_panel(shape: tuple[int, ...], where=None, *, prefix: str = "",
+                      columns=None) -> tuple[str, int, int]:
+    """Granularity, axis and block size widgets (in three given columns, else new ones);
+    returns (granularity, axis, block size)."""
     where = where if where is not None else st
-    c1, c2, c3 = where.columns([1.4, 0.7, 1])
+    c1, c2, c3 = columns if columns is not None else where.columns([1.5, 0.7, 0.9])
     gran = widgets.select("Granularity", qcore.GRANULARITIES, prefix + "gran", qcore.PER_TENSOR,
                           where=c1, kind="segmented", format_func=GRANULARITY_LABELS.get,
                           help="One scale for the whole tensor, one per slice along an axis, "
@@ -85,59 +87,62 @@ def granularity_panel(shape: tuple[int, ...], where=None, *, prefix: str = "") -
                            help=f"Consecutive elements along axis {axis} that share a scale "
                                 f"(1…{dim}); the last block is short when {dim} is not a "
                                 f"multiple.")
+    return gran, int(axis), int(block)
+
+
+def granularity_caption(shape: tuple[int, ...], gran: str, axis: int, block: int) -> str:
+    """One line saying how many scales the granularity makes (and the valid block sizes)."""
+    dim = int(shape[axis]) if shape else 1
     if gran == qcore.BLOCKED:
         nblocks = -(-dim // block)
         lo, hi = qcore.block_size_range(dim, nblocks)
         short = dim - (nblocks - 1) * block
-        where.caption(f"{nblocks:,} block(s) of {block} along axis {axis} (length {dim})"
-                      + (f", the last one {short} long" if short != block else "")
-                      + f". For {nblocks:,} scales the spec accepts block sizes "
-                      + (f"{lo}…{hi}." if hi is not None else f"≥ {lo}."))
-    elif gran == qcore.PER_AXIS:
-        where.caption(f"{dim:,} scales, one per index of axis {axis}.")
-    return gran, int(axis), int(block)
+        return (f"{nblocks:,} block(s) of {block} along axis {axis} (length {dim})"
+                + (f", the last one {short} long" if short != block else "")
+                + f"; for {nblocks:,} scales the spec accepts block sizes "
+                + (f"{lo}…{hi}." if hi is not None else f"≥ {lo}."))
+    if gran == qcore.PER_AXIS:
+        return f"{dim:,} scales, one per index of axis {axis}."
+    return "One scale for the whole tensor."
 
 
 def panel(shape: tuple[int, ...], *, show_opset: bool = True, show_target: bool = True,
           show_precision: bool = True, prefix: str = "") -> QuantConfig:
     """The full settings panel (in a bordered container); returns the chosen configuration."""
     box = st.container(border=True)
-    c1, c2, c3 = box.columns([1.2, 1.2, 1.6])
-    opset = qcore.LATEST_OPSET
+    first = box.columns([1.1] * show_opset + [1.1] * show_target + [1.5, 1.0])
+    opset, target = qcore.LATEST_OPSET, "int8"
     if show_opset:
         opset = widgets.select("Opset", list(compute.OPSETS), prefix + "opset",
-                               qcore.LATEST_OPSET, where=c1, format_func=opset_label,
+                               qcore.LATEST_OPSET, where=first[0], format_func=opset_label,
                                help="The ONNX opset of the model; it picks the operator version "
                                     "(opset 22 → QuantizeLinear-21).")
-    target = "int8"
     if show_target:
         target = widgets.select("Target type", list(compute.TARGETS), prefix + "target", "int8",
-                                where=c2, format_func=target_label,
+                                where=first[int(show_opset)], format_func=target_label,
                                 help="The element type y is stored in.")
-    with c3:
-        gran, axis, block = granularity_panel(shape, prefix=prefix)
-    d1, d2, d3, d4 = box.columns([1.6, 1.0, 1.0, 0.8])
     method = widgets.select("Scale and zero point", list(calibration.METHODS), prefix + "method",
-                            "minmax", where=d1, format_func=METHOD_LABELS.get,
+                            "minmax", where=first[-2], format_func=METHOD_LABELS.get,
                             help="How the scale (and zero point) are chosen from the tensor.")
     scale_dtype = widgets.select("Scale type", list(calibration.SCALE_DTYPES),
-                                 prefix + "stype", "float", where=d2,
+                                 prefix + "stype", "float", where=first[-1],
                                  format_func=SCALE_LABELS.get, disabled=method == "mx",
                                  help="The element type the scale is stored in; float8e8m0 "
                                       "holds powers of two only (MX). From opset 19 to 22 the "
                                       "scale must have x's type.")
+    second = box.columns([1.5, 0.6, 0.8] + [1.1] * show_precision + [0.7],
+                         vertical_alignment="bottom")
+    gran, axis, block = granularity_panel(shape, prefix=prefix, columns=second[:3])
     precision = ""
     if show_precision:
         precision = widgets.select("Division precision", list(PRECISIONS), prefix + "prec", "",
-                                   where=d3, format_func=PRECISION_LABELS.get,
+                                   where=second[3], format_func=PRECISION_LABELS.get,
                                    help="The type x / scale is computed in (the `precision` "
                                         "attribute, QuantizeLinear-23+).")
-    with d4:
-        st.write("")
+    with second[-1]:
         saturate = widgets.toggle("Saturate", prefix + "sat", True,
                                   help="float8 only: overflow becomes ±max (on) or NaN/Inf "
                                        "(off). Integers always saturate; float4/6 too.")
-    box.caption(calibration.describe(method))
     percentile, mscale, mzp = 99.9, 0.01, 0.0
     if method == "percentile":
         percentile = widgets.slider("Percentile of |x| mapped to the largest code",
@@ -149,6 +154,8 @@ def panel(shape: tuple[int, ...], *, show_opset: bool = True, show_target: bool 
                                 max_value=1e30, where=m1, fmt="%.6g", step=None)
         mzp = widgets.number("Zero point", prefix + "mzp", 0.0, min_value=-1e6, max_value=1e6,
                              where=m2, fmt="%g", step=1.0)
+    box.caption(f"{calibration.describe(method)}  \n"
+                f"{granularity_caption(shape, gran, axis, block)}")
     return QuantConfig(int(opset), target, gran, axis, block, method, float(percentile),
                        scale_dtype, float(mscale), float(mzp), bool(saturate), precision)
 

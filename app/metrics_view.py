@@ -45,7 +45,7 @@ def fmt_metric(key: str, value: Any) -> str:
         return f"{value:.3f}"
     if key == "mean_rel_error":
         return f"{100 * value:.3g} %"
-    return f"{value:.4g}"
+    return compute.short_num(value)
 
 
 def metric_grid(m: dict[str, Any], *, per_row: int = 5) -> None:

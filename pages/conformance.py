@@ -37,7 +37,9 @@ for i, (key, (label, _)) in enumerate(conformance.PRESETS.items()):
 box = st.container(border=True)
 a1, a2, a3 = box.columns([1.6, 1, 1])
 d = conformance.Node()
-op = widgets.select("Operator", OPS, "k_op", d.op, where=a1, kind="segmented")
+op = widgets.select("Operator", OPS, "k_op", d.op, where=a1, kind="segmented",
+                    format_func=lambda o: o.removesuffix("Linear").replace("Quantize", " Quantize")
+                    .strip())
 opset = widgets.select("Opset", list(compute.OPSETS), "k_opset", d.opset, where=a2,
                        format_func=lambda o: f"{o} → {compute.version_label(op, o)}"
                        if o >= (11 if op == qcore.DYNAMIC else 10) else str(o))

@@ -19,13 +19,15 @@ explain.intro(explain.DYNAMIC_INTRO, explain.DYNAMIC_EXACT)
 res = errors.require(compute.dynamic, spec, what="DynamicQuantizeLinear")
 st.subheader("Step by step", divider="gray")
 c = st.columns(5)
-c[0].metric("1 · min(x)", f"{res['min']:.6g}", border=True,
+c[0].metric("1 · min(x)", compute.short_num(res["min"], 4), border=True,
             help="The smallest finite value of x.")
-c[1].metric("2 · max(x)", f"{res['max']:.6g}", border=True)
-c[2].metric("3 · range with 0", f"[{res['wmin']:.4g}, {res['wmax']:.4g}]", border=True,
-            help="min(0, min x) and max(0, max x): zero must be representable exactly.")
-c[3].metric("4 · scale", f"{res['scale']:.6g}", border=True,
-            help="(max − min) / 255, in float32.")
+c[1].metric("2 · max(x)", compute.short_num(res["max"], 4), border=True,
+            help="The largest finite value of x.")
+c[2].metric("3 · range with 0", compute.short_num(res["wmax"] - res["wmin"], 4), border=True,
+            help="Width of [min(0, min x), max(0, max x)]: the range is widened so that zero "
+                 "is represented exactly.")
+c[3].metric("4 · scale", compute.short_num(res["scale"], 4), border=True,
+            help=f"(max − min) / 255 in float32 = {res['scale']:.9g}.")
 c[4].metric("5 · zero point", f"{res['zero_point']}", border=True,
             help="round(clip(−min / scale, 0, 255)), half to even.")
 with np.errstate(all="ignore"):

@@ -24,16 +24,19 @@ c = st.columns(6)
 c[0].metric("Bits", fmt.bits, border=True)
 c[1].metric("Distinct values", f"{fmt.levels:,}", border=True,
             help="Finite values, zero counted once.")
-c[2].metric("Largest", compute.fmt_value(fmt.max), border=True)
-c[3].metric("Smallest", compute.fmt_value(fmt.min), border=True)
+c[2].metric("Largest", compute.short_num(fmt.max, 4), border=True)
+c[3].metric("Smallest", compute.short_num(fmt.min, 4), border=True)
 if fmt.is_integer:
     c[4].metric("Step", "1", border=True, help="Integers are evenly spaced.")
     c[5].metric("Zero", "exact", border=True)
 else:
-    c[4].metric("Smallest normal", compute.fmt_value(fmt.min_normal), border=True)
-    c[5].metric("Smallest subnormal" if fmt.mbits else "Smallest",
-                compute.fmt_value(fmt.min_positive), border=True,
-                help=f"Dynamic range: {math.log2(fmt.max / fmt.min_positive):.1f} binades.")
+    c[4].metric("Min normal", compute.short_num(fmt.min_normal), border=True,
+                help=f"Smallest positive normal value: {fmt.min_normal!r} = "
+                     f"2^{int(math.log2(fmt.min_normal))}.")
+    c[5].metric("Min subnormal" if fmt.mbits else "Min positive",
+                compute.short_num(fmt.min_positive), border=True,
+                help=f"{fmt.min_positive!r} = 2^{int(math.log2(fmt.min_positive))}. Dynamic "
+                     f"range: {math.log2(fmt.max / fmt.min_positive):.1f} binades.")
 
 if fmt.bits <= 8:
     codes = errors.require(compute.format_codes, name)
@@ -70,7 +73,8 @@ else:
     def _mark(row):  # highlight rows where saturate matters
         return ["background-color: #FFF4E6" if diff.iloc[row.name] else "" for _ in row]
 
-    st.dataframe(specials.style.apply(_mark, axis=1), hide_index=True)
+    st.dataframe(specials.style.apply(_mark, axis=1), hide_index=True,
+                 height=36 * (len(specials) + 1) + 3)
     if not diff.any():
         st.caption("`saturate` makes no difference here: integers always saturate, and "
                    "float4/float6 have no Inf or NaN to overflow to.")

@@ -18,9 +18,12 @@ for op, tab in zip(OPS, tabs):
         table = compute.version_table(op)
         if op == qcore.DYNAMIC:
             table = table.drop(columns=["output types", "per-axis", "blocked"])
-        st.dataframe(table, hide_index=True, column_config={
-            "per-axis": st.column_config.CheckboxColumn("per-axis"),
-            "blocked": st.column_config.CheckboxColumn("blocked")})
+        else:
+            for col in ("per-axis", "blocked"):
+                table[col] = table[col].map({True: "✓", False: "—"})
+        if op == qcore.QUANTIZE:
+            table = table.drop(columns=["output types"])
+        st.table(table.set_index("version"))
         if op != qcore.DYNAMIC:
             c1, c2 = st.columns([3, 2])
             with c1:
@@ -52,11 +55,10 @@ if op == qcore.QUANTIZE:
 else:
     out_type = widgets.select("output_dtype", ["", "float", "float16", "bfloat16"], "v_out", "",
                               where=a4, format_func=lambda t: t or "not set (scale's type)")
-b1, b2, b3 = box.columns([1, 1, 2.4])
-rows = widgets.number("x rows", "v_rows", 64, min_value=1, max_value=1 << 20, where=b1)
-cols = widgets.number("x columns", "v_cols", 256, min_value=1, max_value=1 << 20, where=b2)
-with b3:
-    gran, axis, block = controls.granularity_panel((rows, cols), prefix="v_")
+b = box.columns([0.9, 0.9, 1.5, 0.6, 0.8])
+rows = widgets.number("x rows", "v_rows", 64, min_value=1, max_value=1 << 20, where=b[0])
+cols = widgets.number("x columns", "v_cols", 256, min_value=1, max_value=1 << 20, where=b[1])
+gran, axis, block = controls.granularity_panel((rows, cols), prefix="v_", columns=b[2:])
 shape = (int(rows), int(cols))
 sshape = compute.scale_shape(shape, gran, axis, block)
 if op == qcore.QUANTIZE:
@@ -95,11 +97,11 @@ else:
     st.error("Valid at no version.", icon=":material/block:")
 
 
-def _row_style(row):
-    color = "#EBFBEE" if row["valid"] else "#FFF5F5"
-    return [f"background-color: {color}"] * len(row)
-
-
-st.dataframe(result.style.apply(_row_style, axis=1), hide_index=True, column_config={
-    "valid": st.column_config.CheckboxColumn("valid"),
-    "what qcore says": st.column_config.TextColumn("what qcore says", width="large")})
+for rec in result.to_dict("records"):
+    c1, c2 = st.columns([1.3, 5], vertical_alignment="center")
+    mark = ":green[**✓ valid**]" if rec["valid"] else ":red[**✗ invalid**]"
+    c1.markdown(f"**{rec['version']}**  \n{mark} · opsets {rec['opsets']}")
+    if rec["valid"]:
+        c2.success(rec["what qcore says"], icon=":material/check:")
+    else:
+        c2.error(rec["what qcore says"], icon=":material/close:")

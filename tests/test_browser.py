@@ -169,7 +169,7 @@ def test_settings_travel_in_the_url(server, browser):
         wait_idle(page)
         box = page.locator('[data-testid="stSelectbox"]', has_text="Target type")
         assert box.locator("input").input_value().startswith("float8e4m3fn")
-        caption = page.locator('[data-testid="stCaptionContainer"]').first.inner_text()
+        caption = page.locator('[data-testid="stMain"] [data-testid="stCaptionContainer"]').first.inner_text()
         assert "256" in caption and "512" in caption, caption
     finally:
         page.close()
