@@ -95,7 +95,7 @@ def resolve_layout(ov: OpVersion, x_shape: tuple[int, ...], scale_shape: tuple[i
     scale_size = int(np.prod(scale_shape, dtype=np.int64))
     if scale_size == 1 and (block_size == 0 or len(scale_shape) <= 1):
         return Layout(PER_TENSOR, None, max(n, 1), 1, n, 1, 1, 1, 1)
-    if scale_size == 0:
+    if scale_size == 0 and n > 0:  # an empty x along the axis has no scales: that is valid
         raise QuantizationError(f"{ov.label}: {scale_name} is empty; it needs at least one value")
     if block_size == 0:
         if len(scale_shape) != 1:

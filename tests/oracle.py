@@ -18,6 +18,8 @@ Arithmetic facts the oracle relies on (each one rounding, to nearest even):
 
 from __future__ import annotations
 
+from functools import cache
+
 import ml_dtypes
 import numpy as np
 
@@ -71,6 +73,7 @@ def name_of(dtype) -> str:
     return NAMES[np.dtype(dtype)]
 
 
+@cache
 def finfo_max(name: str) -> float:
     return float(ml_dtypes.finfo(DTYPES[name]).max)
 
