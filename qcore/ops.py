@@ -66,6 +66,13 @@ def _format(ov: OpVersion, spec: Any, argument: str) -> Format:
         raise QuantizationError(f"{ov.label}: {exc}") from None
 
 
+def _native(arr):
+    """A byte-swapped (e.g. big-endian '>f4') array as the same values in native byte order."""
+    if isinstance(arr, np.ndarray) and not arr.dtype.isnative:
+        return arr.astype(arr.dtype.newbyteorder("="))
+    return arr
+
+
 def _as_array(value: Any, argument: str, ov: OpVersion, integer_dtype=None) -> np.ndarray:
     """NumPy array from an array, list or scalar; Python floats become float32.
 
@@ -91,6 +98,7 @@ def _as_array(value: Any, argument: str, ov: OpVersion, integer_dtype=None) -> n
             arr = _cast_integers(arr, integer_dtype, argument, ov)
         elif arr.dtype.kind in "iu":
             arr = arr.astype(np.int32)
+    arr = _native(arr)
     if arr.dtype == np.float64:
         raise QuantizationError(
             f"{ov.label}: {argument} is float64, which ONNX quantization operators do not accept; "
@@ -253,6 +261,7 @@ def quantize_linear(x: Any, y_scale: Any, y_zero_point: Any = None, *, axis: int
                                      integer_dtype=_format(ov, target_hint, "output_dtype").dtype)
             if get_format(target_hint).kind == FLOAT:
                 y_zero_point = y_zero_point.astype(get_format(target_hint).dtype)
+        y_zero_point = _native(np.asarray(y_zero_point))
         zp_dtype = y_zero_point.dtype
     plan = plan_quantize(x.dtype, x.shape, y_scale.dtype, y_scale.shape, zp_dtype,
                          None if y_zero_point is None else y_zero_point.shape, axis=axis,
@@ -376,6 +385,8 @@ def dequantize_linear(x: Any, x_scale: Any, x_zero_point: Any = None, *, axis: i
     x_scale = _as_array(x_scale, "x_scale", ov)
     if x_zero_point is not None and not isinstance(x_zero_point, (np.ndarray, np.generic)):
         x_zero_point = _as_array(x_zero_point, "x_zero_point", ov, integer_dtype=x.dtype)
+    elif x_zero_point is not None:
+        x_zero_point = _native(np.asarray(x_zero_point))
     plan = plan_dequantize(x.dtype, x.shape, x_scale.dtype, x_scale.shape,
                            None if x_zero_point is None else x_zero_point.dtype,
                            None if x_zero_point is None else x_zero_point.shape, axis=axis,

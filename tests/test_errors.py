@@ -388,3 +388,21 @@ def test_python_scalars_and_lists():
                       reference("QuantizeLinear", 21, np.array([[1, 2], [3, 4]], np.float32),
                                 np.array([0.5, 0.25], np.float32), np.array([1, 2], np.uint8),
                                 axis=1))
+
+
+def test_byte_swapped_arrays():
+    # big-endian float32/int16 (e.g. from a file written elsewhere) are the same values
+    x = np.array([1.0, 2.5, -3.25, 1e3], np.float32)
+    scale, zp = np.float32(0.5), np.int16(-3)
+    expected = _q_both(x, scale, zp)
+    got = qcore.quantize_linear(x.astype(">f4"), np.array(scale, ">f4"),
+                                np.array(zp, ">i2"), opset=21)
+    assert_bits_equal(got, expected)
+    q = np.array([-7, 0, 300, -32768], np.int16)
+    expected = _dq_both(q, np.float32(0.25), np.int16(5))
+    got = qcore.dequantize_linear(q.astype(">i2"), np.array(0.25, ">f4"), np.array(5, ">i2"),
+                                  opset=21)
+    assert_bits_equal(got, expected)
+    ints = np.array([2**24 + 1, -5], np.int32)
+    assert_bits_equal(qcore.dequantize_linear(ints.astype(">i4"), 0.5, opset=21),
+                      _dq_both(ints, np.float32(0.5)))
