@@ -49,18 +49,10 @@ def bits(a) -> np.ndarray:
     return a.view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize])
 
 
-def _is_nan(a: np.ndarray) -> np.ndarray:
-    if a.dtype.kind in "iub":
-        return np.zeros(a.shape, bool)
-    with np.errstate(all="ignore"):
-        return np.isnan(a.astype(np.float32))
-
-
-def assert_bits_equal(got, expected, *, where=None, nan_sign_only=False, context=""):
+def assert_bits_equal(got, expected, *, where=None, context=""):
     """Bit-for-bit equality of dtype, shape and every element (or those selected by `where`).
 
-    nan_sign_only: NaNs of a float output compare equal when both are NaN with the same sign
-    (the payload is not part of any decision).
+    NaNs are compared by their bits too (sign and payload): qcore matches the reference there.
     """
     got = np.asarray(got)
     expected = np.asarray(expected)
@@ -68,11 +60,6 @@ def assert_bits_equal(got, expected, *, where=None, nan_sign_only=False, context
     assert got.shape == expected.shape, f"{context}: shape {got.shape} != {expected.shape}"
     gb, eb = bits(got).reshape(-1), bits(expected).reshape(-1)
     diff = gb != eb
-    if nan_sign_only:
-        sign = np.uint64(1) << np.uint64(8 * got.dtype.itemsize - 1)
-        gn, en = _is_nan(got).reshape(-1), _is_nan(expected).reshape(-1)
-        same_sign = (gb.astype(np.uint64) & sign) == (eb.astype(np.uint64) & sign)
-        diff &= ~(gn & en & same_sign)
     if where is not None:
         diff &= np.broadcast_to(where, got.shape).reshape(-1)
     if diff.any():
