@@ -35,69 +35,85 @@ D_XKIND, D_OKIND = 0, 1
 DX_NUMERIC, DX_TABLE, DX_I32 = 0, 1, 2
 
 F16_MAX_CODE = 0x7BFF
+# How a run of elements finds its scales (see _next_segment)
+SEG_ONE, SEG_SLICE, SEG_BLOCKS = 0, 1, 2
+#: Blocks at least this long along the last axis are processed one block (one scale) at a time.
+LONG_BLOCK = 256
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def _fill_params(i0, n, lp, s, z, sc, zc):
-    """Gather the scale and zero point of elements i0..i0+n through the index map."""
+def _locate(i0, lp):
+    """(p, d, q) coordinates of flat element i0 in the (pre, dim, post) view."""
+    plane = lp[L_DIM] * lp[L_POST]
+    p = i0 // plane
+    r = i0 - p * plane
+    d = r // lp[L_POST]
+    return p, d, r - d * lp[L_POST]
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _expand_blocks(s, z, index, d0, run, block, sc, zc):
+    """sc[t], zc[t] = scale and zero point of element d0 + t of a row with short blocks."""
+    t = 0
+    while t < run:
+        blk = (d0 + t) // block
+        end = min(run, (blk + 1) * block - d0)
+        sv = s[index + blk]
+        zv = z[index + blk]
+        for u in range(t, end):
+            sc[u] = sv
+            zc[u] = zv
+        t = end
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _next_segment(p, d, q, remaining, lp):
+    """The next run of elements, starting at (p, d, q), that reads its scales simply.
+
+    Returns (run, scale_index, mode, p, d, q): the `run` elements use the single scale at
+    `scale_index` (SEG_ONE), the contiguous scales from `scale_index` (SEG_SLICE), or, for short
+    blocks along the last axis, scale `scale_index + (d + t) // block` (SEG_BLOCKS); (p, d, q) is
+    advanced past the run. This walk is the layout's index map, run by run.
+    """
     dim = lp[L_DIM]
     post = lp[L_POST]
     block = lp[L_BLOCK]
     sblocks = lp[L_SBLOCKS]
     spost = lp[L_SPOST]
     spre_step = 1 if lp[L_SPRE] > 1 else 0
-    plane = dim * post
-    p = i0 // plane
-    r = i0 - p * plane
-    d = r // post
-    q = r - d * post
-    j = 0
-    if post == 1:
-        while j < n:
-            run = min(dim - d, n - j)
-            base = p * spre_step * sblocks
-            if block == 1:
-                for k in range(run):
-                    sc[j + k] = s[base + d + k]
-                    zc[j + k] = z[base + d + k]
-            else:
-                k = 0
-                while k < run:
-                    blk = (d + k) // block
-                    end = min(run, (blk + 1) * block - d)
-                    sv = s[base + blk]
-                    zv = z[base + blk]
-                    for t in range(k, end):
-                        sc[j + t] = sv
-                        zc[j + t] = zv
-                    k = end
-            j += run
-            d += run
+    if post == 1:  # the axis is the last one: scales change along d
+        base = p * spre_step * sblocks
+        if block == 1:
+            run = min(dim - d, remaining)
+            index = base + d
+            mode = SEG_SLICE
+        elif block >= LONG_BLOCK:
+            blk = d // block
+            run = min(min((blk + 1) * block, dim) - d, remaining)
+            index = base + blk
+            mode = SEG_ONE
+        else:  # short blocks: the caller expands the block scales over the whole run
+            run = min(dim - d, remaining)
+            index = base
+            mode = SEG_BLOCKS
+        d += run
+        if d == dim:
+            d = 0
+            p += 1
+    else:  # a row of `post` contiguous elements shares d
+        run = min(post - q, remaining)
+        index = (p * spre_step * sblocks + d // block) * spost
+        mode = SEG_ONE if spost == 1 else SEG_SLICE
+        if mode == SEG_SLICE:
+            index += q
+        q += run
+        if q == post:
+            q = 0
+            d += 1
             if d == dim:
                 d = 0
                 p += 1
-    else:
-        while j < n:
-            run = min(post - q, n - j)
-            sbase = (p * spre_step * sblocks + d // block) * spost
-            if spost > 1:
-                for k in range(run):
-                    sc[j + k] = s[sbase + q + k]
-                    zc[j + k] = z[sbase + q + k]
-            else:
-                sv = s[sbase]
-                zv = z[sbase]
-                for k in range(run):
-                    sc[j + k] = sv
-                    zc[j + k] = zv
-            j += run
-            q += run
-            if q == post:
-                q = 0
-                d += 1
-                if d == dim:
-                    d = 0
-                    p += 1
+    return run, index, mode, p, d, q
 
 
 _JIT = {"cache": True, "nogil": True, "error_model": "numpy"}
@@ -181,11 +197,11 @@ def _int_code(q, z, lo, hi, mask):
 
 
 @njit(**_JIT)
-def _quantize_segment(xs, ys, sv, zv, sstride, qp, tab16):
-    """Quantize xs into ys; scale/zero point sv[j*sstride], zv[j*sstride] (sstride 0 or 1).
+def _quantize_segment(xs, ys, sv, zv, one_scale, qp, tab16):
+    """Quantize xs into ys with one scale (sv[0], zv[0]) or one per element (sv[j], zv[j]).
 
-    The common configurations get their own loops (so LLVM vectorises them); the rest share a
-    generic loop. Every loop computes the same thing through the same inlined helpers.
+    The common configurations get their own loops so that LLVM vectorises them; the rest share
+    a generic loop. Every loop computes the same thing through the same inlined helpers.
     """
     n = xs.size
     xkind = qp[Q_XKIND]
@@ -201,47 +217,67 @@ def _quantize_segment(xs, ys, sv, zv, sstride, qp, tab16):
     has_inf = qp[Q_HASINF] == 1
     ns = qp[Q_NANSTYLE]
     sat = qp[Q_SATURATE] == 1
+    s0 = sv[0]
+    z0 = np.int64(zv[0])
     if tkind == 0 and pkind == P_F32 and xkind == X_F32:
+        if one_scale:
+            for j in range(n):
+                ys[j] = _int_code(np.float32(xs[j]) / s0, z0, lo, hi, mask)
+        else:
+            for j in range(n):
+                ys[j] = _int_code(np.float32(xs[j]) / sv[j], np.int64(zv[j]), lo, hi, mask)
+    elif tkind == 1 and pkind == P_F32 and xkind == X_F32:
+        # x/scale + zp; without a zero point add -0.0, the identity that keeps -0 as -0
+        has_zp = qp[Q_HASZP] == 1
+        if one_scale:
+            za = np.float32(zv[0]) if has_zp else np.float32(-0.0)
+            for j in range(n):
+                q = np.float32(xs[j]) / s0 + za
+                ys[j] = encode_f32_bits(f32_as_u32(q), eb, mb, bias, mc, has_inf, ns, sat)
+        else:
+            for j in range(n):
+                za = np.float32(zv[j]) if has_zp else np.float32(-0.0)
+                q = np.float32(xs[j]) / sv[j] + za
+                ys[j] = encode_f32_bits(f32_as_u32(q), eb, mb, bias, mc, has_inf, ns, sat)
+    elif one_scale and tkind == 0 and pkind == P_F16 and xkind == X_F16:
         for j in range(n):
-            ys[j] = _int_code(np.float32(xs[j]) / sv[j * sstride], np.int64(zv[j * sstride]),
-                              lo, hi, mask)
-    elif tkind == 1 and pkind == P_F32 and xkind == X_F32 and qp[Q_HASZP] == 0:
-        for j in range(n):
-            ys[j] = encode_f32_bits(f32_as_u32(np.float32(xs[j]) / sv[j * sstride]), eb, mb,
-                                    bias, mc, has_inf, ns, sat)
-    elif tkind == 0 and pkind == P_F16 and xkind == X_F16:
-        for j in range(n):
-            q = round_to_precision(f16_to_f32(xs[j]) / sv[j * sstride], P_F16, tab16)
-            ys[j] = _int_code(q, np.int64(zv[j * sstride]), lo, hi, mask)
-    elif tkind == 0 and pkind == P_BF16 and xkind == X_BF16:
+            q = round_to_precision(f16_to_f32(xs[j]) / s0, P_F16, tab16)
+            ys[j] = _int_code(q, z0, lo, hi, mask)
+    elif one_scale and tkind == 0 and pkind == P_BF16 and xkind == X_BF16:
         for j in range(n):
             v = u32_as_f32(np.uint32(xs[j]) << np.uint32(16))
-            q = round_to_precision(v / sv[j * sstride], P_BF16, tab16)
-            ys[j] = _int_code(q, np.int64(zv[j * sstride]), lo, hi, mask)
-    elif tkind == 1 and pkind == P_F16 and xkind == X_F16 and qp[Q_HASZP] == 0:
-        for j in range(n):
-            q = round_to_precision(f16_to_f32(xs[j]) / sv[j * sstride], P_F16, tab16)
-            ys[j] = encode_f32_bits(f32_as_u32(q), eb, mb, bias, mc, has_inf, ns, sat)
+            ys[j] = _int_code(round_to_precision(v / s0, P_BF16, tab16), z0, lo, hi, mask)
     else:
+        step = 0 if one_scale else 1
         for j in range(n):
-            q = load_x(xs[j], xkind, pkind, tab16) / sv[j * sstride]
+            q = load_x(xs[j], xkind, pkind, tab16) / sv[j * step]
             q = round_to_precision(q, pkind, tab16)
-            ys[j] = quantize_value(q, zv[j * sstride], qp, tab16)
+            ys[j] = quantize_value(q, zv[j * step], qp, tab16)
 
 
 @njit(**_JIT)
 def _quantize_chunk(c, x, s, z, y, lp, qp, tab16):
     i0 = c * CHUNK
     n = min(CHUNK, x.size - i0)
-    xs = x[i0:i0 + n]
-    ys = y[i0:i0 + n]
     if lp[L_UNIFORM] == 1:
-        _quantize_segment(xs, ys, s, z, 0, qp, tab16)
-    else:
-        sc = np.empty(n, np.float32)
-        zc = np.empty(n, np.float64)
-        _fill_params(i0, n, lp, s, z, sc, zc)
-        _quantize_segment(xs, ys, sc, zc, 1, qp, tab16)
+        _quantize_segment(x[i0:i0 + n], y[i0:i0 + n], s, z, True, qp, tab16)
+        return
+    p, d, q = _locate(i0, lp)
+    short_blocks = lp[L_POST] == 1 and 1 < lp[L_BLOCK] < LONG_BLOCK
+    sc = np.empty(n if short_blocks else 0, np.float32)
+    zc = np.empty(n if short_blocks else 0, np.float64)
+    j = 0
+    while j < n:
+        d0 = d
+        run, k, mode, p, d, q = _next_segment(p, d, q, n - j, lp)
+        xs = x[i0 + j:i0 + j + run]
+        ys = y[i0 + j:i0 + j + run]
+        if mode == SEG_BLOCKS:
+            _expand_blocks(s, z, k, d0, run, lp[L_BLOCK], sc, zc)
+            _quantize_segment(xs, ys, sc[:run], zc[:run], False, qp, tab16)
+        else:
+            _quantize_segment(xs, ys, s[k:k + run], z[k:k + run], mode == SEG_ONE, qp, tab16)
+        j += run
 
 
 def _quantize_driver(x, s, z, y, lp, qp, tab16):
@@ -276,34 +312,52 @@ def _half_bits(v, okind):
 
 
 @njit(**_JIT)
-def _dequantize_chunk(c, x, s, z, y, lp, dp, tab):
-    i0 = c * CHUNK
-    n = min(CHUNK, x.size - i0)
-    xs = x[i0:i0 + n]
-    ys = y[i0:i0 + n]
+def _dequantize_segment(xs, ys, sv, zv, one_scale, dp, tab):
     xkind = dp[D_XKIND]
     okind = dp[D_OKIND]
-    if lp[L_UNIFORM] == 1 and xs.itemsize == 1:
+    n = xs.size
+    if one_scale and xs.itemsize == 1 and n >= 1024:
         # one scale and one zero point: every byte has one result, look it up
         out = np.empty(256, ys.dtype)
         every = np.arange(256).astype(np.uint8).view(xs.dtype)  # each byte as x's type
         for code in range(256):
-            out[code] = dequantize_value(every[code], z[0], s[0], xkind, okind, tab)
+            out[code] = dequantize_value(every[code], zv[0], sv[0], xkind, okind, tab)
         codes = xs.view(np.uint8)
         for j in range(n):
             ys[j] = out[codes[j]]
-        return
-    if lp[L_UNIFORM] == 1:
-        s0 = s[0]
-        z0 = z[0]
+    elif one_scale:
+        s0 = sv[0]
+        z0 = zv[0]
         for j in range(n):
             ys[j] = dequantize_value(xs[j], z0, s0, xkind, okind, tab)
+    else:
+        for j in range(n):
+            ys[j] = dequantize_value(xs[j], zv[j], sv[j], xkind, okind, tab)
+
+
+@njit(**_JIT)
+def _dequantize_chunk(c, x, s, z, y, lp, dp, tab):
+    i0 = c * CHUNK
+    n = min(CHUNK, x.size - i0)
+    if lp[L_UNIFORM] == 1:
+        _dequantize_segment(x[i0:i0 + n], y[i0:i0 + n], s, z, True, dp, tab)
         return
-    sc = np.empty(n, np.float32)
-    zc = np.empty(n, np.float64)
-    _fill_params(i0, n, lp, s, z, sc, zc)
-    for j in range(n):
-        ys[j] = dequantize_value(xs[j], zc[j], sc[j], xkind, okind, tab)
+    p, d, q = _locate(i0, lp)
+    short_blocks = lp[L_POST] == 1 and 1 < lp[L_BLOCK] < LONG_BLOCK
+    sc = np.empty(n if short_blocks else 0, np.float32)
+    zc = np.empty(n if short_blocks else 0, np.float64)
+    j = 0
+    while j < n:
+        d0 = d
+        run, k, mode, p, d, q = _next_segment(p, d, q, n - j, lp)
+        xs = x[i0 + j:i0 + j + run]
+        ys = y[i0 + j:i0 + j + run]
+        if mode == SEG_BLOCKS:
+            _expand_blocks(s, z, k, d0, run, lp[L_BLOCK], sc, zc)
+            _dequantize_segment(xs, ys, sc[:run], zc[:run], False, dp, tab)
+        else:
+            _dequantize_segment(xs, ys, s[k:k + run], z[k:k + run], mode == SEG_ONE, dp, tab)
+        j += run
 
 
 def _dequantize_driver(x, s, z, y, lp, dp, tab):
@@ -313,7 +367,7 @@ def _dequantize_driver(x, s, z, y, lp, dp, tab):
 
 
 def _minmax_driver(x, xkind, tab16, out):
-    """Per-chunk min and max of x (float32 / float16 bits / bfloat16 bits); out[c] = (min, max, bad)."""
+    """Per-chunk min, max and NaN/Inf count of float32 x: out[c] = (min, max, bad)."""
     nchunks = (x.size + CHUNK - 1) // CHUNK
     for c in prange(nchunks):
         i0 = c * CHUNK
@@ -323,11 +377,10 @@ def _minmax_driver(x, xkind, tab16, out):
         hi = np.float32(-np.inf)
         bad = 0
         for j in range(n):
-            v = load_x(xs[j], xkind, P_F32, tab16)
-            if v != v or v == np.inf or v == -np.inf:
-                bad += 1
-            lo = min(lo, v)
-            hi = max(hi, v)
+            v = np.float32(xs[j])
+            bad += (v - v) != 0  # NaN or +-Inf
+            lo = v if v < lo else lo
+            hi = v if v > hi else hi
         out[c, 0] = lo
         out[c, 1] = hi
         out[c, 2] = bad

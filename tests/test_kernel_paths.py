@@ -1,0 +1,94 @@
+"""Every path through the CPU kernels' index-map walk, against the onnx reference evaluator.
+
+The walk (qcore.kernels.cpu._next_segment) splits each chunk into runs with one scale, a slice
+of scales (per-axis on the last axis) or expanded short blocks; long blocks (>= LONG_BLOCK) are
+processed one block at a time. These tests cross chunk boundaries, both serial and parallel.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import qcore
+from qcore.kernels import cpu
+
+onnx = pytest.importorskip("onnx")
+from onnx import helper  # noqa: E402
+from onnx.reference import ReferenceEvaluator  # noqa: E402
+
+LONG = cpu.LONG_BLOCK
+
+
+def reference(op, inputs, **attrs):
+    names = ["x", "s", "z"][: len(inputs)]
+    node = helper.make_node(op, names, ["y"], **attrs)
+    graph = helper.make_graph(
+        [node], "g",
+        [helper.make_tensor_value_info(n, onnx.helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+         for n, a in zip(names, inputs)],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.UNDEFINED, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    return ReferenceEvaluator(model).run(None, dict(zip(names, inputs)))[0]
+
+
+def case(shape, axis, block, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal(shape) * 4).astype(np.float32)
+    if block:
+        sshape = list(shape)
+        sshape[axis] = -(-shape[axis] // block)
+    else:
+        sshape = [shape[axis]]
+    s = rng.uniform(0.01, 0.2, sshape).astype(np.float32)
+    z = rng.integers(-3, 4, sshape).astype(dtype) if dtype == np.int8 else np.zeros(
+        sshape, dtype)
+    return x, s, z
+
+
+SHAPES = [
+    ((3, 5000), 1, 0),        # per-axis, last axis: scale slices across chunk boundaries
+    ((3, 5000), 0, 0),        # per-axis, first axis: one scale per row
+    ((3, 5000), 1, 2),        # short blocks, expanded
+    ((3, 5000), 1, 32),
+    ((3, 5000), 1, LONG - 1),
+    ((3, 5000), 1, LONG),     # long blocks, one at a time
+    ((3, 5000), 1, 300),
+    ((700, 30), 0, 32),       # blocked on the first axis: scale slices along rows
+    ((2, 96, 70), 1, 7),      # a middle axis
+    ((200, 700), 1, 64),      # 140000 elements: the parallel kernel
+    ((1, 200000), 1, 300),
+]
+
+
+@pytest.mark.parametrize("shape,axis,block", SHAPES, ids=[f"{s}-ax{a}-b{b}" for s, a, b in SHAPES])
+@pytest.mark.parametrize("target", [np.int8, ml_dtypes.float8_e4m3fn])
+def test_quantize_paths_match_reference(shape, axis, block, target):
+    x, s, z = case(shape, axis, block, target)
+    attrs = {"axis": axis, **({"block_size": block} if block else {})}
+    got = qcore.quantize_linear(x, s, z, **attrs)
+    # the reference ignores a float8 zero point; ours is 0 here so both formulas agree except
+    # for -0 + 0 = +0 (qcore adds a given zero point), hence x has no exact zeros
+    want = reference("QuantizeLinear", [x, s, z], **attrs)
+    np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+
+
+@pytest.mark.parametrize("shape,axis,block", SHAPES, ids=[f"{s}-ax{a}-b{b}" for s, a, b in SHAPES])
+def test_dequantize_paths_match_reference(shape, axis, block):
+    x, s, z = case(shape, axis, block, np.int8)
+    attrs = {"axis": axis, **({"block_size": block} if block else {})}
+    q = qcore.quantize_linear(x, s, z, **attrs)
+    got = qcore.dequantize_linear(q, s, z, **attrs)
+    want = reference("DequantizeLinear", [q, s, z], **attrs)
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def test_float_target_without_zero_point_keeps_negative_zero():
+    # no zero point: x/scale is encoded as is, so -0 stays -0 (adding -0.0 is the identity)
+    x = np.array([-0.0, 0.0, -1e-30, 1.0], np.float32)
+    y = qcore.quantize_linear(x, np.float32(1), output_dtype="float8e4m3fn")
+    assert list(y.view(np.uint8)) == [0x80, 0x00, 0x80, 0x38]
+    # with a given zero point the formula x/scale + 0 makes -0 into +0
+    y = qcore.quantize_linear(x, np.float32(1), np.zeros((), ml_dtypes.float8_e4m3fn))
+    assert list(y.view(np.uint8)) == [0x00, 0x00, 0x80, 0x38]
