@@ -1,8 +1,9 @@
 """Every path through the CPU kernels' index-map walk, against the onnx reference evaluator.
 
 The walk (qcore.kernels.cpu._next_segment) splits each chunk into runs with one scale, a slice
-of scales (per-axis on the last axis) or expanded short blocks; long blocks (>= LONG_BLOCK) are
-processed one block at a time. These tests cross chunk boundaries, both serial and parallel.
+of scales (per-axis on the last axis), or whole rows of blocks along the last axis that the
+segment loops process block by block. These tests cross chunk and block boundaries (blocks
+that straddle chunks, short last blocks) on both the serial and the parallel kernels.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ onnx = pytest.importorskip("onnx")
 from onnx import helper  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
 
-LONG = cpu.LONG_BLOCK
+LONG = 256  # block lengths around the old one-block-at-a-time threshold
 
 
 def reference(op, inputs, **attrs):

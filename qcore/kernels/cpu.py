@@ -37,8 +37,6 @@ DX_NUMERIC, DX_TABLE, DX_I32 = 0, 1, 2
 F16_MAX_CODE = 0x7BFF
 # How a run of elements finds its scales (see _next_segment)
 SEG_ONE, SEG_SLICE, SEG_BLOCKS = 0, 1, 2
-#: Blocks at least this long along the last axis are processed one block (one scale) at a time.
-LONG_BLOCK = 256
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -52,28 +50,13 @@ def _locate(i0, lp):
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def _expand_blocks(s, z, index, d0, run, block, sc, zc):
-    """sc[t], zc[t] = scale and zero point of element d0 + t of a row with short blocks."""
-    t = 0
-    while t < run:
-        blk = (d0 + t) // block
-        end = min(run, (blk + 1) * block - d0)
-        sv = s[index + blk]
-        zv = z[index + blk]
-        for u in range(t, end):
-            sc[u] = sv
-            zc[u] = zv
-        t = end
-
-
-@njit(cache=True, nogil=True, error_model="numpy")
 def _next_segment(p, d, q, remaining, lp):
     """The next run of elements, starting at (p, d, q), that reads its scales simply.
 
     Returns (run, scale_index, mode, p, d, q): the `run` elements use the single scale at
-    `scale_index` (SEG_ONE), the contiguous scales from `scale_index` (SEG_SLICE), or, for short
-    blocks along the last axis, scale `scale_index + (d + t) // block` (SEG_BLOCKS); (p, d, q) is
-    advanced past the run. This walk is the layout's index map, run by run.
+    `scale_index` (SEG_ONE), the contiguous scales from `scale_index` (SEG_SLICE), or, for blocks
+    along the last axis, scale `scale_index + (d % block + t) // block` for element t
+    (SEG_BLOCKS); (p, d, q) is advanced past the run. This walk is the layout's index map.
     """
     dim = lp[L_DIM]
     post = lp[L_POST]
@@ -83,18 +66,12 @@ def _next_segment(p, d, q, remaining, lp):
     spre_step = 1 if lp[L_SPRE] > 1 else 0
     if post == 1:  # the axis is the last one: scales change along d
         base = p * spre_step * sblocks
+        run = min(dim - d, remaining)
         if block == 1:
-            run = min(dim - d, remaining)
             index = base + d
             mode = SEG_SLICE
-        elif block >= LONG_BLOCK:
-            blk = d // block
-            run = min(min((blk + 1) * block, dim) - d, remaining)
-            index = base + blk
-            mode = SEG_ONE
-        else:  # short blocks: the caller expands the block scales over the whole run
-            run = min(dim - d, remaining)
-            index = base
+        else:
+            index = base + d // block
             mode = SEG_BLOCKS
         d += run
         if d == dim:
@@ -197,11 +174,14 @@ def _int_code(q, z, lo, hi, mask):
 
 
 @njit(**_JIT)
-def _quantize_segment(xs, ys, sv, zv, one_scale, qp, tab16):
-    """Quantize xs into ys with one scale (sv[0], zv[0]) or one per element (sv[j], zv[j]).
+def _quantize_segment(xs, ys, sv, zv, block, first, qp, tab16):
+    """Quantize xs into ys. block == 0: element j has scale sv[j] and zero point zv[j];
+    block > 0: element j has sv[(first + j) // block] (one scale for the whole segment when
+    block >= first + n).
 
-    The common configurations get their own loops so that LLVM vectorises them; the rest share
-    a generic loop. Every loop computes the same thing through the same inlined helpers.
+    The common configurations get their own loops, constant-scale loops over each block, so that
+    LLVM vectorises them; the rest share a generic loop. Every loop computes the same thing
+    through the same inlined helpers.
     """
     n = xs.size
     xkind = qp[Q_XKIND]
@@ -217,42 +197,52 @@ def _quantize_segment(xs, ys, sv, zv, one_scale, qp, tab16):
     has_inf = qp[Q_HASINF] == 1
     ns = qp[Q_NANSTYLE]
     sat = qp[Q_SATURATE] == 1
-    s0 = sv[0]
-    z0 = np.int64(zv[0])
-    if tkind == 0 and pkind == P_F32 and xkind == X_F32:
-        if one_scale:
-            for j in range(n):
-                ys[j] = _int_code(np.float32(xs[j]) / s0, z0, lo, hi, mask)
-        else:
+    has_zp = qp[Q_HASZP] == 1
+    neg_zero = np.float32(-0.0)  # adding -0.0 is the identity, -0 included
+    fast_int = tkind == 0 and pkind == P_F32 and xkind == X_F32
+    fast_float = tkind == 1 and pkind == P_F32 and xkind == X_F32
+    if block == 0:
+        if fast_int:
             for j in range(n):
                 ys[j] = _int_code(np.float32(xs[j]) / sv[j], np.int64(zv[j]), lo, hi, mask)
-    elif tkind == 1 and pkind == P_F32 and xkind == X_F32:
-        # x/scale + zp; without a zero point add -0.0, the identity that keeps -0 as -0
-        has_zp = qp[Q_HASZP] == 1
-        if one_scale:
-            za = np.float32(zv[0]) if has_zp else np.float32(-0.0)
+        elif fast_float:
             for j in range(n):
-                q = np.float32(xs[j]) / s0 + za
+                za = np.float32(zv[j]) if has_zp else neg_zero
+                q = np.float32(xs[j]) / sv[j] + za
                 ys[j] = encode_f32_bits(f32_as_u32(q), eb, mb, bias, mc, has_inf, ns, sat)
         else:
             for j in range(n):
-                za = np.float32(zv[j]) if has_zp else np.float32(-0.0)
-                q = np.float32(xs[j]) / sv[j] + za
+                q = round_to_precision(load_x(xs[j], xkind, pkind, tab16) / sv[j], pkind, tab16)
+                ys[j] = quantize_value(q, zv[j], qp, tab16)
+        return
+    b = 0
+    j0 = 0
+    while j0 < n:
+        j1 = min(n, (b + 1) * block - first)
+        s0 = sv[b]
+        z0 = np.int64(zv[b])
+        if fast_int:
+            for j in range(j0, j1):
+                ys[j] = _int_code(np.float32(xs[j]) / s0, z0, lo, hi, mask)
+        elif fast_float:
+            za = np.float32(zv[b]) if has_zp else neg_zero
+            for j in range(j0, j1):
+                q = np.float32(xs[j]) / s0 + za
                 ys[j] = encode_f32_bits(f32_as_u32(q), eb, mb, bias, mc, has_inf, ns, sat)
-    elif one_scale and tkind == 0 and pkind == P_F16 and xkind == X_F16:
-        for j in range(n):
-            q = round_to_precision(f16_to_f32(xs[j]) / s0, P_F16, tab16)
-            ys[j] = _int_code(q, z0, lo, hi, mask)
-    elif one_scale and tkind == 0 and pkind == P_BF16 and xkind == X_BF16:
-        for j in range(n):
-            v = u32_as_f32(np.uint32(xs[j]) << np.uint32(16))
-            ys[j] = _int_code(round_to_precision(v / s0, P_BF16, tab16), z0, lo, hi, mask)
-    else:
-        step = 0 if one_scale else 1
-        for j in range(n):
-            q = load_x(xs[j], xkind, pkind, tab16) / sv[j * step]
-            q = round_to_precision(q, pkind, tab16)
-            ys[j] = quantize_value(q, zv[j * step], qp, tab16)
+        elif tkind == 0 and pkind == P_F16 and xkind == X_F16:
+            for j in range(j0, j1):
+                q = round_to_precision(f16_to_f32(xs[j]) / s0, P_F16, tab16)
+                ys[j] = _int_code(q, z0, lo, hi, mask)
+        elif tkind == 0 and pkind == P_BF16 and xkind == X_BF16:
+            for j in range(j0, j1):
+                v = u32_as_f32(np.uint32(xs[j]) << np.uint32(16))
+                ys[j] = _int_code(round_to_precision(v / s0, P_BF16, tab16), z0, lo, hi, mask)
+        else:
+            for j in range(j0, j1):
+                q = round_to_precision(load_x(xs[j], xkind, pkind, tab16) / s0, pkind, tab16)
+                ys[j] = quantize_value(q, zv[b], qp, tab16)
+        j0 = j1
+        b += 1
 
 
 @njit(**_JIT)
@@ -260,23 +250,22 @@ def _quantize_chunk(c, x, s, z, y, lp, qp, tab16):
     i0 = c * CHUNK
     n = min(CHUNK, x.size - i0)
     if lp[L_UNIFORM] == 1:
-        _quantize_segment(x[i0:i0 + n], y[i0:i0 + n], s, z, True, qp, tab16)
+        _quantize_segment(x[i0:i0 + n], y[i0:i0 + n], s, z, n, 0, qp, tab16)
         return
     p, d, q = _locate(i0, lp)
-    short_blocks = lp[L_POST] == 1 and 1 < lp[L_BLOCK] < LONG_BLOCK
-    sc = np.empty(n if short_blocks else 0, np.float32)
-    zc = np.empty(n if short_blocks else 0, np.float64)
+    block = lp[L_BLOCK]
     j = 0
     while j < n:
-        d0 = d
+        first = d % block
         run, k, mode, p, d, q = _next_segment(p, d, q, n - j, lp)
         xs = x[i0 + j:i0 + j + run]
         ys = y[i0 + j:i0 + j + run]
-        if mode == SEG_BLOCKS:
-            _expand_blocks(s, z, k, d0, run, lp[L_BLOCK], sc, zc)
-            _quantize_segment(xs, ys, sc[:run], zc[:run], False, qp, tab16)
+        if mode == SEG_SLICE:
+            _quantize_segment(xs, ys, s[k:k + run], z[k:k + run], 0, 0, qp, tab16)
+        elif mode == SEG_ONE:
+            _quantize_segment(xs, ys, s[k:k + 1], z[k:k + 1], run, 0, qp, tab16)
         else:
-            _quantize_segment(xs, ys, s[k:k + run], z[k:k + run], mode == SEG_ONE, qp, tab16)
+            _quantize_segment(xs, ys, s[k:], z[k:], block, first, qp, tab16)
         j += run
 
 
@@ -312,11 +301,16 @@ def _half_bits(v, okind):
 
 
 @njit(**_JIT)
-def _dequantize_segment(xs, ys, sv, zv, one_scale, dp, tab):
+def _dequantize_segment(xs, ys, sv, zv, block, first, dp, tab):
+    """Dequantize xs into ys; scales and zero points as in :func:`_quantize_segment`."""
     xkind = dp[D_XKIND]
     okind = dp[D_OKIND]
     n = xs.size
-    if one_scale and xs.itemsize == 1 and n >= 1024:
+    if block == 0:
+        for j in range(n):
+            ys[j] = dequantize_value(xs[j], zv[j], sv[j], xkind, okind, tab)
+        return
+    if block >= first + n and xs.itemsize == 1 and n >= 1024:
         # one scale and one zero point: every byte has one result, look it up
         out = np.empty(256, ys.dtype)
         every = np.arange(256).astype(np.uint8).view(xs.dtype)  # each byte as x's type
@@ -325,14 +319,17 @@ def _dequantize_segment(xs, ys, sv, zv, one_scale, dp, tab):
         codes = xs.view(np.uint8)
         for j in range(n):
             ys[j] = out[codes[j]]
-    elif one_scale:
-        s0 = sv[0]
-        z0 = zv[0]
-        for j in range(n):
+        return
+    b = 0
+    j0 = 0
+    while j0 < n:
+        j1 = min(n, (b + 1) * block - first)
+        s0 = sv[b]
+        z0 = zv[b]
+        for j in range(j0, j1):
             ys[j] = dequantize_value(xs[j], z0, s0, xkind, okind, tab)
-    else:
-        for j in range(n):
-            ys[j] = dequantize_value(xs[j], zv[j], sv[j], xkind, okind, tab)
+        j0 = j1
+        b += 1
 
 
 @njit(**_JIT)
@@ -340,23 +337,22 @@ def _dequantize_chunk(c, x, s, z, y, lp, dp, tab):
     i0 = c * CHUNK
     n = min(CHUNK, x.size - i0)
     if lp[L_UNIFORM] == 1:
-        _dequantize_segment(x[i0:i0 + n], y[i0:i0 + n], s, z, True, dp, tab)
+        _dequantize_segment(x[i0:i0 + n], y[i0:i0 + n], s, z, n, 0, dp, tab)
         return
     p, d, q = _locate(i0, lp)
-    short_blocks = lp[L_POST] == 1 and 1 < lp[L_BLOCK] < LONG_BLOCK
-    sc = np.empty(n if short_blocks else 0, np.float32)
-    zc = np.empty(n if short_blocks else 0, np.float64)
+    block = lp[L_BLOCK]
     j = 0
     while j < n:
-        d0 = d
+        first = d % block
         run, k, mode, p, d, q = _next_segment(p, d, q, n - j, lp)
         xs = x[i0 + j:i0 + j + run]
         ys = y[i0 + j:i0 + j + run]
-        if mode == SEG_BLOCKS:
-            _expand_blocks(s, z, k, d0, run, lp[L_BLOCK], sc, zc)
-            _dequantize_segment(xs, ys, sc[:run], zc[:run], False, dp, tab)
+        if mode == SEG_SLICE:
+            _dequantize_segment(xs, ys, s[k:k + run], z[k:k + run], 0, 0, dp, tab)
+        elif mode == SEG_ONE:
+            _dequantize_segment(xs, ys, s[k:k + 1], z[k:k + 1], run, 0, dp, tab)
         else:
-            _dequantize_segment(xs, ys, s[k:k + run], z[k:k + run], mode == SEG_ONE, dp, tab)
+            _dequantize_segment(xs, ys, s[k:], z[k:], block, first, dp, tab)
         j += run
 
 
