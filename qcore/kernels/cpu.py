@@ -215,6 +215,7 @@ def _quantize_segment(xs, ys, sv, zv, block, first, qp, tab16):
                 q = round_to_precision(load_x(xs[j], xkind, pkind, tab16) / sv[j], pkind, tab16)
                 ys[j] = quantize_value(q, zv[j], qp, tab16)
         return
+    # unsigned loop indices: numba then emits no negative-index wraparound, and LLVM vectorises
     b = 0
     j0 = 0
     while j0 < n:
@@ -222,23 +223,23 @@ def _quantize_segment(xs, ys, sv, zv, block, first, qp, tab16):
         s0 = sv[b]
         z0 = np.int64(zv[b])
         if fast_int:
-            for j in range(j0, j1):
+            for j in range(np.uint64(j0), np.uint64(j1)):
                 ys[j] = _int_code(np.float32(xs[j]) / s0, z0, lo, hi, mask)
         elif fast_float:
             za = np.float32(zv[b]) if has_zp else neg_zero
-            for j in range(j0, j1):
+            for j in range(np.uint64(j0), np.uint64(j1)):
                 q = np.float32(xs[j]) / s0 + za
                 ys[j] = encode_f32_bits(f32_as_u32(q), eb, mb, bias, mc, has_inf, ns, sat)
         elif tkind == 0 and pkind == P_F16 and xkind == X_F16:
-            for j in range(j0, j1):
+            for j in range(np.uint64(j0), np.uint64(j1)):
                 q = round_to_precision(f16_to_f32(xs[j]) / s0, P_F16, tab16)
                 ys[j] = _int_code(q, z0, lo, hi, mask)
         elif tkind == 0 and pkind == P_BF16 and xkind == X_BF16:
-            for j in range(j0, j1):
+            for j in range(np.uint64(j0), np.uint64(j1)):
                 v = u32_as_f32(np.uint32(xs[j]) << np.uint32(16))
                 ys[j] = _int_code(round_to_precision(v / s0, P_BF16, tab16), z0, lo, hi, mask)
         else:
-            for j in range(j0, j1):
+            for j in range(np.uint64(j0), np.uint64(j1)):
                 q = round_to_precision(load_x(xs[j], xkind, pkind, tab16) / s0, pkind, tab16)
                 ys[j] = quantize_value(q, zv[b], qp, tab16)
         j0 = j1
@@ -326,7 +327,7 @@ def _dequantize_segment(xs, ys, sv, zv, block, first, dp, tab):
         j1 = min(n, (b + 1) * block - first)
         s0 = sv[b]
         z0 = zv[b]
-        for j in range(j0, j1):
+        for j in range(np.uint64(j0), np.uint64(j1)):
             ys[j] = dequantize_value(xs[j], z0, s0, xkind, okind, tab)
         j0 = j1
         b += 1
