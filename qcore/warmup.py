@@ -33,7 +33,8 @@ def _jobs() -> list[tuple[str, Callable[[], None]]]:
         for xt in QUANTIZE_INPUTS:
             for yt in QUANTIZE_OUTPUTS:
                 def job(kernel=kernel, xt=xt, yt=yt):
-                    kernel(np.zeros(n, xt), s, z, np.empty(n, yt), lp, qp, tab16)
+                    kernel(np.zeros(n, xt), s, z, np.empty(n, yt), lp, qp, tab16,
+                           cpu.encode_table(qp))
                 jobs.append((f"quantize {label} {np.dtype(xt).name}->{np.dtype(yt).name}", job))
     for kernel, label in ((cpu.dequantize_parallel, "parallel"),
                           (cpu.dequantize_serial, "serial")):
@@ -54,6 +55,10 @@ def _jobs() -> list[tuple[str, Callable[[], None]]]:
 
         unpack(pack(np.zeros(3, ml_dtypes.int4)), ml_dtypes.int4, 3)
     jobs.append(("packing", packing_job))
+    float_qp = qp.copy()
+    float_qp[cpu.Q_TKIND] = 1
+    float_qp[[cpu.Q_EBITS, cpu.Q_MBITS, cpu.Q_BIAS, cpu.Q_MAXCODE]] = [4, 3, 7, 126]
+    jobs.append(("encode tables", lambda: cpu.encode_table(float_qp)))
     return jobs
 
 

@@ -40,6 +40,28 @@ SEG_ONE, SEG_SLICE, SEG_BLOCKS = 0, 1, 2
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
+def _build_encode_table(ebits, mbits, bias, max_code, has_inf, nan_style, saturate, out):
+    """out[2*h + sticky] = code of the float32 whose top 16 bits are h and whose low 16 bits are
+    zero (sticky=0) or not (sticky=1).
+
+    For formats of <= 8 bits the round bit is bit 19 or higher, so the low 16 bits only decide
+    ties: this table *is* encode_f32_bits, evaluated once per class of inputs.
+    """
+    for h in range(65536):
+        b = np.uint32(h) << np.uint32(16)
+        out[2 * h] = encode_f32_bits(b, ebits, mbits, bias, max_code, has_inf, nan_style,
+                                     saturate)
+        out[2 * h + 1] = encode_f32_bits(b | np.uint32(1), ebits, mbits, bias, max_code,
+                                         has_inf, nan_style, saturate)
+
+
+@njit(**{"inline": "always", "cache": True, "nogil": True, "error_model": "numpy"})
+def _table_encode(q, enc):
+    b = f32_as_u32(q)
+    return enc[((b >> np.uint32(15)) & np.uint32(0x1FFFE)) | np.uint32((b & np.uint32(0xFFFF)) != 0)]
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
 def _locate(i0, lp):
     """(p, d, q) coordinates of flat element i0 in the (pre, dim, post) view."""
     plane = lp[L_DIM] * lp[L_POST]
@@ -174,7 +196,7 @@ def _int_code(q, z, lo, hi, mask):
 
 
 @njit(**_JIT)
-def _quantize_segment(xs, ys, sv, zv, block, first, qp, tab16):
+def _quantize_segment(xs, ys, sv, zv, block, first, qp, tab16, enc):
     """Quantize xs into ys. block == 0: element j has scale sv[j] and zero point zv[j];
     block > 0: element j has sv[(first + j) // block] (one scale for the whole segment when
     block >= first + n).
@@ -190,17 +212,10 @@ def _quantize_segment(xs, ys, sv, zv, block, first, qp, tab16):
     lo = qp[Q_LO]
     hi = qp[Q_HI]
     mask = qp[Q_MASK]
-    eb = qp[Q_EBITS]
-    mb = qp[Q_MBITS]
-    bias = qp[Q_BIAS]
-    mc = qp[Q_MAXCODE]
-    has_inf = qp[Q_HASINF] == 1
-    ns = qp[Q_NANSTYLE]
-    sat = qp[Q_SATURATE] == 1
     has_zp = qp[Q_HASZP] == 1
     neg_zero = np.float32(-0.0)  # adding -0.0 is the identity, -0 included
     fast_int = tkind == 0 and pkind == P_F32 and xkind == X_F32
-    fast_float = tkind == 1 and pkind == P_F32 and xkind == X_F32
+    fast_float = tkind == 1 and pkind == P_F32 and xkind == X_F32 and enc.size > 1
     if block == 0:
         if fast_int:
             for j in range(n):
@@ -208,8 +223,7 @@ def _quantize_segment(xs, ys, sv, zv, block, first, qp, tab16):
         elif fast_float:
             for j in range(n):
                 za = np.float32(zv[j]) if has_zp else neg_zero
-                q = np.float32(xs[j]) / sv[j] + za
-                ys[j] = encode_f32_bits(f32_as_u32(q), eb, mb, bias, mc, has_inf, ns, sat)
+                ys[j] = _table_encode(np.float32(xs[j]) / sv[j] + za, enc)
         else:
             for j in range(n):
                 q = round_to_precision(load_x(xs[j], xkind, pkind, tab16) / sv[j], pkind, tab16)
@@ -228,8 +242,7 @@ def _quantize_segment(xs, ys, sv, zv, block, first, qp, tab16):
         elif fast_float:
             za = np.float32(zv[b]) if has_zp else neg_zero
             for j in range(np.uint64(j0), np.uint64(j1)):
-                q = np.float32(xs[j]) / s0 + za
-                ys[j] = encode_f32_bits(f32_as_u32(q), eb, mb, bias, mc, has_inf, ns, sat)
+                ys[j] = _table_encode(np.float32(xs[j]) / s0 + za, enc)
         elif tkind == 0 and pkind == P_F16 and xkind == X_F16:
             for j in range(np.uint64(j0), np.uint64(j1)):
                 q = round_to_precision(f16_to_f32(xs[j]) / s0, P_F16, tab16)
@@ -247,11 +260,11 @@ def _quantize_segment(xs, ys, sv, zv, block, first, qp, tab16):
 
 
 @njit(**_JIT)
-def _quantize_chunk(c, x, s, z, y, lp, qp, tab16):
+def _quantize_chunk(c, x, s, z, y, lp, qp, tab16, enc):
     i0 = c * CHUNK
     n = min(CHUNK, x.size - i0)
     if lp[L_UNIFORM] == 1:
-        _quantize_segment(x[i0:i0 + n], y[i0:i0 + n], s, z, n, 0, qp, tab16)
+        _quantize_segment(x[i0:i0 + n], y[i0:i0 + n], s, z, n, 0, qp, tab16, enc)
         return
     p, d, q = _locate(i0, lp)
     block = lp[L_BLOCK]
@@ -262,18 +275,18 @@ def _quantize_chunk(c, x, s, z, y, lp, qp, tab16):
         xs = x[i0 + j:i0 + j + run]
         ys = y[i0 + j:i0 + j + run]
         if mode == SEG_SLICE:
-            _quantize_segment(xs, ys, s[k:k + run], z[k:k + run], 0, 0, qp, tab16)
+            _quantize_segment(xs, ys, s[k:k + run], z[k:k + run], 0, 0, qp, tab16, enc)
         elif mode == SEG_ONE:
-            _quantize_segment(xs, ys, s[k:k + 1], z[k:k + 1], run, 0, qp, tab16)
+            _quantize_segment(xs, ys, s[k:k + 1], z[k:k + 1], run, 0, qp, tab16, enc)
         else:
-            _quantize_segment(xs, ys, s[k:], z[k:], block, first, qp, tab16)
+            _quantize_segment(xs, ys, s[k:], z[k:], block, first, qp, tab16, enc)
         j += run
 
 
-def _quantize_driver(x, s, z, y, lp, qp, tab16):
+def _quantize_driver(x, s, z, y, lp, qp, tab16, enc):
     nchunks = (x.size + CHUNK - 1) // CHUNK
     for c in prange(nchunks):
-        _quantize_chunk(c, x, s, z, y, lp, qp, tab16)
+        _quantize_chunk(c, x, s, z, y, lp, qp, tab16, enc)
 
 
 @njit(**_INLINE)
@@ -392,10 +405,28 @@ minmax_parallel = njit(**_PAR)(_minmax_driver)
 minmax_serial = njit(**_JIT)(_minmax_driver)
 
 
+_ENCODE_TABLES: dict[tuple[int, ...], np.ndarray] = {}
+_NO_TABLE = np.zeros(1, np.uint8)
+
+
+def encode_table(qp: np.ndarray) -> np.ndarray:
+    """The float target's 128 Ki-entry code table (see _build_encode_table), built once."""
+    if qp[Q_TKIND] != 1:
+        return _NO_TABLE
+    key = tuple(int(v) for v in qp[Q_EBITS:Q_SATURATE + 1])
+    table = _ENCODE_TABLES.get(key)
+    if table is None:
+        table = np.empty(1 << 17, np.uint8)
+        eb, mb, bias, mc, has_inf, ns, sat = key
+        _build_encode_table(eb, mb, bias, mc, has_inf == 1, ns, sat == 1, table)
+        _ENCODE_TABLES[key] = table
+    return table
+
+
 def quantize(x, s, z, y, lp, qp, tab16) -> None:
     """Run the quantize kernel: x flat input, s float32 scales, z float64 zero points, y codes."""
     kernel = quantize_parallel if x.size >= PARALLEL_THRESHOLD else quantize_serial
-    kernel(x, s, z, y, lp, qp, tab16)
+    kernel(x, s, z, y, lp, qp, tab16, encode_table(qp))
 
 
 def dequantize(x, s, z, y, lp, dp, tab) -> None:
