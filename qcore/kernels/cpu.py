@@ -251,6 +251,18 @@ def _quantize_segment(xs, ys, sv, zv, block, first, qp, tab16, enc):
             for j in range(np.uint64(j0), np.uint64(j1)):
                 v = u32_as_f32(np.uint32(xs[j]) << np.uint32(16))
                 ys[j] = _int_code(round_to_precision(v / s0, P_BF16, tab16), z0, lo, hi, mask)
+        elif tkind == 1 and pkind == xkind and (xkind == X_F16 or xkind == X_BF16) and (
+                enc.size > 1):
+            za = round_to_precision(np.float32(zv[b]), pkind, tab16) if has_zp else neg_zero
+            if xkind == X_F16:
+                for j in range(np.uint64(j0), np.uint64(j1)):
+                    q = round_to_precision(f16_to_f32(xs[j]) / s0, P_F16, tab16)
+                    ys[j] = _table_encode(round_to_precision(q + za, P_F16, tab16), enc)
+            else:
+                for j in range(np.uint64(j0), np.uint64(j1)):
+                    v = u32_as_f32(np.uint32(xs[j]) << np.uint32(16))
+                    q = round_to_precision(v / s0, P_BF16, tab16)
+                    ys[j] = _table_encode(round_to_precision(q + za, P_BF16, tab16), enc)
         else:
             for j in range(np.uint64(j0), np.uint64(j1)):
                 q = round_to_precision(load_x(xs[j], xkind, pkind, tab16) / s0, pkind, tab16)
