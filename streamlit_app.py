@@ -1,5 +1,8 @@
 """The Quantization Explorer: ``pip install -e . && streamlit run streamlit_app.py``."""
 
+import os
+import time
+
 import streamlit as st
 
 st.set_page_config(page_title="Quantization Explorer", page_icon=":material/grid_on:",
@@ -7,6 +10,7 @@ st.set_page_config(page_title="Quantization Explorer", page_icon=":material/grid
 
 from app import compute, errors, frame, nav, state  # noqa: E402 - after set_page_config
 
+_t0 = time.perf_counter()
 state.begin_run()
 page = nav.navigation()
 frame.set_inside(True)
@@ -18,3 +22,6 @@ except Exception as exc:  # noqa: BLE001 - no traceback ever reaches the user
 finally:
     frame.set_inside(False)
     state.sync_url()
+    if os.environ.get("QCORE_APP_TIMING"):
+        print(f"[qcore.app] {page.title}: script ran {time.perf_counter() - _t0:.3f} s",
+              flush=True)

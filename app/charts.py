@@ -189,7 +189,7 @@ def transfer(x: np.ndarray, x_hat: np.ndarray, *, title: str = "Transfer: x agai
         lo, hi = float(np.min(x)), float(np.max(x))
         fig.add_trace(go.Scatter(x=[lo, hi], y=[lo, hi], mode="lines", name="x̂ = x",
                                  line=dict(color=theme.LEVEL, dash="dot", width=1.2)))
-    fig.add_trace(go.Scattergl(x=x, y=x_hat, mode="markers", name="elements (sample)",
+    fig.add_trace(go.Scatter(x=x, y=x_hat, mode="markers", name="elements (sample)",
                                marker=dict(size=3.5, color=theme.OUTPUT, opacity=0.7),
                                hovertemplate="x %{x:.5g}<br>x̂ %{y:.5g}<extra></extra>"))
     return fig

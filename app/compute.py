@@ -336,7 +336,7 @@ def check_everywhere(op: str, config: dict[str, Any]) -> pd.DataFrame:
 # --------------------------------------------------------------------------- quantize lab
 
 HIST_BINS = 121
-TRANSFER_POINTS = 4000
+TRANSFER_POINTS = 2000
 HEAT_CELLS = 96  # a heat map is at most HEAT_CELLS x HEAT_CELLS cells
 
 
@@ -627,7 +627,7 @@ def block_sizes_for(dim: int) -> list[int]:
 
 
 @st.cache_data(max_entries=8, show_spinner="Sweeping the clipping range…")
-def clipping(spec, cfg, n: int = 48) -> pd.DataFrame:
+def clipping(spec, cfg, n: int = 40) -> pd.DataFrame:
     from qcore import analysis
 
     from . import tensors

@@ -117,3 +117,13 @@ def text(label: str, name: str, default: str, *, where: Where = st, help: str | 
     key = state.setting(name, default, lambda v: str(v))
     return state.remember(name, where.text_input(label, key=key, help=help,
                                                  placeholder=placeholder))
+
+
+def tabs(labels: Sequence[str], name: str, *, where: Where = st) -> Sequence[Any]:
+    """Tabs whose open tab is a setting (URL too); only the open tab's ``.open`` is True, so a
+    page computes just what is shown."""
+    labels = list(labels)
+    key = state.setting(name, labels[0], _in(labels, labels[0]))
+    result = where.tabs(labels, key=key, on_change="rerun")
+    state.remember(name, st.session_state.get(key, labels[0]))
+    return result

@@ -16,58 +16,62 @@ st.caption(f"Tensor **{spec.label}** · shape {' × '.join(map(str, x.shape))} �
 explain.intro(explain.SWEEPS_INTRO, explain.SWEEPS_EXACT)
 cfg = controls.panel(controls.shape_of(x), show_precision=False, prefix="s_")
 
-clip_tab, block_tab, trip_tab, chain_tab = st.tabs(
-    ["Clipping range", "Block size", "Repeated round trips", "Chains of formats"])
+clip_tab, block_tab, trip_tab, chain_tab = widgets.tabs(
+    ["Clipping range", "Block size", "Repeated round trips", "Chains of formats"], "s_tab")
 
-with clip_tab:
+
+def clipping_tab() -> None:
     df = errors.attempt(compute.clipping, spec, cfg, what="Clipping sweep")
-    if df is not None:
-        best = df.iloc[int(df.attrs.get("optimum", df["mse"].idxmin()))]
-        c1, c2, c3, c4 = st.columns(4)
-        c1.metric("Best clipping range", f"{best['clip_ratio']:.2f} × max|x|", border=True)
-        c2.metric("Threshold", f"{best['threshold']:.4g}", border=True)
-        c3.metric("Best SQNR", f"{best['sqnr_db']:.2f} dB", border=True)
-        full = df.iloc[-1]
-        c4.metric("SQNR without clipping", f"{full['sqnr_db']:.2f} dB",
-                  f"{best['sqnr_db'] - full['sqnr_db']:+.2f} dB by clipping", border=True)
-        log_y = widgets.toggle("Logarithmic error axis", "s_logy", True)
-        charts.show(charts.clipping(df, log_y=log_y))
-        st.caption("Left: a narrow range clips many elements (red). Right: a wide range "
-                   "rounds coarsely (blue). The black total has its minimum in between.")
+    if df is None:
+        return
+    best = df.iloc[int(df.attrs.get("optimum", df["mse"].idxmin()))]
+    c1, c2, c3, c4 = st.columns(4)
+    c1.metric("Best clipping range", f"{best['clip_ratio']:.2f} × max|x|", border=True)
+    c2.metric("Threshold", compute.short_num(best["threshold"], 4), border=True)
+    c3.metric("Best SQNR", f"{best['sqnr_db']:.2f} dB", border=True)
+    full = df.iloc[-1]
+    c4.metric("SQNR without clipping", f"{full['sqnr_db']:.2f} dB",
+              f"{best['sqnr_db'] - full['sqnr_db']:+.2f} dB by clipping", border=True)
+    log_y = widgets.toggle("Logarithmic error axis", "s_logy", True)
+    charts.show(charts.clipping(df, log_y=log_y))
+    st.caption("Left: a narrow range clips many elements (red). Right: a wide range rounds "
+               "coarsely (blue). The black total has its minimum in between.")
 
-with block_tab:
+
+def block_tab_body() -> None:
     if x.ndim == 0:
         st.info("A scalar has no blocks.")
-    else:
-        df = errors.attempt(compute.block_sweep, spec, cfg, what="Block-size sweep")
-        if df is not None and len(df):
-            charts.show(charts.block_sizes(df))
-            st.caption(f"Blocks along axis {cfg.axis % x.ndim} (length "
-                       f"{x.shape[cfg.axis % x.ndim]}), calibrated with "
-                       f"{controls.METHOD_LABELS[cfg.method]}. Smaller blocks follow the data "
-                       "more closely but store more scales.")
-            st.dataframe(df, hide_index=True, column_config={
-                "sqnr_db": st.column_config.NumberColumn("SQNR (dB)", format="%.2f"),
-                "rmse": st.column_config.NumberColumn("RMSE", format="%.4g"),
-                "bits_per_element": st.column_config.NumberColumn("bits / element",
-                                                                  format="%.3f"),
-                "clipped_fraction": st.column_config.NumberColumn("clipped", format="%.3g")})
+        return
+    df = errors.attempt(compute.block_sweep, spec, cfg, what="Block-size sweep")
+    if df is None or not len(df):
+        return
+    charts.show(charts.block_sizes(df))
+    st.caption(f"Blocks along axis {cfg.axis % x.ndim} (length {x.shape[cfg.axis % x.ndim]}), "
+               f"calibrated with {controls.METHOD_LABELS[cfg.method]}. Smaller blocks follow "
+               "the data more closely but store more scales.")
+    st.dataframe(df, hide_index=True, column_config={
+        "sqnr_db": st.column_config.NumberColumn("SQNR (dB)", format="%.2f"),
+        "rmse": st.column_config.NumberColumn("RMSE", format="%.4g"),
+        "bits_per_element": st.column_config.NumberColumn("bits / element", format="%.3f"),
+        "clipped_fraction": st.column_config.NumberColumn("clipped", format="%.3g")})
 
-with trip_tab:
+
+def round_trip_tab() -> None:
     df = errors.attempt(compute.round_trips, spec, cfg, what="Repeated round trips")
-    if df is not None:
-        changed_later = int(df["changed"].iloc[1:].sum()) if len(df) > 1 else 0
-        c1, c2 = st.columns(2)
-        c1.metric("Changed by the first round trip", f"{int(df['changed'].iloc[0]):,}",
-                  border=True)
-        c2.metric("Changed by the later ones", f"{changed_later:,}",
-                  "idempotent" if changed_later == 0 else "not idempotent",
-                  delta_color="normal" if changed_later == 0 else "inverse", border=True)
-        charts.show(charts.round_trips(df))
-        st.caption("After one round trip every value already sits on a representable value, "
-                   "so quantizing it again with the same scale changes nothing.")
+    if df is None:
+        return
+    changed_later = int(df["changed"].iloc[1:].sum()) if len(df) > 1 else 0
+    c1, c2 = st.columns(2)
+    c1.metric("Changed by the first round trip", f"{int(df['changed'].iloc[0]):,}", border=True)
+    c2.metric("Changed by the later ones", f"{changed_later:,}",
+              "idempotent" if changed_later == 0 else "not idempotent",
+              delta_color="normal" if changed_later == 0 else "inverse", border=True)
+    charts.show(charts.round_trips(df))
+    st.caption("After one round trip every value already sits on a representable value, so "
+               "quantizing it again with the same scale changes nothing.")
 
-with chain_tab:
+
+def chain_tab_body() -> None:
     preset = widgets.select(
         "Chain", ["float8e4m3fn,int8", "int8,int4", "float8e5m2,float8e4m3fn,int8",
                   "float8e4m3fn,float4e2m1", "custom"],
@@ -80,12 +84,19 @@ with chain_tab:
     steps = tuple(s.strip() for s in text.split(",") if s.strip())
     st.caption("float32 → " + " → ".join(f"{s} → float32" for s in steps))
     df = errors.attempt(compute.chain, spec, steps, cfg, what="Chain") if steps else None
-    if df is not None and len(df):
-        charts.show(charts.chain(df))
-        st.dataframe(df, hide_index=True, column_config={
-            "sqnr_db": st.column_config.NumberColumn("SQNR vs x (dB)", format="%.2f"),
-            "step_sqnr_db": st.column_config.NumberColumn("SQNR vs step input (dB)",
-                                                          format="%.2f"),
-            "rmse": st.column_config.NumberColumn("RMSE", format="%.4g"),
-            "max_abs_error": st.column_config.NumberColumn("max |error|", format="%.4g"),
-            "clipped_fraction": st.column_config.NumberColumn("clipped", format="%.3g")})
+    if df is None or not len(df):
+        return
+    charts.show(charts.chain(df))
+    st.dataframe(df, hide_index=True, column_config={
+        "sqnr_db": st.column_config.NumberColumn("SQNR vs x (dB)", format="%.2f"),
+        "step_sqnr_db": st.column_config.NumberColumn("SQNR vs step input (dB)", format="%.2f"),
+        "rmse": st.column_config.NumberColumn("RMSE", format="%.4g"),
+        "max_abs_error": st.column_config.NumberColumn("max |error|", format="%.4g"),
+        "clipped_fraction": st.column_config.NumberColumn("clipped", format="%.3g")})
+
+
+for tab, body in ((clip_tab, clipping_tab), (block_tab, block_tab_body),
+                  (trip_tab, round_trip_tab), (chain_tab, chain_tab_body)):
+    with tab:
+        if tab.open:  # only the open tab computes
+            body()

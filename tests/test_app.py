@@ -358,17 +358,25 @@ def test_sweeps_match_qcore(target, granularity):
     at = open_page("round_trip_sweeps", {"s_target": target, "s_gran": granularity,
                                          "s_block": 8})
     x = tensor()
-    clip = analysis.clipping_sweep(x, target, n=48, granularity=granularity, axis=1,
+    clip = analysis.clipping_sweep(x, target, n=40, granularity=granularity, axis=1,
                                    block_size=8)
     best = clip.iloc[clip.attrs["optimum"]]
     shown = shown_metrics(at)
     assert shown["Best clipping range"] == f"{best['clip_ratio']:.2f} × max|x|"
     assert shown["Best SQNR"] == f"{best['sqnr_db']:.2f} dB"
-    assert shown["Changed by the later ones"] == "0"
+    at.session_state["s_tab"] = "Repeated round trips"
+    rerun(at)
+    assert shown_metrics(at)["Changed by the later ones"] == "0"
+    assert at.query_params["s_tab"] == "Repeated round trips"
+    at.session_state["s_tab"] = "Block size"
+    rerun(at)
+    blocks = at.dataframe[0].value
+    direct = analysis.block_size_sweep(x, target, list(blocks["block_size"]), 1)
+    np.testing.assert_array_equal(blocks["sqnr_db"].to_numpy(), direct["sqnr_db"].to_numpy())
 
 
 def test_sweeps_every_opset_and_custom_chain():
-    at = open_page("round_trip_sweeps", {"s_chain": "custom",
+    at = open_page("round_trip_sweeps", {"s_chain": "custom", "s_tab": "Chains of formats",
                                          "s_chain_custom": "float8e5m2, int4, uint2"})
     chain = at.dataframe[-1].value
     assert list(chain["format"]) == ["float8e5m2", "int4", "uint2"]

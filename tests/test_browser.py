@@ -49,14 +49,16 @@ def _streamlit() -> str:
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[str]:
-    """`streamlit run streamlit_app.py` on a free port; yields its base URL."""
+def server(tmp_path_factory) -> Iterator[str]:
+    """`streamlit run streamlit_app.py` on a free port; yields its base URL. The app prints
+    each script run's duration to the log (QCORE_APP_TIMING=1)."""
     port = _free_port()
-    log = open(ROOT / ".pytest_cache" / "streamlit_browser.log", "w") \
-        if (ROOT / ".pytest_cache").is_dir() else subprocess.DEVNULL
+    log_path = tmp_path_factory.mktemp("streamlit") / "server.log"
+    log = open(log_path, "w")
+    env = {**os.environ, "QCORE_APP_TIMING": "1"}
     proc = subprocess.Popen(
         [_streamlit(), "run", "streamlit_app.py", "--server.headless", "true",
-         "--server.port", str(port)], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+         "--server.port", str(port)], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.time() + 120
@@ -68,9 +70,11 @@ def server() -> Iterator[str]:
             except OSError:
                 time.sleep(0.5)
             if proc.poll() is not None:
-                pytest.fail(f"streamlit exited with code {proc.returncode}")
+                pytest.fail(f"streamlit exited with code {proc.returncode}: "
+                            f"{log_path.read_text()[-2000:]}")
         else:
             pytest.fail("streamlit did not become healthy within 120 s")
+        SERVER_LOGS[base] = log_path
         yield base
     finally:
         proc.terminate()
@@ -78,8 +82,16 @@ def server() -> Iterator[str]:
             proc.wait(timeout=15)
         except subprocess.TimeoutExpired:
             proc.kill()
-        if log is not subprocess.DEVNULL:
-            log.close()
+        log.close()
+
+
+SERVER_LOGS: dict[str, Path] = {}
+
+
+def script_times(base: str, page_title: str) -> list[float]:
+    """Durations of the server's script runs for one page, from its log."""
+    pattern = re.compile(rf"\[qcore\.app\] {re.escape(page_title)}: script ran ([0-9.]+) s")
+    return [float(m.group(1)) for m in pattern.finditer(SERVER_LOGS[base].read_text())]
 
 
 @pytest.fixture(scope="module")
@@ -92,9 +104,15 @@ def browser():
         b.close()
 
 
+_FIRST_RUN = [True]
+
+
 def wait_idle(page, *, charts: bool = True, timeout: float = 180) -> None:
     """Wait until the script run is over and every plotly chart has drawn its svg (plotly is
-    loaded lazily, so charts appear after the run: wait for their number to settle)."""
+    loaded lazily, so charts appear after the run: wait for their number to settle). The
+    server's first run compiles the numba kernels (minutes on a fresh machine): wait longer."""
+    if _FIRST_RUN[0]:
+        timeout, _FIRST_RUN[0] = max(timeout, 900), False
     done = '[data-testid="stApp"][data-test-script-state="notRunning"]'
     page.wait_for_selector(done, timeout=timeout * 1000)
     if charts:
@@ -112,6 +130,26 @@ def wait_idle(page, *, charts: bool = True, timeout: float = 180) -> None:
             return
         page.wait_for_timeout(100)
     raise AssertionError("the page did not finish rendering in time")
+
+
+def choose(page, label: str, value: str, param: str) -> float:
+    """Pick `value` in the selectbox labelled `label`; wait until the URL says param=value.
+    Returns the page clock (ms) at the click. Retries when the click did not land."""
+    for attempt in range(3):
+        page.locator('[data-testid="stSelectbox"]', has_text=label).click()
+        option = page.get_by_role("option", name=re.compile(rf"^{re.escape(value)}\b")).first
+        option.wait_for()
+        t0 = page.evaluate("performance.now()")
+        option.click()
+        try:
+            page.wait_for_function(f"() => location.href.includes('{param}={value}')",
+                                   timeout=30_000)
+            return t0
+        except Exception:  # noqa: BLE001 - the dropdown closed under the click: try again
+            if attempt == 2:
+                raise
+            page.keyboard.press("Escape")
+    raise AssertionError("unreachable")
 
 
 def screenshot(page, name: str) -> None:
@@ -155,8 +193,7 @@ def test_settings_travel_in_the_url(server, browser):
     try:
         page.goto(f"{server}/quantize_lab?rows=256&cols=512", timeout=120_000)
         wait_idle(page)
-        page.locator('[data-testid="stSelectbox"]', has_text="Target type").click()
-        page.get_by_role("option", name=re.compile(r"^float8e4m3fn\b")).first.click()
+        choose(page, "Target type", "float8e4m3fn", "target")
         wait_idle(page)
         assert "target=float8e4m3fn" in page.url, page.url
         assert "rows=256" in page.url and "cols=512" in page.url, page.url
@@ -175,22 +212,33 @@ def test_settings_travel_in_the_url(server, browser):
         page.close()
 
 
+_WATCH = """() => {
+    window.__qxLast = performance.now();
+    const main = document.querySelector('[data-testid="stMainBlockContainer"]');
+    new MutationObserver(() => { window.__qxLast = performance.now(); })
+        .observe(main, {subtree: true, childList: true, attributes: true, characterData: true});
+}"""
+
+
 def test_rerender_time_on_1mi_elements(server, browser):
-    """A widget change on a 1 Mi-element tensor re-renders in well under the target."""
+    """A widget change on a 1 Mi-element tensor: time from the click to the last change of the
+    page (every chart redrawn), measured in the browser."""
     page = browser.new_page(viewport={"width": 1440, "height": 900})
     try:
         page.goto(f"{server}/quantize_lab?rows=1024&cols=1024", timeout=120_000)
         wait_idle(page)
+        page.evaluate(_WATCH)
         times = []
-        for target in ("int4", "float8e4m3fn", "uint8", "int8"):
-            page.locator('[data-testid="stSelectbox"]', has_text="Target type").click()
-            t0 = time.perf_counter()
-            page.get_by_role("option", name=re.compile(rf"^{target}\b")).first.click()
-            page.wait_for_function(f"() => location.href.includes('target={target}')")
+        for target in ("int4", "float8e4m3fn", "uint8", "int8", "float4e2m1", "int16"):
+            t0 = choose(page, "Target type", target, "target")
             wait_idle(page)
-            times.append(time.perf_counter() - t0)
-        print(f"\nre-render after a widget change, 1 Mi elements, in Chromium: "
-              f"{', '.join(f'{t:.2f}' for t in times)} s")
-        assert min(times) < 3.0, times  # generous: the machine is shared; README reports medians
+            times.append((page.evaluate("window.__qxLast") - t0) / 1000)
+        runs = script_times(server, "Quantize Lab")[-len(times):]
+        times.sort()
+        median = times[len(times) // 2]
+        print(f"\nre-render after a widget change, 1 Mi elements: in Chromium (click to last "
+              f"change of the page) {', '.join(f'{t:.2f}' for t in times)} s, median "
+              f"{median:.2f} s; script runs on the server {', '.join(f'{t:.3f}' for t in runs)} s")
+        assert median < 2.0, times  # target < 1 s; slack for a shared 2-core machine
     finally:
         page.close()
