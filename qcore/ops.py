@@ -164,16 +164,25 @@ def _zero_point_values(ov: OpVersion, zp: np.ndarray | None, scale: np.ndarray, 
                        argument: str, scale_name: str) -> np.ndarray:
     if zp is None:  # one zero per scale: the kernels index zero points like scales
         return np.zeros(max(scale.size, 1), np.float64)
-    if zp.shape != scale.shape and not (zp.size == 1 and scale.size == 1):
-        raise QuantizationError(
-            f"{ov.label}: {argument} has shape {zp.shape} but {scale_name} has shape "
-            f"{scale.shape}; they must have the same shape"
-        )
+    _check_zero_point_shape(ov, zp.shape, scale.shape, argument, scale_name)
     with np.errstate(all="ignore"):
         values = zp.astype(np.float64).reshape(-1)
     if fmt.kind == FLOAT and not np.isfinite(values).all():
         raise QuantizationError(f"{ov.label}: {argument} must be finite, got {zp.reshape(-1)!r}")
     return np.ascontiguousarray(values)
+
+
+def _check_zero_point_shape(ov: OpVersion, zero_point_shape, scale_shape, zp_name: str,
+                            scale_name: str) -> None:
+    """The zero point must have the scale's shape (any two 1-element shapes agree)."""
+    if zero_point_shape is None or tuple(zero_point_shape) == tuple(scale_shape):
+        return
+    if int(np.prod(zero_point_shape)) == 1 and int(np.prod(scale_shape)) == 1:
+        return
+    raise QuantizationError(
+        f"{ov.label}: {zp_name} has shape {tuple(zero_point_shape)} but {scale_name} has shape "
+        f"{tuple(scale_shape)}; they must have the same shape"
+    )
 
 
 @dataclass(frozen=True)
@@ -230,13 +239,7 @@ def plan_quantize(x_dtype, x_shape, scale_dtype, scale_shape, zero_point_dtype=N
     else:
         pf = sf if sf.name in _PRECISION_KIND else get_format("float")
     layout = resolve_layout(ov, tuple(x_shape), tuple(scale_shape), axis, block_size, "y_scale")
-    if zero_point_shape is not None and tuple(zero_point_shape) != tuple(scale_shape) and not (
-        int(np.prod(zero_point_shape)) == 1 and int(np.prod(scale_shape)) == 1
-    ):
-        raise QuantizationError(
-            f"{ov.label}: y_zero_point has shape {tuple(zero_point_shape)} but y_scale has shape "
-            f"{tuple(scale_shape)}; they must have the same shape"
-        )
+    _check_zero_point_shape(ov, zero_point_shape, scale_shape, "y_zero_point", "y_scale")
     return QuantizePlan(ov, xf, sf, target, pf, layout, bool(saturate))
 
 
@@ -362,13 +365,7 @@ def plan_dequantize(x_dtype, x_shape, scale_dtype, scale_shape, zero_point_dtype
         of = sf
     check_type(ov, "output", "the output type (x_scale's type / output_dtype)", of.name)
     layout = resolve_layout(ov, tuple(x_shape), tuple(scale_shape), axis, block_size, "x_scale")
-    if zero_point_shape is not None and tuple(zero_point_shape) != tuple(scale_shape) and not (
-        int(np.prod(zero_point_shape)) == 1 and int(np.prod(scale_shape)) == 1
-    ):
-        raise QuantizationError(
-            f"{ov.label}: x_zero_point has shape {tuple(zero_point_shape)} but x_scale has shape "
-            f"{tuple(scale_shape)}; they must have the same shape"
-        )
+    _check_zero_point_shape(ov, zero_point_shape, scale_shape, "x_zero_point", "x_scale")
     return DequantizePlan(ov, xf, sf, of, layout)
 
 

@@ -35,8 +35,6 @@ D_XKIND, D_OKIND = 0, 1
 DX_NUMERIC, DX_TABLE, DX_I32 = 0, 1, 2
 
 F16_MAX_CODE = 0x7BFF
-# How a run of elements finds its scales (see _next_segment)
-SEG_ONE, SEG_SLICE, SEG_BLOCKS = 0, 1, 2
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -73,12 +71,12 @@ def _locate(i0, lp):
 
 @njit(cache=True, nogil=True, error_model="numpy")
 def _next_segment(p, d, q, remaining, lp):
-    """The next run of elements, starting at (p, d, q), that reads its scales simply.
+    """The next run of elements, starting at (p, d, q), whose scales are read simply.
 
-    Returns (run, scale_index, mode, p, d, q): the `run` elements use the single scale at
-    `scale_index` (SEG_ONE), the contiguous scales from `scale_index` (SEG_SLICE), or, for blocks
-    along the last axis, scale `scale_index + (d % block + t) // block` for element t
-    (SEG_BLOCKS); (p, d, q) is advanced past the run. This walk is the layout's index map.
+    Returns (run, start, count, block, first, p, d, q): the run's elements use the `count`
+    scales from `start`; element t has scale start + (first + t) // block, or start + t when
+    block == 0 (per-axis along the last axis). (p, d, q) is advanced past the run. This walk is
+    the layout's index map, run by run.
     """
     dim = lp[L_DIM]
     post = lp[L_POST]
@@ -87,24 +85,24 @@ def _next_segment(p, d, q, remaining, lp):
     spost = lp[L_SPOST]
     spre_step = 1 if lp[L_SPRE] > 1 else 0
     if post == 1:  # the axis is the last one: scales change along d
-        base = p * spre_step * sblocks
         run = min(dim - d, remaining)
-        if block == 1:
-            index = base + d
-            mode = SEG_SLICE
-        else:
-            index = base + d // block
-            mode = SEG_BLOCKS
+        base = p * spre_step * sblocks
+        if block == 1:  # per-axis: one scale per element
+            start, count, blk, first = base + d, run, 0, 0
+        else:  # blocks, processed block by block
+            first = d % block
+            start, count, blk = base + d // block, (first + run + block - 1) // block, block
         d += run
         if d == dim:
             d = 0
             p += 1
     else:  # a row of `post` contiguous elements shares d
         run = min(post - q, remaining)
-        index = (p * spre_step * sblocks + d // block) * spost
-        mode = SEG_ONE if spost == 1 else SEG_SLICE
-        if mode == SEG_SLICE:
-            index += q
+        start = (p * spre_step * sblocks + d // block) * spost
+        if spost == 1:  # one scale for the row
+            count, blk, first = 1, run, 0
+        else:  # blocked on an earlier axis: the row's scales are contiguous
+            start, count, blk, first = start + q, run, 0, 0
         q += run
         if q == post:
             q = 0
@@ -112,7 +110,7 @@ def _next_segment(p, d, q, remaining, lp):
             if d == dim:
                 d = 0
                 p += 1
-    return run, index, mode, p, d, q
+    return run, start, count, blk, first, p, d, q
 
 
 _JIT = {"cache": True, "nogil": True, "error_model": "numpy"}
@@ -279,19 +277,11 @@ def _quantize_chunk(c, x, s, z, y, lp, qp, tab16, enc):
         _quantize_segment(x[i0:i0 + n], y[i0:i0 + n], s, z, n, 0, qp, tab16, enc)
         return
     p, d, q = _locate(i0, lp)
-    block = lp[L_BLOCK]
     j = 0
     while j < n:
-        first = d % block
-        run, k, mode, p, d, q = _next_segment(p, d, q, n - j, lp)
-        xs = x[i0 + j:i0 + j + run]
-        ys = y[i0 + j:i0 + j + run]
-        if mode == SEG_SLICE:
-            _quantize_segment(xs, ys, s[k:k + run], z[k:k + run], 0, 0, qp, tab16, enc)
-        elif mode == SEG_ONE:
-            _quantize_segment(xs, ys, s[k:k + 1], z[k:k + 1], run, 0, qp, tab16, enc)
-        else:
-            _quantize_segment(xs, ys, s[k:], z[k:], block, first, qp, tab16, enc)
+        run, k, m, block, first, p, d, q = _next_segment(p, d, q, n - j, lp)
+        _quantize_segment(x[i0 + j:i0 + j + run], y[i0 + j:i0 + j + run], s[k:k + m],
+                          z[k:k + m], block, first, qp, tab16, enc)
         j += run
 
 
@@ -366,19 +356,11 @@ def _dequantize_chunk(c, x, s, z, y, lp, dp, tab):
         _dequantize_segment(x[i0:i0 + n], y[i0:i0 + n], s, z, n, 0, dp, tab)
         return
     p, d, q = _locate(i0, lp)
-    block = lp[L_BLOCK]
     j = 0
     while j < n:
-        first = d % block
-        run, k, mode, p, d, q = _next_segment(p, d, q, n - j, lp)
-        xs = x[i0 + j:i0 + j + run]
-        ys = y[i0 + j:i0 + j + run]
-        if mode == SEG_SLICE:
-            _dequantize_segment(xs, ys, s[k:k + run], z[k:k + run], 0, 0, dp, tab)
-        elif mode == SEG_ONE:
-            _dequantize_segment(xs, ys, s[k:k + 1], z[k:k + 1], run, 0, dp, tab)
-        else:
-            _dequantize_segment(xs, ys, s[k:], z[k:], block, first, dp, tab)
+        run, k, m, block, first, p, d, q = _next_segment(p, d, q, n - j, lp)
+        _dequantize_segment(x[i0 + j:i0 + j + run], y[i0 + j:i0 + j + run], s[k:k + m],
+                          z[k:k + m], block, first, dp, tab)
         j += run
 
 
