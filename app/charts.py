@@ -26,9 +26,9 @@ def figure(title: str, x_title: str, y_title: str, *, height: int = 340,
     fig.update_layout(template=theme.TEMPLATE, title=dict(text=title), height=height,
                       xaxis_title=x_title, yaxis_title=y_title)
     if log_x:
-        fig.update_xaxes(type="log")
+        fig.update_xaxes(type="log", dtick=1)
     if log_y:
-        fig.update_yaxes(type="log")
+        fig.update_yaxes(type="log", dtick=1)
     return fig
 
 
@@ -82,7 +82,7 @@ def home_number_line(df: pd.DataFrame, levels: np.ndarray) -> go.Figure:
 # --------------------------------------------------------------------------- number formats
 
 
-_CLASS_COLORS = {"normal": theme.INPUT, "subnormal": theme.ACCENT, "zero": theme.GOOD,
+_CLASS_COLORS = {"normal": theme.INPUT, "subnormal": theme.OUTPUT, "zero": theme.GOOD,
                  "integer": theme.INPUT, "power of two": theme.INPUT}
 
 
@@ -165,15 +165,15 @@ def add_levels(fig: go.Figure, levels: Sequence[float], *, full: int = 48,
     lv = lv[np.isfinite(lv)]
     if lv.size > limit:
         lv = lv[np.linspace(0, lv.size - 1, limit).round().astype(int)]
-    top = 1.0 if lv.size <= full else 0.06
+    top = 1.0 if lv.size <= full else 0.045
     xs: list[Any] = []
     for v in lv:
         xs += [v, v, None]
     ys = [0, top, None] * lv.size
     fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", yaxis="y2",
                              name=f"representable values ({len(levels):,})",
-                             line=dict(color=theme.LEVEL if top == 1.0 else "#1F2433",
-                                       width=0.8), opacity=0.55 if top == 1.0 else 0.8,
+                             line=dict(color=theme.LEVEL, width=0.8),
+                             opacity=0.55 if top == 1.0 else 0.7,
                              hoverinfo="skip"))
     fig.update_layout(yaxis2=dict(overlaying="y", range=[0, 1], visible=False))
 
@@ -247,17 +247,22 @@ def pareto(df: pd.DataFrame) -> go.Figure:
     fig.add_trace(go.Scatter(x=front["bits_per_element"], y=front["sqnr_db"], mode="lines",
                              line=dict(color=theme.GOOD, width=2, dash="dash"),
                              name="Pareto front", hoverinfo="skip"))
-    for on_front, color, name in ((True, theme.GOOD, "on the front"),
-                                  (False, theme.INPUT, "dominated")):
+    for on_front, color, name, where in ((True, theme.GOOD, "on the front", "top center"),
+                                         (False, theme.INPUT, "dominated", "bottom center")):
         part = ok[ok["pareto"] == on_front]
         fig.add_trace(go.Scatter(
             x=part["bits_per_element"], y=part["sqnr_db"], mode="markers+text",
-            text=part["label"], textposition="top center", name=name,
+            text=part["label"], textposition=where, name=name, cliponaxis=False,
             textfont=dict(size=11), marker=dict(size=11, color=color,
                                                 line=dict(color="white", width=1.5)),
             hovertemplate="%{text}<br>%{x:.3f} bits/element<br>SQNR %{y:.2f} dB"
                           "<extra></extra>"))
-    fig.update_xaxes(rangemode="tozero")
+    top = float(ok["bits_per_element"].max()) if len(ok) else 8.0
+    fig.update_xaxes(range=[0, top * 1.12 + 0.5])
+    if len(ok):
+        lo, hi = float(ok["sqnr_db"].min()), float(ok["sqnr_db"].max())
+        pad = max(2.0, 0.08 * (hi - lo))
+        fig.update_yaxes(range=[lo - pad, hi + pad])
     return fig
 
 
@@ -335,7 +340,7 @@ def block_sizes(df: pd.DataFrame) -> go.Figure:
                              line=dict(color=theme.OUTPUT, width=2, dash="dot")))
     fig.update_layout(yaxis2=dict(title=dict(text="bits per element"), overlaying="y",
                                   side="right", showgrid=False, rangemode="tozero"))
-    fig.update_xaxes(type="log", tickvals=list(df["block_size"]),
+    fig.update_xaxes(type="log", tickmode="array", tickvals=list(df["block_size"]),
                      ticktext=[str(v) for v in df["block_size"]])
     return fig
 

@@ -290,7 +290,7 @@ def version_table(op: str) -> pd.DataFrame:
     for v in qversions.versions(op):
         ov = qcore.OPERATORS[op][v]
         rows.append({
-            "version": ov.label,
+            "version": str(ov.version),
             "x types": ", ".join(ov.x_types),
             "scale types": ", ".join(ov.scale_types),
             "quantized types": ", ".join(ov.quantized_types),

@@ -25,11 +25,20 @@ ROOT = Path(__file__).resolve().parent.parent
 SHOTS = ROOT / "docs" / "screenshots"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-#: (screenshot name, URL path) of every page, in the app's order.
-PAGES = [("home", ""), ("quantize_lab", "quantize_lab"), ("format_compare", "format_compare"),
-         ("round_trip_sweeps", "round_trip_sweeps"),
-         ("dynamic_quantization", "dynamic_quantization"), ("number_formats", "number_formats"),
-         ("operator_versions", "operator_versions"), ("conformance", "conformance")]
+#: (screenshot name, URL path and query) of every page, in the app's order. The queries pick
+#: views worth a screenshot (real tensors from datasets/); AppTest covers every default.
+PAGES = [
+    ("home", ""),
+    ("quantize_lab", "quantize_lab?src=dataset&ds=layer5.ffn.residual&target=int4&gran=blocked"
+                     "&axis=1&block=32&logy=1"),
+    ("format_compare", "format_compare?src=dataset&ds=layer0.ffn.out.weight&c_gran=per-axis"
+                       "&c_axis=0"),
+    ("round_trip_sweeps", "round_trip_sweeps?dist=laplace&s_target=int4"),
+    ("dynamic_quantization", "dynamic_quantization?src=dataset&ds=layer0.ffn.act&d_logy=1"),
+    ("number_formats", "number_formats"),
+    ("operator_versions", "operator_versions"),
+    ("conformance", "conformance"),
+]
 
 pytestmark = [
     pytest.mark.browser,
