@@ -29,6 +29,7 @@ from .calibration import (
 )
 from .errors import QuantizationError
 from .formats import INT, SCALE, Format, get_format
+from .kernels import renamed
 from .layout import PER_AXIS, PER_TENSOR, Layout
 from .versions import LATEST_OPSET
 
@@ -336,15 +337,19 @@ def _group_sse_impl(x, xh, lp):
 
 #: Reductions may be reassociated (so loops vectorize); NaN/Inf semantics are kept.
 _FASTMATH = {"reassoc", "contract", "nsz"}
-_finite_minmax_par = njit(parallel=True, cache=True)(_finite_minmax_impl)
-_finite_minmax_ser = njit(cache=True)(_finite_minmax_impl)
-_histogram_par = njit(parallel=True, cache=True, error_model="numpy")(_histogram_impl)
-_histogram_ser = njit(cache=True, error_model="numpy")(_histogram_impl)
-_error_par = njit(parallel=True, cache=True, fastmath=_FASTMATH, error_model="numpy")(_error_impl)
-_error_ser = njit(cache=True, fastmath=_FASTMATH, error_model="numpy")(_error_impl)
+_finite_minmax_par = njit(parallel=True, cache=True)(renamed(_finite_minmax_impl, "_par"))
+_finite_minmax_ser = njit(cache=True)(renamed(_finite_minmax_impl, "_ser"))
+_histogram_par = njit(parallel=True, cache=True, error_model="numpy")(
+    renamed(_histogram_impl, "_par"))
+_histogram_ser = njit(cache=True, error_model="numpy")(renamed(_histogram_impl, "_ser"))
+_error_par = njit(parallel=True, cache=True, fastmath=_FASTMATH, error_model="numpy")(
+    renamed(_error_impl, "_par"))
+_error_ser = njit(cache=True, fastmath=_FASTMATH, error_model="numpy")(
+    renamed(_error_impl, "_ser"))
 _group_sse_par = njit(parallel=True, cache=True, fastmath=_FASTMATH,
-                      error_model="numpy")(_group_sse_impl)
-_group_sse_ser = njit(cache=True, fastmath=_FASTMATH, error_model="numpy")(_group_sse_impl)
+                      error_model="numpy")(renamed(_group_sse_impl, "_par"))
+_group_sse_ser = njit(cache=True, fastmath=_FASTMATH, error_model="numpy")(
+    renamed(_group_sse_impl, "_ser"))
 
 
 def _pick(par, ser, n: int):

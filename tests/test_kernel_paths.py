@@ -93,3 +93,35 @@ def test_float_target_without_zero_point_keeps_negative_zero():
     # with a given zero point the formula x/scale + 0 makes -0 into +0
     y = qcore.quantize_linear(x, np.float32(1), np.zeros((), ml_dtypes.float8_e4m3fn))
     assert list(y.view(np.uint8)) == [0x00, 0x00, 0x80, 0x38]
+
+
+def test_parallel_and_serial_kernels_have_their_own_cache_entries():
+    # numba keys its on-disk cache by function name and line, not by parallel=True: twins
+    # compiled from one function would load each other's code (a "parallel" kernel that never
+    # starts a thread). Each variant is compiled from a renamed copy.
+    from qcore import metrics
+
+    pairs = [(cpu.quantize_parallel, cpu.quantize_serial),
+             (cpu.dequantize_parallel, cpu.dequantize_serial),
+             (cpu.minmax_parallel, cpu.minmax_serial),
+             (metrics._error_par, metrics._error_ser),
+             (metrics._histogram_par, metrics._histogram_ser)]
+    for par, ser in pairs:
+        assert par.py_func.__qualname__ != ser.py_func.__qualname__
+
+
+def test_cached_parallel_kernel_starts_the_thread_pool():
+    import subprocess
+    import sys
+
+    code = (
+        "import numpy as np, numba, qcore\n"
+        "x = np.ones(1 << 18, np.float32)\n"
+        "qcore.quantize_linear(x, np.float32(1), np.int8(0))\n"  # serial and parallel both
+        "qcore.quantize_linear(x[:100], np.float32(1), np.int8(0))\n"
+        "print(numba.threading_layer())\n"
+    )
+    for _ in range(2):  # the second process loads everything from the cache
+        run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             timeout=600)
+        assert run.returncode == 0, run.stderr[-2000:]

@@ -14,10 +14,11 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from . import renamed
 from .bits import f32_as_u32, u32_as_f32
 from .scalar import encode_f32_bits, round_int_to_float, saturate_int
 
-CHUNK = 4096
+CHUNK = 32768
 #: Below this many elements the serial kernel is used (thread start-up costs more than it saves).
 PARALLEL_THRESHOLD = 1 << 16
 
@@ -391,12 +392,12 @@ def _minmax_driver(x, xkind, tab16, out):
 
 
 _PAR = {"parallel": True, **_JIT}
-quantize_parallel = njit(**_PAR)(_quantize_driver)
-quantize_serial = njit(**_JIT)(_quantize_driver)
-dequantize_parallel = njit(**_PAR)(_dequantize_driver)
-dequantize_serial = njit(**_JIT)(_dequantize_driver)
-minmax_parallel = njit(**_PAR)(_minmax_driver)
-minmax_serial = njit(**_JIT)(_minmax_driver)
+quantize_parallel = njit(**_PAR)(renamed(_quantize_driver, "_parallel"))
+quantize_serial = njit(**_JIT)(renamed(_quantize_driver, "_serial"))
+dequantize_parallel = njit(**_PAR)(renamed(_dequantize_driver, "_parallel"))
+dequantize_serial = njit(**_JIT)(renamed(_dequantize_driver, "_serial"))
+minmax_parallel = njit(**_PAR)(renamed(_minmax_driver, "_parallel"))
+minmax_serial = njit(**_JIT)(renamed(_minmax_driver, "_serial"))
 
 
 _ENCODE_TABLES: dict[tuple[int, ...], np.ndarray] = {}
