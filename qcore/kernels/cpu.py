@@ -19,8 +19,9 @@ from .bits import f32_as_u32, u32_as_f32
 from .scalar import encode_f32_bits, round_int_to_float, saturate_int
 
 CHUNK = 32768
-#: Below this many elements the serial kernel is used (thread start-up costs more than it saves).
-PARALLEL_THRESHOLD = 1 << 16
+#: Below this many elements the serial kernel is used: waking the second thread costs more than
+#: it saves, and milliseconds when the other core is busy (see `python -m qcore.bench --sweep`).
+PARALLEL_THRESHOLD = 1 << 21
 
 # Layout parameter slots (lp array)
 L_PRE, L_DIM, L_POST, L_BLOCK, L_SPRE, L_SBLOCKS, L_SPOST, L_UNIFORM = range(8)
