@@ -29,8 +29,6 @@ TARGETS: tuple[str, ...] = qcore.QUANTIZED_TYPES
 @st.cache_resource(show_spinner=False)
 def warm() -> dict[str, float]:
     """Compile (or load) every numba kernel once per server, before the first click."""
-    if not hasattr(qcore, "warmup"):
-        return {}
     with st.spinner("Preparing the kernels (once per server start)…"):
         try:
             timings = qcore.warmup()
@@ -58,6 +56,14 @@ def _warm_analysis() -> None:
 
 
 # --------------------------------------------------------------------------- small helpers
+
+
+def cuda_ok() -> bool:
+    """Whether qcore's CUDA backend can run here (offered in the settings only then)."""
+    try:
+        return bool(qcore.cuda_available())
+    except Exception:  # noqa: BLE001 - a broken CUDA setup is simply no CUDA
+        return False
 
 
 def version_label(op: str, opset: int) -> str:
@@ -348,8 +354,9 @@ def _quantize(spec, cfg) -> tuple[np.ndarray, Any, np.ndarray, np.ndarray]:
 
     x = tensors.load(spec)
     params = calibration.choose_params(x, cfg.target, **cfg.calibration_kwargs())
-    y = params.quantize(x, saturate=cfg.saturate, precision=cfg.precision_arg, opset=cfg.opset)
-    x_hat = params.dequantize(y, opset=cfg.opset)
+    y = params.quantize(x, saturate=cfg.saturate, precision=cfg.precision_arg, opset=cfg.opset,
+                        backend=cfg.backend)
+    x_hat = params.dequantize(y, opset=cfg.opset, backend=cfg.backend)
     return x, params, y, x_hat
 
 

@@ -42,6 +42,7 @@ class QuantConfig:
     manual_zero_point: float = 0.0
     saturate: bool = True
     precision: str = ""
+    backend: str = "cpu"
 
     def calibration_kwargs(self) -> dict:
         """Keyword arguments for :func:`qcore.calibration.choose_params`."""
@@ -154,10 +155,17 @@ def panel(shape: tuple[int, ...], *, show_opset: bool = True, show_target: bool 
                                 max_value=1e30, where=m1, fmt="%.6g", step=None)
         mzp = widgets.number("Zero point", prefix + "mzp", 0.0, min_value=-1e6, max_value=1e6,
                              where=m2, fmt="%g", step=1.0)
+    backend = "cpu"
+    if compute.cuda_ok():
+        backend = widgets.select("Backend", ["cpu", "cuda"], prefix + "backend", "cpu",
+                                 where=box, kind="segmented",
+                                 help="Run QuantizeLinear / DequantizeLinear with qcore's "
+                                      "numba CPU kernels or its numba.cuda kernels.")
     box.caption(f"{calibration.describe(method)}  \n"
                 f"{granularity_caption(shape, gran, axis, block)}")
     return QuantConfig(int(opset), target, gran, axis, block, method, float(percentile),
-                       scale_dtype, float(mscale), float(mzp), bool(saturate), precision)
+                       scale_dtype, float(mscale), float(mzp), bool(saturate), precision,
+                       backend)
 
 
 def shape_of(x: np.ndarray) -> tuple[int, ...]:

@@ -521,3 +521,17 @@ def test_conformance_every_operator_and_bad_input():
         at.text_input(key="k_x").input("1, 2, 3")
         at.selectbox(key="k_opset").select(opset)
         rerun(at)
+
+
+def test_backend_choice_only_with_cuda(monkeypatch):
+    at = open_page("quantize_lab")
+    assert not [s for s in at.segmented_control if s.key == "backend"]
+    monkeypatch.setattr(qcore, "cuda_available", lambda: True)
+    at = open_page("quantize_lab", {"backend": "cuda"})
+    assert at.segmented_control(key="backend").value == "cuda"
+    from qcore.kernels import cuda as cuda_kernels
+
+    if cuda_kernels.unavailable_reason() is not None:  # no GPU here: qcore says why
+        assert any("backend='cuda' is not available" in e.value for e in at.error)
+    else:
+        assert_lab_matches(at, tensor())
