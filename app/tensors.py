@@ -18,7 +18,7 @@ import streamlit as st
 import qcore
 from qcore import datasets, io, synthetic
 
-from . import widgets
+from . import errors, widgets
 
 MAX_ELEMENTS = 16 * 2**20  # 16 Mi elements (4096 x 4096)
 SOURCES = ("synthetic", "dataset", "upload")
@@ -205,3 +205,17 @@ def picker(where=None) -> TensorSpec | None:
     if not key:
         return None
     return TensorSpec("upload", upload=key, x_type=x_type)
+
+
+def page_tensor(show_type: bool = False) -> tuple[TensorSpec, np.ndarray]:
+    """The sidebar's tensor for a page: pick it, load it (errors shown), caption it."""
+    spec = picker()
+    if spec is None:
+        st.stop()
+    x = errors.require(load, spec, what="Loading the tensor")
+    caption = (f"Tensor **{spec.label}** · shape {' × '.join(map(str, x.shape))} · "
+               f"{x.size:,} elements")
+    if show_type:
+        caption += f" · {X_TYPE_LABELS.get(spec.x_type, spec.x_type)}"
+    st.caption(caption)
+    return spec, x

@@ -8,12 +8,7 @@ from app import charts, compute, errors, explain, frame, metrics_view, tensors, 
 frame.enter()
 
 st.title("Dynamic Quantization")
-spec = tensors.picker()
-if spec is None:
-    st.stop()
-x = errors.require(tensors.load, spec, what="Loading the tensor")
-st.caption(f"Tensor **{spec.label}** · shape {' × '.join(map(str, x.shape))} · "
-           f"{x.size:,} elements")
+spec, x = tensors.page_tensor()
 explain.intro(explain.DYNAMIC_INTRO, explain.DYNAMIC_EXACT)
 
 res = errors.require(compute.dynamic, spec, what="DynamicQuantizeLinear")

@@ -7,12 +7,7 @@ from app import charts, compute, controls, errors, explain, frame, tensors, widg
 frame.enter()
 
 st.title("Format Compare")
-spec = tensors.picker()
-if spec is None:
-    st.stop()
-x = errors.require(tensors.load, spec, what="Loading the tensor")
-st.caption(f"Tensor **{spec.label}** · shape {' × '.join(map(str, x.shape))} · "
-           f"{x.size:,} elements")
+spec, x = tensors.page_tensor()
 explain.intro(explain.COMPARE_INTRO, explain.COMPARE_EXACT)
 
 targets = widgets.multi("Formats", list(compute.TARGETS), "c_formats",

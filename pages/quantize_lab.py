@@ -18,12 +18,7 @@ from app import (
 frame.enter()
 
 st.title("Quantize Lab")
-spec = tensors.picker()
-if spec is None:
-    st.stop()
-x = errors.require(tensors.load, spec, what="Loading the tensor")
-st.caption(f"Tensor **{spec.label}** · shape {' × '.join(map(str, x.shape))} · "
-           f"{x.size:,} elements · {tensors.X_TYPE_LABELS.get(spec.x_type, spec.x_type)}")
+spec, x = tensors.page_tensor(show_type=True)
 explain.intro(explain.LAB_INTRO, explain.LAB_EXACT)
 
 cfg = controls.panel(controls.shape_of(x))

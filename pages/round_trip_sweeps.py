@@ -7,12 +7,7 @@ from app import charts, compute, controls, errors, explain, frame, tensors, widg
 frame.enter()
 
 st.title("Round Trip & Sweeps")
-spec = tensors.picker()
-if spec is None:
-    st.stop()
-x = errors.require(tensors.load, spec, what="Loading the tensor")
-st.caption(f"Tensor **{spec.label}** · shape {' × '.join(map(str, x.shape))} · "
-           f"{x.size:,} elements")
+spec, x = tensors.page_tensor()
 explain.intro(explain.SWEEPS_INTRO, explain.SWEEPS_EXACT)
 cfg = controls.panel(controls.shape_of(x), show_precision=False, prefix="s_")
 
