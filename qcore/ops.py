@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache, lru_cache
+from functools import cache
 from typing import Any
 
 import ml_dtypes
@@ -28,12 +28,6 @@ from .versions import (
 _PRECISION_KIND = {"float": cpu.P_F32, "float16": cpu.P_F16, "bfloat16": cpu.P_BF16}
 _X_KIND = {"float": cpu.X_F32, "float16": cpu.X_F16, "bfloat16": cpu.X_BF16, "int32": cpu.X_I32}
 BACKENDS = ("cpu", "cuda")
-
-
-@lru_cache(maxsize=1)
-def float16_table() -> np.ndarray:
-    """float32 value of every float16 bit pattern (numba has no float16 on the CPU)."""
-    return np.arange(1 << 16, dtype=np.uint16).view(np.float16).astype(np.float32)
 
 
 @cache
@@ -320,12 +314,12 @@ def _run_quantize(kernels, x, s: np.ndarray, z: np.ndarray, plan: QuantizePlan,
     if _is_device(x):
         _require_device_backend(kernels, plan.version)
         return kernels.quantize_device(x, s, z, plan, quantize_params(plan, has_zero_point),
-                                       layout_params(plan.layout), float16_table())
+                                       layout_params(plan.layout))
     t = plan.target
     y = np.empty(x.size, np.uint8 if t.itemsize == 1 else np.uint16)
     if x.size:
         kernels.quantize(_flat_input(x), s, z, y, layout_params(plan.layout),
-                         quantize_params(plan, has_zero_point), float16_table())
+                         quantize_params(plan, has_zero_point))
     return y.view(t.dtype).reshape(x.shape)
 
 
@@ -445,7 +439,7 @@ def dynamic_quantize_linear(x: Any, *, backend: str = "cpu",
     if x.size == 0:
         lo = hi = 0.0
     else:
-        lo, hi, bad = kernels.minmax(_flat_input(x), cpu.X_F32, float16_table())
+        lo, hi, bad = kernels.minmax(_flat_input(x), cpu.X_F32)
         if bad:
             raise QuantizationError(
                 f"{ov.label}: x contains {bad} NaN/Inf value(s); the scale computed from x's "

@@ -23,7 +23,6 @@ def _jobs() -> list[tuple[str, Callable[[], None]]]:
     lp = np.array([1, n, 1, n, 1, 1, 1, 1], np.int64)
     s = np.ones(1, np.float32)
     z = np.zeros(1, np.float64)
-    tab16 = np.zeros(1 << 16, np.float32)
     qp = np.zeros(14, np.int64)
     qp[cpu.Q_LO], qp[cpu.Q_HI], qp[cpu.Q_MASK] = -128, 127, 255
     dp = np.zeros(2, np.int64)
@@ -33,7 +32,7 @@ def _jobs() -> list[tuple[str, Callable[[], None]]]:
         for xt in QUANTIZE_INPUTS:
             for yt in QUANTIZE_OUTPUTS:
                 def job(kernel=kernel, xt=xt, yt=yt):
-                    kernel(np.zeros(n, xt), s, z, np.empty(n, yt), lp, qp, tab16,
+                    kernel(np.zeros(n, xt), s, z, np.empty(n, yt), lp, qp,
                            cpu.encode_table(qp))
                 jobs.append((f"quantize {label} {np.dtype(xt).name}->{np.dtype(yt).name}", job))
     for kernel, label in ((cpu.dequantize_parallel, "parallel"),
@@ -45,7 +44,7 @@ def _jobs() -> list[tuple[str, Callable[[], None]]]:
                 jobs.append((f"dequantize {label} {np.dtype(xt).name}->{np.dtype(yt).name}", job))
     for kernel, label in ((cpu.minmax_parallel, "parallel"), (cpu.minmax_serial, "serial")):
         def job(kernel=kernel):
-            kernel(np.zeros(n, np.float32), cpu.X_F32, tab16, np.empty((1, 3), np.float32))
+            kernel(np.zeros(n, np.float32), cpu.X_F32, np.empty((1, 3), np.float32))
         jobs.append((f"minmax {label}", job))
 
     def packing_job():

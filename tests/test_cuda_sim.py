@@ -89,13 +89,13 @@ def _gpu_signatures():
     for xt, yt in ((t.float32, t.uint8), (t.uint16, t.int8), (t.int32, t.uint16),
                    (t.float32, t.int16)):
         sigs.append((ck._quantize_kernel, (arr(xt), arr(f32), arr(f64), arr(yt), arr(i64),
-                                           arr(i64), arr(f32))))
+                                           arr(i64))))
     for xt, yt in ((t.int8, t.float32), (t.uint8, t.uint16), (t.int16, t.float32),
                    (t.uint16, t.uint16), (t.int32, t.float32)):
         sigs.append((ck._dequantize_kernel, (arr(xt), arr(f32), arr(f64), arr(yt), arr(i64),
                                              arr(i64), arr(f64))))
     for xt in (t.float32, t.uint16):
-        sigs.append((ck._minmax_partial_kernel, (arr(xt), i64, arr(f32), arr(f32, 2), arr(i64))))
+        sigs.append((ck._minmax_partial_kernel, (arr(xt), i64, arr(f32, 2), arr(i64))))
     sigs.append((ck._minmax_final_kernel, (arr(f32, 2), arr(i64), arr(f32), arr(i64))))
     sigs.append((ck._pack_kernel, (arr(t.uint8), i64, arr(t.uint8))))
     sigs.append((ck._unpack_kernel, (arr(t.uint8), i64, arr(t.uint8))))

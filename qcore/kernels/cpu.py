@@ -122,7 +122,7 @@ _INLINE = {"inline": "always", **_JIT}
 
 
 @njit(**_INLINE)
-def round_to_precision(v, pkind, tab16):
+def round_to_precision(v, pkind):
     """Round a float32 to float16 or bfloat16 (half to even; NaN kept), as float32."""
     if pkind == P_F32:
         return v
@@ -158,7 +158,7 @@ def f16_to_f32(h):
 
 
 @njit(**_JIT)
-def load_x(xv, xkind, pkind, tab16):
+def load_x(xv, xkind, pkind):
     """One input element as float32, rounded to the precision type."""
     if xkind == X_F32:
         v = np.float32(xv)
@@ -173,18 +173,18 @@ def load_x(xv, xkind, pkind, tab16):
         mx = 65504.0 if pkind == P_F16 else 3.3895313892515355e38
         return np.float32(round_int_to_float(np.int64(xv), mb, mx))
     if pkind != xkind:
-        v = round_to_precision(v, pkind, tab16)
+        v = round_to_precision(v, pkind)
     return v
 
 
 @njit(**_JIT)
-def quantize_value(q, z, qp, tab16):
+def quantize_value(q, z, qp):
     """Code of one quotient q = x / scale (already rounded to the precision type)."""
     if qp[Q_TKIND] == 0:
         return saturate_int(np.rint(q), np.int64(z), qp[Q_LO], qp[Q_HI]) & qp[Q_MASK]
     if qp[Q_HASZP] == 1:
         q = q + np.float32(z)
-        q = round_to_precision(q, qp[Q_PKIND], tab16)
+        q = round_to_precision(q, qp[Q_PKIND])
     return encode_f32_bits(f32_as_u32(q), qp[Q_EBITS], qp[Q_MBITS], qp[Q_BIAS],
                            qp[Q_MAXCODE], qp[Q_HASINF] == 1, qp[Q_NANSTYLE],
                            qp[Q_SATURATE] == 1)
@@ -196,7 +196,7 @@ def _int_code(q, z, lo, hi, mask):
 
 
 @njit(**_JIT)
-def _quantize_segment(xs, ys, sv, zv, block, first, qp, tab16, enc):
+def _quantize_segment(xs, ys, sv, zv, block, first, qp, enc):
     """Quantize xs into ys. block == 0: element j has scale sv[j] and zero point zv[j];
     block > 0: element j has sv[(first + j) // block] (one scale for the whole segment when
     block >= first + n).
@@ -226,8 +226,8 @@ def _quantize_segment(xs, ys, sv, zv, block, first, qp, tab16, enc):
                 ys[j] = _table_encode(np.float32(xs[j]) / sv[j] + za, enc)
         else:
             for j in range(n):
-                q = round_to_precision(load_x(xs[j], xkind, pkind, tab16) / sv[j], pkind, tab16)
-                ys[j] = quantize_value(q, zv[j], qp, tab16)
+                q = round_to_precision(load_x(xs[j], xkind, pkind) / sv[j], pkind)
+                ys[j] = quantize_value(q, zv[j], qp)
         return
     # unsigned loop indices: numba then emits no negative-index wraparound, and LLVM vectorises
     b = 0
@@ -245,52 +245,52 @@ def _quantize_segment(xs, ys, sv, zv, block, first, qp, tab16, enc):
                 ys[j] = _table_encode(np.float32(xs[j]) / s0 + za, enc)
         elif tkind == 0 and pkind == P_F16 and xkind == X_F16:
             for j in range(np.uint64(j0), np.uint64(j1)):
-                q = round_to_precision(f16_to_f32(xs[j]) / s0, P_F16, tab16)
+                q = round_to_precision(f16_to_f32(xs[j]) / s0, P_F16)
                 ys[j] = _int_code(q, z0, lo, hi, mask)
         elif tkind == 0 and pkind == P_BF16 and xkind == X_BF16:
             for j in range(np.uint64(j0), np.uint64(j1)):
                 v = u32_as_f32(np.uint32(xs[j]) << np.uint32(16))
-                ys[j] = _int_code(round_to_precision(v / s0, P_BF16, tab16), z0, lo, hi, mask)
+                ys[j] = _int_code(round_to_precision(v / s0, P_BF16), z0, lo, hi, mask)
         elif tkind == 1 and pkind == xkind and (xkind == X_F16 or xkind == X_BF16) and (
                 enc.size > 1):
-            za = round_to_precision(np.float32(zv[b]), pkind, tab16) if has_zp else neg_zero
+            za = round_to_precision(np.float32(zv[b]), pkind) if has_zp else neg_zero
             if xkind == X_F16:
                 for j in range(np.uint64(j0), np.uint64(j1)):
-                    q = round_to_precision(f16_to_f32(xs[j]) / s0, P_F16, tab16)
-                    ys[j] = _table_encode(round_to_precision(q + za, P_F16, tab16), enc)
+                    q = round_to_precision(f16_to_f32(xs[j]) / s0, P_F16)
+                    ys[j] = _table_encode(round_to_precision(q + za, P_F16), enc)
             else:
                 for j in range(np.uint64(j0), np.uint64(j1)):
                     v = u32_as_f32(np.uint32(xs[j]) << np.uint32(16))
-                    q = round_to_precision(v / s0, P_BF16, tab16)
-                    ys[j] = _table_encode(round_to_precision(q + za, P_BF16, tab16), enc)
+                    q = round_to_precision(v / s0, P_BF16)
+                    ys[j] = _table_encode(round_to_precision(q + za, P_BF16), enc)
         else:
             for j in range(np.uint64(j0), np.uint64(j1)):
-                q = round_to_precision(load_x(xs[j], xkind, pkind, tab16) / s0, pkind, tab16)
-                ys[j] = quantize_value(q, zv[b], qp, tab16)
+                q = round_to_precision(load_x(xs[j], xkind, pkind) / s0, pkind)
+                ys[j] = quantize_value(q, zv[b], qp)
         j0 = j1
         b += 1
 
 
 @njit(**_JIT)
-def _quantize_chunk(c, x, s, z, y, lp, qp, tab16, enc):
+def _quantize_chunk(c, x, s, z, y, lp, qp, enc):
     i0 = c * CHUNK
     n = min(CHUNK, x.size - i0)
     if lp[L_UNIFORM] == 1:
-        _quantize_segment(x[i0:i0 + n], y[i0:i0 + n], s, z, n, 0, qp, tab16, enc)
+        _quantize_segment(x[i0:i0 + n], y[i0:i0 + n], s, z, n, 0, qp, enc)
         return
     p, d, q = _locate(i0, lp)
     j = 0
     while j < n:
         run, k, m, block, first, p, d, q = _next_segment(p, d, q, n - j, lp)
         _quantize_segment(x[i0 + j:i0 + j + run], y[i0 + j:i0 + j + run], s[k:k + m],
-                          z[k:k + m], block, first, qp, tab16, enc)
+                          z[k:k + m], block, first, qp, enc)
         j += run
 
 
-def _quantize_driver(x, s, z, y, lp, qp, tab16, enc):
+def _quantize_driver(x, s, z, y, lp, qp, enc):
     nchunks = (x.size + CHUNK - 1) // CHUNK
     for c in prange(nchunks):
-        _quantize_chunk(c, x, s, z, y, lp, qp, tab16, enc)
+        _quantize_chunk(c, x, s, z, y, lp, qp, enc)
 
 
 @njit(**_INLINE)
@@ -372,7 +372,7 @@ def _dequantize_driver(x, s, z, y, lp, dp, tab):
         _dequantize_chunk(c, x, s, z, y, lp, dp, tab)
 
 
-def _minmax_driver(x, xkind, tab16, out):
+def _minmax_driver(x, xkind, out):
     """Per-chunk min, max and NaN/Inf count of float32 x: out[c] = (min, max, bad)."""
     nchunks = (x.size + CHUNK - 1) // CHUNK
     for c in prange(nchunks):
@@ -419,10 +419,10 @@ def encode_table(qp: np.ndarray) -> np.ndarray:
     return table
 
 
-def quantize(x, s, z, y, lp, qp, tab16) -> None:
+def quantize(x, s, z, y, lp, qp) -> None:
     """Run the quantize kernel: x flat input, s float32 scales, z float64 zero points, y codes."""
     kernel = quantize_parallel if x.size >= PARALLEL_THRESHOLD else quantize_serial
-    kernel(x, s, z, y, lp, qp, tab16, encode_table(qp))
+    kernel(x, s, z, y, lp, qp, encode_table(qp))
 
 
 def dequantize(x, s, z, y, lp, dp, tab) -> None:
@@ -430,10 +430,11 @@ def dequantize(x, s, z, y, lp, dp, tab) -> None:
     kernel(x, s, z, y, lp, dp, tab)
 
 
-def minmax(x, xkind, tab16) -> tuple[float, float, int]:
-    """(min, max, count of NaN/Inf) of a flat float32 (or 16-bit-as-table) array."""
+def minmax(x, xkind) -> tuple[float, float, int]:
+    """(min, max, count of NaN/Inf) of a flat float32 array (DynamicQuantizeLinear-11 takes only
+    float32; `xkind` keeps the signature of the CUDA backend, which also reads 16-bit floats)."""
     nchunks = (x.size + CHUNK - 1) // CHUNK
     out = np.empty((nchunks, 3), np.float32)
     kernel = minmax_parallel if x.size >= PARALLEL_THRESHOLD else minmax_serial
-    kernel(x, xkind, tab16, out)
+    kernel(x, xkind, out)
     return float(out[:, 0].min()), float(out[:, 1].max()), int(out[:, 2].sum())

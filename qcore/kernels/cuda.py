@@ -10,7 +10,7 @@ no element rule of its own beyond the bfloat16 round-to-nearest-even bit trick t
 
 Parameters are the CPU path's: the int64 vectors ``lp`` (layout), ``qp`` (quantize) and ``dp``
 (dequantize) with the slot constants of :mod:`qcore.kernels.cpu`, float32 scales, float64 zero
-points, the float16 -> float32 table (copied to the device once) and the decode tables.
+points, and the decode tables.
 
 Host API (what :mod:`qcore.ops` calls): :func:`quantize`, :func:`dequantize`, :func:`minmax`
 on NumPy arrays (copy in, run, copy out); :func:`quantize_device` / :func:`dequantize_device` on
@@ -133,18 +133,13 @@ if SIMULATOR:
         """Round a float32 to an integral float32, half to even (NaN/Inf kept)."""
         return np.rint(np.float32(v))
 
-    def _sim_array(a):
-        """The NumPy array behind a simulated device array (the CPU functions need a real one)."""
-        item = a.__dict__.get("_item") if hasattr(a, "__dict__") else None
-        return item._ary if item is not None else a
+    @device_function
+    def load_x(xv, xkind, pkind):
+        return _cpu_load_x(xv, xkind, pkind)
 
     @device_function
-    def load_x(xv, xkind, pkind, tab16):
-        return _cpu_load_x(xv, xkind, pkind, _sim_array(tab16))
-
-    @device_function
-    def round_to_precision(v, pkind, tab16):
-        return _cpu_round_to_precision(v, pkind, _sim_array(tab16))
+    def round_to_precision(v, pkind):
+        return _cpu_round_to_precision(v, pkind)
 
 elif _IMPORT_ERROR is None:
     from numba.cuda import libdevice
@@ -211,7 +206,7 @@ def nan_f64_to_f32(w):
 
 
 @cuda.jit
-def _quantize_kernel(x, s, z, y, lp, qp, tab16):
+def _quantize_kernel(x, s, z, y, lp, qp):
     n = x.size
     xkind = qp[Q_XKIND]
     pkind = qp[Q_PKIND]
@@ -233,8 +228,8 @@ def _quantize_kernel(x, s, z, y, lp, qp, tab16):
         zi = si * zstep
         # x as float32 rounded to the precision type; a true division (never a reciprocal
         # multiply), rounded to the precision type
-        v = load_x(x[i], xkind, pkind, tab16)
-        q = round_to_precision(float32(v / s[si]), pkind, tab16)
+        v = load_x(x[i], xkind, pkind)
+        q = round_to_precision(float32(v / s[si]), pkind)
         if tkind == 0:
             y[i] = int64(saturate_int(rint_f32(q), int64(z[zi]), lo, hi) & mask)
         else:
@@ -243,7 +238,7 @@ def _quantize_kernel(x, s, z, y, lp, qp, tab16):
                 # keep its sign; GPU arithmetic would return a canonical positive NaN instead
                 q = v
             elif has_zp:
-                q = round_to_precision(float32(q + float32(z[zi])), pkind, tab16)
+                q = round_to_precision(float32(q + float32(z[zi])), pkind)
             y[i] = encode_f32_bits(f32_to_bits(q), eb, mb, bias, mc, has_inf, ns, sat)
 
 
@@ -275,7 +270,7 @@ def _dequantize_kernel(x, s, z, y, lp, dp, tab):
 
 
 @cuda.jit
-def _minmax_partial_kernel(x, xkind, tab16, part_f, part_bad):
+def _minmax_partial_kernel(x, xkind, part_f, part_bad):
     """Per-block (min, max, count of NaN/Inf): grid-stride scan, then a shared-memory tree."""
     lo_s = cuda.shared.array(REDUCE_THREADS, float32)
     hi_s = cuda.shared.array(REDUCE_THREADS, float32)
@@ -285,7 +280,7 @@ def _minmax_partial_kernel(x, xkind, tab16, part_f, part_bad):
     hi = float32(-math.inf)
     bad = int64(0)
     for i in range(cuda.grid(1), x.size, cuda.gridsize(1)):
-        v = load_x(x[i], xkind, P_F32, tab16)
+        v = load_x(x[i], xkind, P_F32)
         if v != v:
             bad += 1
         else:
@@ -510,10 +505,10 @@ def _code_storage(fmt) -> np.dtype:
     return np.dtype(np.uint8 if fmt.itemsize == 1 else np.uint16)
 
 
-def _launch_quantize(d_x, d_s, d_z, d_y, d_lp, d_qp, d_tab16) -> None:
+def _launch_quantize(d_x, d_s, d_z, d_y, d_lp, d_qp) -> None:
     n = d_x.size
     if n:
-        _quantize_kernel[_grid(n), THREADS](d_x, d_s, d_z, d_y, d_lp, d_qp, d_tab16)
+        _quantize_kernel[_grid(n), THREADS](d_x, d_s, d_z, d_y, d_lp, d_qp)
 
 
 def _launch_dequantize(d_x, d_s, d_z, d_y, d_lp, d_dp, d_tab) -> None:
@@ -533,12 +528,11 @@ def _quantize_input_view(flat, xkind: int):
 # ---------------------------------------------------------------------------------------------
 
 
-def quantize(x, s, z, y, lp, qp, tab16) -> None:
+def quantize(x, s, z, y, lp, qp) -> None:
     """QuantizeLinear of a flat host array x (float32 / 16-bit bits / int32) into host codes y."""
     d_y = cuda.device_array(y.size, y.dtype)
     _launch_quantize(cuda.to_device(np.ascontiguousarray(x)), cuda.to_device(s),
-                     cuda.to_device(z), d_y, cuda.to_device(lp), cuda.to_device(qp),
-                     _device_table(tab16))
+                     cuda.to_device(z), d_y, cuda.to_device(lp), cuda.to_device(qp))
     d_y.copy_to_host(y)
 
 
@@ -551,7 +545,7 @@ def dequantize(x, s, z, y, lp, dp, tab) -> None:
     d_y.copy_to_host(y)
 
 
-def minmax(x, xkind, tab16) -> tuple[float, float, int]:
+def minmax(x, xkind) -> tuple[float, float, int]:
     """(min, max, count of NaN/Inf) of x (host or device; float32, or float16/bfloat16 bits).
 
     NaNs are counted and left out of min and max; +-Inf are counted and included. A parallel
@@ -572,7 +566,7 @@ def minmax(x, xkind, tab16) -> tuple[float, float, int]:
     part_bad = cuda.device_array(blocks, np.int64)
     out_f = cuda.device_array(2, np.float32)
     out_bad = cuda.device_array(1, np.int64)
-    _minmax_partial_kernel[blocks, REDUCE_THREADS](d_x, xkind, _device_table(tab16), part_f,
+    _minmax_partial_kernel[blocks, REDUCE_THREADS](d_x, xkind, part_f,
                                                    part_bad)
     _minmax_final_kernel[1, REDUCE_THREADS](part_f, part_bad, out_f, out_bad)
     f = out_f.copy_to_host()
@@ -584,7 +578,7 @@ def minmax(x, xkind, tab16) -> tuple[float, float, int]:
 # ---------------------------------------------------------------------------------------------
 
 
-def quantize_device(x, s, z, plan, qp, lp, tab16):
+def quantize_device(x, s, z, plan, qp, lp):
     """QuantizeLinear of a device array x; returns a numba device array on the device.
 
     The result has x's shape and holds the codes in unsigned 8/16-bit memory, viewed as the
@@ -599,7 +593,7 @@ def quantize_device(x, s, z, plan, qp, lp, tab16):
     target = plan.target
     d_y = cuda.device_array(flat.size, _code_storage(target))
     _launch_quantize(flat, cuda.to_device(s), cuda.to_device(z), d_y, cuda.to_device(lp),
-                     cuda.to_device(qp), _device_table(tab16))
+                     cuda.to_device(qp))
     return _storage_view(d_y.reshape(tuple(d.shape)), target.dtype)
 
 
@@ -775,8 +769,7 @@ def bench_quantize(x: np.ndarray, y_scale, y_zero_point=None, *, repeat: int = 1
     d_x = _quantize_input_view(cuda.to_device(flat), int(qp[Q_XKIND]))
     d_y = cuda.device_array(flat.size, _code_storage(plan.target))
     args = (d_x, cuda.to_device(s), cuda.to_device(z), d_y,
-            cuda.to_device(ops.layout_params(plan.layout)), cuda.to_device(qp),
-            _device_table(ops.float16_table()))
+            cuda.to_device(ops.layout_params(plan.layout)), cuda.to_device(qp))
     kernel_s = _time_events(lambda: _launch_quantize(*args), repeat)
     h_y = np.empty(flat.size, _code_storage(plan.target))
     return Timing(
