@@ -12,6 +12,7 @@ loop is exercised as it is on a GPU).
 from __future__ import annotations
 
 import itertools
+import math
 import sys
 import zlib
 
@@ -421,26 +422,87 @@ def test_dynamic_quantize_linear_refuses_nan_and_inf(bad):
         qcore.dynamic_quantize_linear(x, backend="cuda")
 
 
-@pytest.mark.parametrize("n", [1, 2, 31, 32, 33, 64, 65, 257])
-def test_minmax_reduction(n):
-    rng = np.random.default_rng(n)
+def _expected_minmax(values: np.ndarray) -> tuple[float, float, int]:
+    """(min, max, NaN/Inf count) by NumPy: NaNs left out of min/max, +-Inf kept in."""
+    v = values.astype(np.float32)
+    keep = v[~np.isnan(v)]
+    if keep.size == 0:
+        return math.inf, -math.inf, int(v.size)
+    return float(keep.min()), float(keep.max()), int((~np.isfinite(v)).sum())
+
+
+def _edge_sizes() -> list[int]:
+    """Sizes around the reduction's block and grid edges (threads per block, one element per
+    thread of the whole grid, two grid-stride rounds), plus a few odd ones."""
+    t = ck.REDUCE_THREADS
+    grid = t * ck._max_blocks()
+    edges = {1, 2, t, 2 * t, grid, 2 * grid, 257}
+    return sorted({n + d for n in edges for d in (-1, 0, 1) if n + d >= 1})
+
+
+def _minmax_inputs(n: int, rep: int):
+    rng = np.random.default_rng(1000 * n + rep)
     x = (rng.standard_normal(n) * 10).astype(np.float32)
     x[rng.integers(0, n)] = -77.0
-    lo, hi, bad = ck.minmax(x, cpu.X_F32)
-    assert (lo, hi, bad) == (float(x.min()), float(x.max()), 0)
-    if n > 3:
+    if rep % 2 and n > 3:  # NaN/Inf at the ends and the middle: the first and last blocks
         x[[0, n // 2, n - 1]] = [np.inf, np.nan, -np.inf]
-        assert ck.minmax(x, cpu.X_F32) == (-np.inf, np.inf, 3)
+    yield "float32", x, x, cpu.X_F32
     h = x.astype(np.float16)
-    lo16, hi16, bad16 = ck.minmax(h.view(np.uint16), cpu.X_F16)
-    finite = h[np.isfinite(h)].astype(np.float32)
-    assert bad16 == int((~np.isfinite(h)).sum())
-    if bad16 == 0:
-        assert (lo16, hi16) == (float(finite.min()), float(finite.max()))
+    yield "float16", h, h.view(np.uint16), cpu.X_F16
     b = x.astype(ml_dtypes.bfloat16)
-    lob, hib, badb = ck.minmax(b.view(np.uint16), cpu.X_BF16)
-    if badb == 0:
-        assert (lob, hib) == (float(b.astype(np.float32).min()), float(b.astype(np.float32).max()))
+    yield "bfloat16", b, b.view(np.uint16), cpu.X_BF16
+
+
+def test_minmax_reduction_at_block_and_grid_edges():
+    """Every (min, max, NaN/Inf count) exact, many times over, with the simulator's threads
+    switching as often as CPython allows: the simulator once handed two threads of a block
+    different shared arrays (an unlocked allocation), and one in ~15 reductions came back with
+    uninitialised memory summed in (a NaN/Inf count of 0x0101010101010104 instead of 3)."""
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        wrong = []
+        for n in _edge_sizes():
+            for rep in range(6):
+                for name, values, bits, kind in _minmax_inputs(n, rep):
+                    got = ck.minmax(bits, kind)
+                    want = _expected_minmax(values)
+                    if got != want:
+                        wrong.append(f"n={n} {name} rep {rep}: got {got}, expected {want}")
+    finally:
+        sys.setswitchinterval(old)
+    assert not wrong, f"{len(wrong)} wrong reduction(s):\n" + "\n".join(wrong[:10])
+
+
+def test_simulator_shared_array_is_one_per_block():
+    """The simulator's cuda.shared.array gives every thread of a block the same array, however
+    the threads interleave (qcore.kernels.cuda locks its allocation)."""
+    if not numba.config.ENABLE_CUDASIM:
+        pytest.skip("simulator only")
+    import threading
+
+    from numba.cuda.simulator import kernelapi
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for _ in range(50):
+            shared = kernelapi.FakeCUDAShared(0)
+            barrier = threading.Barrier(16)
+            got = []
+
+            def thread(shared=shared, barrier=barrier, got=got):
+                barrier.wait()
+                got.append(id(shared.array(8, np.int64)))
+
+            threads = [threading.Thread(target=thread) for _ in range(16)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert len(set(got)) == 1
+    finally:
+        sys.setswitchinterval(old)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -46,7 +46,14 @@ def test_cuda_kernels_match_cpu_under_the_simulator():
     _run_cases(simulator=True)
 
 
-@pytest.mark.skipif(not qcore.cuda_available(), reason="no usable GPU here")
+def _real_gpu() -> bool:
+    """A usable GPU (under NUMBA_ENABLE_CUDASIM=1 cuda_available() means the simulator)."""
+    import numba
+
+    return not numba.config.ENABLE_CUDASIM and qcore.cuda_available()
+
+
+@pytest.mark.skipif(not _real_gpu(), reason="no usable GPU here (or this process simulates one)")
 def test_cuda_kernels_match_cpu_on_the_gpu():
     _run_cases(simulator=False)
 

@@ -99,6 +99,47 @@ REDUCE_THREADS = 8 if SIMULATOR else 256
 #: The simulator runs every thread as a Python thread: few blocks, so each thread loops.
 _SIM_MAX_BLOCKS = 2
 
+
+if SIMULATOR:
+    def _install_shared_array_lock() -> None:
+        """Make the simulator's ``cuda.shared.array`` thread-safe.
+
+        numba's simulator (``FakeCUDAShared.array``) keys each shared array by the calling
+        line and allocates it on first use with an unlocked check-then-insert. Its simulated
+        threads are Python threads, so two threads of one block can both miss and each get a
+        fresh ``np.empty`` array; thread 0 then folds slots nobody wrote (a NaN/Inf count of
+        0x0101010101010104 once). A GPU has one shared array per block and no such race.
+        This is that same method with the lookup and insert under a lock.
+        """
+        import threading
+
+        from numba.core import types as _types
+        from numba.cuda.simulator import kernelapi
+        from numba.np import numpy_support
+
+        original = kernelapi.FakeCUDAShared.array
+        if getattr(original, "_qcore_locked", False):
+            return
+        lock = threading.Lock()
+
+        def array(self, shape, dtype):
+            if shape == 0:  # dynamic shared memory: one buffer made up front, no race
+                return original(self, shape, dtype)
+            if isinstance(dtype, _types.Type):
+                dtype = numpy_support.as_dtype(dtype)
+            caller = sys._getframe(1)
+            key = (caller.f_code.co_filename, caller.f_lineno)
+            with lock:
+                res = self._allocations.get(key)
+                if res is None:
+                    res = self._allocations[key] = np.empty(shape, dtype)
+            return res
+
+        array._qcore_locked = True
+        kernelapi.FakeCUDAShared.array = array
+
+    _install_shared_array_lock()
+
 # ---------------------------------------------------------------------------------------------
 # Device helpers: float bit reinterpretation and round-half-even, on a GPU and in the simulator
 # ---------------------------------------------------------------------------------------------
@@ -269,13 +310,37 @@ def _dequantize_kernel(x, s, z, y, lp, dp, tab):
             y[i] = half_bits(v, okind)
 
 
-@cuda.jit
-def _minmax_partial_kernel(x, xkind, part_f, part_bad):
-    """Per-block (min, max, count of NaN/Inf): grid-stride scan, then a shared-memory tree."""
+@device_function
+def _block_minmax(lo, hi, bad):
+    """Fold every thread's (min, max, NaN/Inf count) over its block: a shared-memory tree.
+
+    Every thread of the block must call it (it synchronises the block); thread 0 returns the
+    block's result, the others partial values. Shared by both passes of :func:`minmax`.
+    """
     lo_s = cuda.shared.array(REDUCE_THREADS, float32)
     hi_s = cuda.shared.array(REDUCE_THREADS, float32)
     bad_s = cuda.shared.array(REDUCE_THREADS, int64)
     tid = cuda.threadIdx.x
+    lo_s[tid] = lo
+    hi_s[tid] = hi
+    bad_s[tid] = bad
+    cuda.syncthreads()
+    step = REDUCE_THREADS // 2
+    while step > 0:
+        if tid < step:
+            if lo_s[tid + step] < lo_s[tid]:
+                lo_s[tid] = lo_s[tid + step]
+            if hi_s[tid + step] > hi_s[tid]:
+                hi_s[tid] = hi_s[tid + step]
+            bad_s[tid] = bad_s[tid] + bad_s[tid + step]
+        cuda.syncthreads()
+        step //= 2
+    return lo_s[0], hi_s[0], bad_s[0]
+
+
+@cuda.jit
+def _minmax_partial_kernel(x, xkind, part_f, part_bad):
+    """Per-block (min, max, count of NaN/Inf): grid-stride scan, then the block's tree."""
     lo = float32(math.inf)
     hi = float32(-math.inf)
     bad = int64(0)
@@ -290,61 +355,31 @@ def _minmax_partial_kernel(x, xkind, part_f, part_bad):
                 lo = v
             if v > hi:
                 hi = v
-    lo_s[tid] = lo
-    hi_s[tid] = hi
-    bad_s[tid] = bad
-    cuda.syncthreads()
-    step = REDUCE_THREADS // 2
-    while step > 0:
-        if tid < step:
-            if lo_s[tid + step] < lo_s[tid]:
-                lo_s[tid] = lo_s[tid + step]
-            if hi_s[tid + step] > hi_s[tid]:
-                hi_s[tid] = hi_s[tid + step]
-            bad_s[tid] = bad_s[tid] + bad_s[tid + step]
-        cuda.syncthreads()
-        step //= 2
-    if tid == 0:
+    lo, hi, bad = _block_minmax(lo, hi, bad)
+    if cuda.threadIdx.x == 0:
         b = cuda.blockIdx.x
-        part_f[b, 0] = lo_s[0]
-        part_f[b, 1] = hi_s[0]
-        part_bad[b] = bad_s[0]
+        part_f[b, 0] = lo
+        part_f[b, 1] = hi
+        part_bad[b] = bad
 
 
 @cuda.jit
 def _minmax_final_kernel(part_f, part_bad, out_f, out_bad):
     """One block folds the per-block partials (second pass, same tree)."""
-    lo_s = cuda.shared.array(REDUCE_THREADS, float32)
-    hi_s = cuda.shared.array(REDUCE_THREADS, float32)
-    bad_s = cuda.shared.array(REDUCE_THREADS, int64)
-    tid = cuda.threadIdx.x
     lo = float32(math.inf)
     hi = float32(-math.inf)
     bad = int64(0)
-    for b in range(tid, part_bad.size, REDUCE_THREADS):
+    for b in range(cuda.threadIdx.x, part_bad.size, REDUCE_THREADS):
         if part_f[b, 0] < lo:
             lo = part_f[b, 0]
         if part_f[b, 1] > hi:
             hi = part_f[b, 1]
         bad += part_bad[b]
-    lo_s[tid] = lo
-    hi_s[tid] = hi
-    bad_s[tid] = bad
-    cuda.syncthreads()
-    step = REDUCE_THREADS // 2
-    while step > 0:
-        if tid < step:
-            if lo_s[tid + step] < lo_s[tid]:
-                lo_s[tid] = lo_s[tid + step]
-            if hi_s[tid + step] > hi_s[tid]:
-                hi_s[tid] = hi_s[tid + step]
-            bad_s[tid] = bad_s[tid] + bad_s[tid + step]
-        cuda.syncthreads()
-        step //= 2
-    if tid == 0:
-        out_f[0] = lo_s[0]
-        out_f[1] = hi_s[0]
-        out_bad[0] = bad_s[0]
+    lo, hi, bad = _block_minmax(lo, hi, bad)
+    if cuda.threadIdx.x == 0:
+        out_f[0] = lo
+        out_f[1] = hi
+        out_bad[0] = bad
 
 
 @cuda.jit
