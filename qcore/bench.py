@@ -443,6 +443,7 @@ def _torch_cuda_rates(n: int) -> dict[str, float]:
 
 
 def _main_cuda(shape: tuple[int, int], args) -> int:
+    from qcore import bench_cuda
     from qcore.kernels import cuda as cuda_kernels
 
     reason = cuda_kernels.unavailable_reason()
@@ -450,7 +451,7 @@ def _main_cuda(shape: tuple[int, int], args) -> int:
         print(f"--backend cuda: no usable GPU ({reason})", file=sys.stderr)
         return 2
     n = shape[0] * shape[1]
-    timings = cuda_kernels.bench_cases(n)
+    timings = bench_cuda.bench_cases(n)
     torch_rates = {} if args.no_peers else _torch_cuda_rates(n)
     copy = timings[0]
     print(f"GPU: {cuda_kernels.device_name()}; {n} elements; copy bandwidth "

@@ -247,6 +247,54 @@ def quantize_linear(x: Any, y_scale: Any, y_zero_point: Any = None, *, axis: int
     result has the zero point's type, else `output_dtype`, else uint8 (an ml_dtypes dtype for
     the sub-byte and float8/6/4 types, one element per byte).
     """
+    call = prepare_quantize(x, y_scale, y_zero_point, axis=axis, block_size=block_size,
+                            saturate=saturate, output_dtype=output_dtype, precision=precision,
+                            opset=opset, backend=backend)
+    return _run_quantize(call.kernels, call.x, call.scale, call.zero_point, call.plan,
+                         call.has_zero_point)
+
+
+@dataclass(frozen=True)
+class PreparedCall:
+    """A validated operator call, ready for a kernel (:func:`prepare_quantize`,
+    :func:`prepare_dequantize`): what the operators run, and what the CUDA benchmark times.
+
+    ``x`` keeps its shape (a device array stays on the device); ``scale`` is float32 (rounded to
+    the precision type for QuantizeLinear), ``zero_point`` float64, both flat, one zero per scale
+    when none was given; ``kernels`` the backend module.
+    """
+
+    plan: Any  # QuantizePlan or DequantizePlan
+    x: Any
+    scale: np.ndarray
+    zero_point: np.ndarray
+    has_zero_point: bool
+    kernels: Any
+
+    def flat_x(self) -> np.ndarray:
+        """x as the kernels read it: flat, C-contiguous, 16-bit floats and sub-byte/float8
+        codes as their unsigned bits (a device array is returned as it is)."""
+        if isinstance(self.plan, DequantizePlan):
+            return _flat_codes(self.x, self.plan)
+        return _flat_input(self.x)
+
+    def params(self):
+        """The kernels' parameters: QuantizeLinear's vector, or DequantizeLinear's
+        (vector, decode table)."""
+        if isinstance(self.plan, DequantizePlan):
+            return dequantize_params(self.plan)
+        return quantize_params(self.plan, self.has_zero_point)
+
+    def layout_params(self) -> np.ndarray:
+        return layout_params(self.plan.layout)
+
+
+def prepare_quantize(x: Any, y_scale: Any, y_zero_point: Any = None, *, axis: int = 1,
+                     block_size: int = 0, saturate: bool = True, output_dtype: Any = None,
+                     precision: Any = None, opset: int = LATEST_OPSET,
+                     backend: str = "cpu") -> PreparedCall:
+    """Validate a QuantizeLinear call as :func:`quantize_linear` does (same arguments, same
+    errors) and return what its kernel needs, without running it."""
     ov = resolve(QUANTIZE, opset)
     x = _as_array(x, "x", ov)
     y_scale = _as_array(y_scale, "y_scale", ov)
@@ -268,7 +316,7 @@ def quantize_linear(x: Any, y_scale: Any, y_zero_point: Any = None, *, axis: int
     s = _scale_values(ov, np.asarray(y_scale), plan.scale, "y_scale", plan.precision)
     z = _zero_point_values(ov, None if y_zero_point is None else np.asarray(y_zero_point),
                            np.asarray(y_scale), plan.target, "y_zero_point", "y_scale")
-    return _run_quantize(kernels, x, s, z, plan, y_zero_point is not None)
+    return PreparedCall(plan, x, s, z, y_zero_point is not None, kernels)
 
 
 def quantize_params(plan: QuantizePlan, has_zero_point: bool) -> np.ndarray:
@@ -371,6 +419,16 @@ def dequantize_linear(x: Any, x_scale: Any, x_zero_point: Any = None, *, axis: i
     The difference is exact (int32: rounded once to float32), the product is computed in
     float32 and rounded once (half to even) to the output type: `output_dtype`, else x_scale's.
     """
+    call = prepare_dequantize(x, x_scale, x_zero_point, axis=axis, block_size=block_size,
+                              output_dtype=output_dtype, opset=opset, backend=backend)
+    return _run_dequantize(call.kernels, call.x, call.scale, call.zero_point, call.plan)
+
+
+def prepare_dequantize(x: Any, x_scale: Any, x_zero_point: Any = None, *, axis: int = 1,
+                       block_size: int = 0, output_dtype: Any = None,
+                       opset: int = LATEST_OPSET, backend: str = "cpu") -> PreparedCall:
+    """Validate a DequantizeLinear call as :func:`dequantize_linear` does and return what its
+    kernel needs, without running it."""
     ov = resolve(DEQUANTIZE, opset)
     x = _as_array(x, "x", ov)
     x_scale = _as_array(x_scale, "x_scale", ov)
@@ -386,7 +444,7 @@ def dequantize_linear(x: Any, x_scale: Any, x_zero_point: Any = None, *, axis: i
     s = _scale_values(ov, np.asarray(x_scale), plan.scale, "x_scale", None)
     z = _zero_point_values(ov, None if x_zero_point is None else np.asarray(x_zero_point),
                            np.asarray(x_scale), plan.x, "x_zero_point", "x_scale")
-    return _run_dequantize(kernels, x, s, z, plan)
+    return PreparedCall(plan, x, s, z, x_zero_point is not None, kernels)
 
 
 def dequantize_params(plan: DequantizePlan) -> tuple[np.ndarray, np.ndarray]:
@@ -414,11 +472,18 @@ def _run_dequantize(kernels, x, s, z, plan: DequantizePlan) -> np.ndarray:
     out = plan.output
     y = np.empty(x.size, np.float32 if out.name == "float" else np.uint16)
     if x.size:
-        flat = np.ascontiguousarray(x).reshape(-1)
-        if plan.x.kind != INT or plan.x.bits < 8:
-            flat = flat.view(np.uint8)
-        kernels.dequantize(flat, s, z, y, layout_params(plan.layout), dp, table)
+        kernels.dequantize(_flat_codes(x, plan), s, z, y, layout_params(plan.layout), dp, table)
     return y.view(out.dtype).reshape(x.shape)
+
+
+def _flat_codes(x, plan: DequantizePlan):
+    """Host codes as a flat C-contiguous array; sub-byte and float codes as their uint8 bits."""
+    if _is_device(x):
+        return x
+    flat = np.ascontiguousarray(x).reshape(-1)
+    if plan.x.kind != INT or plan.x.bits < 8:
+        flat = flat.view(np.uint8)
+    return flat
 
 
 def dynamic_quantize_linear(x: Any, *, backend: str = "cpu",

@@ -608,15 +608,22 @@ def test_device_errors():
 
 
 def test_bench_helpers_run():
-    rows = ck.bench_cases(n=256, repeat=1)
+    from qcore import bench_cuda
+
+    rows = bench_cuda.bench_cases(n=256, repeat=1)
     names = [r.name for r in rows]
     assert names[0] == "device copy" and "Q int8 per-tensor" in names
     for r in rows:
         assert r.elements > 0 and r.bytes_moved > 0 and r.kernel_s >= 0 and r.device
         assert r.end_to_end_s >= r.kernel_s
-    t = ck.bench_quantize(np.ones((4, 8), np.float32), np.float32(0.5), output_dtype="int4",
-                          repeat=1)
+    t = bench_cuda.bench_quantize(np.ones((4, 8), np.float32), np.float32(0.5),
+                                  output_dtype="int4", repeat=1)
     assert t.elements == 32 and t.bytes_moved == 32 * 4 + 32
+    h = bench_cuda.bench_quantize(np.ones((4, 8), np.float16), np.float16(0.5), repeat=1)
+    assert h.bytes_moved == 32 * 2 + 32
+    d = bench_cuda.bench_dequantize(np.arange(32, dtype=np.int8).reshape(4, 8),
+                                    np.float32(0.5), repeat=1)
+    assert d.elements == 32 and d.bytes_moved == 32 + 32 * 4
 
 
 def test_available_in_this_process():

@@ -86,7 +86,7 @@ def test_backend_cuda_without_gpu_raises_quantization_error():
 def _gpu_signatures():
     from numba import types as t
 
-    from qcore.kernels import cuda as ck
+    from qcore.kernels import cuda_kernels as kk
 
     def arr(ty, nd=1):
         return t.Array(ty, nd, "C")
@@ -95,18 +95,18 @@ def _gpu_signatures():
     sigs = []  # every x type and every y type at least once (the rest is the same code)
     for xt, yt in ((t.float32, t.uint8), (t.uint16, t.int8), (t.int32, t.uint16),
                    (t.float32, t.int16)):
-        sigs.append((ck._quantize_kernel, (arr(xt), arr(f32), arr(f64), arr(yt), arr(i64),
+        sigs.append((kk.quantize_kernel, (arr(xt), arr(f32), arr(f64), arr(yt), arr(i64),
                                            arr(i64))))
     for xt, yt in ((t.int8, t.float32), (t.uint8, t.uint16), (t.int16, t.float32),
                    (t.uint16, t.uint16), (t.int32, t.float32)):
-        sigs.append((ck._dequantize_kernel, (arr(xt), arr(f32), arr(f64), arr(yt), arr(i64),
+        sigs.append((kk.dequantize_kernel, (arr(xt), arr(f32), arr(f64), arr(yt), arr(i64),
                                              arr(i64), arr(f64))))
     for xt in (t.float32, t.uint16):
-        sigs.append((ck._minmax_partial_kernel, (arr(xt), i64, arr(f32, 2), arr(i64))))
-    sigs.append((ck._minmax_final_kernel, (arr(f32, 2), arr(i64), arr(f32), arr(i64))))
-    sigs.append((ck._pack_kernel, (arr(t.uint8), i64, arr(t.uint8))))
-    sigs.append((ck._unpack_kernel, (arr(t.uint8), i64, arr(t.uint8))))
-    sigs.append((ck._copy_kernel, (arr(f32), arr(f32))))
+        sigs.append((kk.minmax_partial_kernel, (arr(xt), i64, arr(f32, 2), arr(i64))))
+    sigs.append((kk.minmax_final_kernel, (arr(f32, 2), arr(i64), arr(f32), arr(i64))))
+    sigs.append((kk.pack_kernel, (arr(t.uint8), i64, arr(t.uint8))))
+    sigs.append((kk.unpack_kernel, (arr(t.uint8), i64, arr(t.uint8))))
+    sigs.append((kk.copy_kernel, (arr(f32), arr(f32))))
     return sigs
 
 
