@@ -22,7 +22,7 @@ import pytest
 
 import qcore
 from qcore.formats import FLOAT, INT, get_format
-from qcore.kernels import cpu
+from qcore.kernels.params import XKind
 from qcore.versions import DEQUANTIZE, OPERATORS, QUANTIZE
 
 if not (numba.config.ENABLE_CUDASIM or qcore.cuda_available()):
@@ -426,19 +426,19 @@ def test_minmax_reduction(n):
     rng = np.random.default_rng(n)
     x = (rng.standard_normal(n) * 10).astype(np.float32)
     x[rng.integers(0, n)] = -77.0
-    lo, hi, bad = ck.minmax(x, cpu.X_F32)
+    lo, hi, bad = ck.minmax(x, XKind.F32)
     assert (lo, hi, bad) == (float(x.min()), float(x.max()), 0)
     if n > 3:
         x[[0, n // 2, n - 1]] = [np.inf, np.nan, -np.inf]
-        assert ck.minmax(x, cpu.X_F32) == (-np.inf, np.inf, 3)
+        assert ck.minmax(x, XKind.F32) == (-np.inf, np.inf, 3)
     h = x.astype(np.float16)
-    lo16, hi16, bad16 = ck.minmax(h.view(np.uint16), cpu.X_F16)
+    lo16, hi16, bad16 = ck.minmax(h.view(np.uint16), XKind.F16)
     finite = h[np.isfinite(h)].astype(np.float32)
     assert bad16 == int((~np.isfinite(h)).sum())
     if bad16 == 0:
         assert (lo16, hi16) == (float(finite.min()), float(finite.max()))
     b = x.astype(ml_dtypes.bfloat16)
-    lob, hib, badb = ck.minmax(b.view(np.uint16), cpu.X_BF16)
+    lob, hib, badb = ck.minmax(b.view(np.uint16), XKind.BF16)
     if badb == 0:
         assert (lob, hib) == (float(b.astype(np.float32).min()), float(b.astype(np.float32).max()))
 

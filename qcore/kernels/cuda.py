@@ -8,9 +8,9 @@ device when a kernel calls them). This module only moves data and reinterprets b
 no element rule of its own beyond the bfloat16 round-to-nearest-even bit trick that
 :mod:`qcore.kernels.cpu` also applies.
 
-Parameters are the CPU path's: the int64 vectors ``lp`` (layout), ``qp`` (quantize) and ``dp``
-(dequantize) with the slot constants of :mod:`qcore.kernels.cpu`, float32 scales, float64 zero
-points, and the decode tables.
+Parameters are the CPU path's: the NamedTuples of :mod:`qcore.kernels.params` ``lp`` (layout),
+``qp`` (quantize) and ``dp`` (dequantize), passed by value, float32 scales, float64 zero points,
+and the decode tables.
 
 Host API (what :mod:`qcore.ops` calls): :func:`quantize`, :func:`dequantize`, :func:`minmax`
 on NumPy arrays (copy in, run, copy out); :func:`quantize_device` / :func:`dequantize_device` on
@@ -35,41 +35,10 @@ from functools import lru_cache
 import numpy as np
 
 from ..errors import QuantizationError
-from .cpu import (
-    D_OKIND,
-    D_XKIND,
-    DX_NUMERIC,
-    DX_TABLE,
-    L_BLOCK,
-    L_DIM,
-    L_POST,
-    L_SBLOCKS,
-    L_SPOST,
-    L_SPRE,
-    L_UNIFORM,
-    P_F32,
-    Q_BIAS,
-    Q_EBITS,
-    Q_HASINF,
-    Q_HASZP,
-    Q_HI,
-    Q_LO,
-    Q_MASK,
-    Q_MAXCODE,
-    Q_MBITS,
-    Q_NANSTYLE,
-    Q_PKIND,
-    Q_SATURATE,
-    Q_TKIND,
-    Q_XKIND,
-    X_BF16,
-    X_F16,
-    X_I32,
-)
-from .cpu import _half_bits as half_bits
-from .cpu import load_x as _cpu_load_x
-from .cpu import round_to_precision as _cpu_round_to_precision
-from .scalar import encode_f32_bits, saturate_int
+from .params import DXKind, PKind, XKind
+from .scalar import encode_f32_bits, half_bits, saturate_int
+from .scalar import load_x as _cpu_load_x
+from .scalar import round_to_precision as _cpu_round_to_precision
 
 try:  # numba builds without the CUDA target (or a broken install) must not break `import qcore`
     from numba import config as _numba_config
@@ -172,20 +141,20 @@ elif _IMPORT_ERROR is None:
 @device_function
 def scale_index(i, lp):
     """Index of element i's scale and zero point: the layout's index map (qcore.layout)."""
-    if lp[L_UNIFORM] == 1:
+    if lp.uniform == 1:
         return int64(0)
-    dim = lp[L_DIM]
-    post = lp[L_POST]
+    dim = lp.dim
+    post = lp.post
     plane = dim * post
     p = i // plane
     r = i - p * plane
     d = r // post
     q = r - d * post
-    if lp[L_SPRE] <= 1:
+    if lp.scale_pre <= 1:
         p = 0
-    if lp[L_SPOST] <= 1:
+    if lp.scale_post <= 1:
         q = 0
-    return (p * lp[L_SBLOCKS] + d // lp[L_BLOCK]) * lp[L_SPOST] + q
+    return (p * lp.scale_blocks + d // lp.block) * lp.scale_post + q
 
 
 @device_function
@@ -208,20 +177,20 @@ def nan_f64_to_f32(w):
 @cuda.jit
 def _quantize_kernel(x, s, z, y, lp, qp):
     n = x.size
-    xkind = qp[Q_XKIND]
-    pkind = qp[Q_PKIND]
-    tkind = qp[Q_TKIND]
-    lo = qp[Q_LO]
-    hi = qp[Q_HI]
-    mask = qp[Q_MASK]
-    eb = qp[Q_EBITS]
-    mb = qp[Q_MBITS]
-    bias = qp[Q_BIAS]
-    mc = qp[Q_MAXCODE]
-    has_inf = qp[Q_HASINF] == 1
-    ns = qp[Q_NANSTYLE]
-    sat = qp[Q_SATURATE] == 1
-    has_zp = qp[Q_HASZP] == 1
+    xkind = qp.xkind
+    pkind = qp.pkind
+    tkind = qp.tkind
+    lo = qp.lo
+    hi = qp.hi
+    mask = qp.mask
+    eb = qp.ebits
+    mb = qp.mbits
+    bias = qp.bias
+    mc = qp.max_code
+    has_inf = qp.has_inf == 1
+    ns = qp.nan_style
+    sat = qp.saturate == 1
+    has_zp = qp.has_zp == 1
     zstep = 1 if z.size > 1 else 0  # one zero point may stand for all (none was given)
     for i in range(cuda.grid(1), n, cuda.gridsize(1)):
         si = scale_index(i, lp)
@@ -245,17 +214,17 @@ def _quantize_kernel(x, s, z, y, lp, qp):
 @cuda.jit
 def _dequantize_kernel(x, s, z, y, lp, dp, tab):
     n = x.size
-    xkind = dp[D_XKIND]
-    okind = dp[D_OKIND]
+    xkind = dp.xkind
+    okind = dp.okind
     zstep = 1 if z.size > 1 else 0  # one zero point may stand for all (none was given)
     for i in range(cuda.grid(1), n, cuda.gridsize(1)):
         si = scale_index(i, lp)
         zi = si * zstep
         # (x - zero_point) in float32 (exact for <= 16-bit types; int32: one rounding), times
         # the scale in float32, then rounded once to the output type
-        if xkind == DX_NUMERIC:
+        if xkind == DXKind.NUMERIC:
             v = float32(float32(x[i]) - float32(z[zi])) * s[si]
-        elif xkind == DX_TABLE:
+        elif xkind == DXKind.TABLE:
             w = tab[int64(x[i])]
             if w != w:  # a NaN code: the CPU's NaN bits, without GPU arithmetic
                 v = nan_f64_to_f32(w)
@@ -263,7 +232,7 @@ def _dequantize_kernel(x, s, z, y, lp, dp, tab):
                 v = float32(float32(w) - float32(z[zi])) * s[si]
         else:
             v = float32(int64(x[i]) - int64(z[zi])) * s[si]
-        if okind == P_F32:
+        if okind == PKind.F32:
             y[i] = v
         else:
             y[i] = half_bits(v, okind)
@@ -280,7 +249,7 @@ def _minmax_partial_kernel(x, xkind, part_f, part_bad):
     hi = float32(-math.inf)
     bad = int64(0)
     for i in range(cuda.grid(1), x.size, cuda.gridsize(1)):
-        v = load_x(x[i], xkind, P_F32)
+        v = load_x(x[i], xkind, PKind.F32)
         if v != v:
             bad += 1
         else:
@@ -518,9 +487,9 @@ def _launch_dequantize(d_x, d_s, d_z, d_y, d_lp, d_dp, d_tab) -> None:
 
 
 def _quantize_input_view(flat, xkind: int):
-    if xkind in (X_F16, X_BF16):
+    if xkind in (XKind.F16, XKind.BF16):
         return _storage_view(flat, np.uint16)
-    return _storage_view(flat, np.int32 if xkind == X_I32 else np.float32)
+    return _storage_view(flat, np.int32 if xkind == XKind.I32 else np.float32)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -532,7 +501,7 @@ def quantize(x, s, z, y, lp, qp) -> None:
     """QuantizeLinear of a flat host array x (float32 / 16-bit bits / int32) into host codes y."""
     d_y = cuda.device_array(y.size, y.dtype)
     _launch_quantize(cuda.to_device(np.ascontiguousarray(x)), cuda.to_device(s),
-                     cuda.to_device(z), d_y, cuda.to_device(lp), cuda.to_device(qp))
+                     cuda.to_device(z), d_y, lp, qp)
     d_y.copy_to_host(y)
 
 
@@ -540,7 +509,7 @@ def dequantize(x, s, z, y, lp, dp, tab) -> None:
     """DequantizeLinear of flat host codes x into host y (float32, or float16/bfloat16 bits)."""
     d_y = cuda.device_array(y.size, y.dtype)
     _launch_dequantize(cuda.to_device(np.ascontiguousarray(x)), cuda.to_device(s),
-                       cuda.to_device(z), d_y, cuda.to_device(lp), cuda.to_device(dp),
+                       cuda.to_device(z), d_y, lp, dp,
                        _device_table(tab))
     d_y.copy_to_host(y)
 
@@ -554,7 +523,7 @@ def minmax(x, xkind) -> tuple[float, float, int]:
     if is_device_array(x):
         d_x = _flat_device(as_device_array(x, "DynamicQuantizeLinear"), "DynamicQuantizeLinear")
         if x.dtype in (np.float16,) or str(x.dtype) == "bfloat16":
-            xkind = X_F16 if x.dtype == np.float16 else X_BF16
+            xkind = XKind.F16 if x.dtype == np.float16 else XKind.BF16
         d_x = _quantize_input_view(d_x, xkind)
     else:
         d_x = cuda.to_device(np.ascontiguousarray(x).reshape(-1))
@@ -589,11 +558,10 @@ def quantize_device(x, s, z, plan, qp, lp):
     """
     label = plan.version.label
     d = as_device_array(x, label)
-    flat = _quantize_input_view(_flat_device(d, label), int(qp[Q_XKIND]))
+    flat = _quantize_input_view(_flat_device(d, label), qp.xkind)
     target = plan.target
     d_y = cuda.device_array(flat.size, _code_storage(target))
-    _launch_quantize(flat, cuda.to_device(s), cuda.to_device(z), d_y, cuda.to_device(lp),
-                     cuda.to_device(qp))
+    _launch_quantize(flat, cuda.to_device(s), cuda.to_device(z), d_y, lp, qp)
     return _storage_view(d_y.reshape(tuple(d.shape)), target.dtype)
 
 
@@ -611,8 +579,7 @@ def dequantize_device(x, s, z, plan, dp, lp, table):
         flat = _storage_view(flat, np.uint8)
     out = plan.output
     d_y = cuda.device_array(flat.size, np.float32 if out.name == "float" else np.uint16)
-    _launch_dequantize(flat, cuda.to_device(s), cuda.to_device(z), d_y, cuda.to_device(lp),
-                       cuda.to_device(dp), _device_table(table))
+    _launch_dequantize(flat, cuda.to_device(s), cuda.to_device(z), d_y, lp, dp, _device_table(table))
     return _storage_view(d_y.reshape(tuple(d.shape)), out.dtype)
 
 
@@ -766,10 +733,10 @@ def bench_quantize(x: np.ndarray, y_scale, y_zero_point=None, *, repeat: int = 1
     z = ops._zero_point_values(ov, zp, y_scale, plan.target, "y_zero_point", "y_scale")
     qp = ops.quantize_params(plan, zp is not None)
     flat = ops._flat_input(x)
-    d_x = _quantize_input_view(cuda.to_device(flat), int(qp[Q_XKIND]))
+    d_x = _quantize_input_view(cuda.to_device(flat), qp.xkind)
     d_y = cuda.device_array(flat.size, _code_storage(plan.target))
     args = (d_x, cuda.to_device(s), cuda.to_device(z), d_y,
-            cuda.to_device(ops.layout_params(plan.layout)), cuda.to_device(qp))
+            ops.layout_params(plan.layout), qp)
     kernel_s = _time_events(lambda: _launch_quantize(*args), repeat)
     h_y = np.empty(flat.size, _code_storage(plan.target))
     return Timing(
@@ -806,7 +773,7 @@ def bench_dequantize(x: np.ndarray, x_scale, x_zero_point=None, *, repeat: int =
     out_dtype = np.float32 if plan.output.name == "float" else np.uint16
     d_y = cuda.device_array(flat.size, out_dtype)
     args = (cuda.to_device(flat), cuda.to_device(s), cuda.to_device(z), d_y,
-            cuda.to_device(ops.layout_params(plan.layout)), cuda.to_device(dp),
+            ops.layout_params(plan.layout), dp,
             _device_table(table))
     kernel_s = _time_events(lambda: _launch_dequantize(*args), repeat)
     h_y = np.empty(flat.size, out_dtype)
