@@ -112,7 +112,7 @@ def bench_quantize(x: np.ndarray, y_scale, y_zero_point=None, *, repeat: int = 1
     d_x = cuda.to_device(flat)
     d_y = cuda.device_array(flat.size, storage)
     args = (d_x, cuda.to_device(call.scale), cuda.to_device(call.zero_point), d_y,
-            cuda.to_device(call.layout_params()), cuda.to_device(qp))
+            call.layout_params(), qp)
     kernel_s = _time_events(lambda: ck.launch_quantize(*args), repeat)
     h_y = np.empty(flat.size, storage)
     return Timing(
@@ -137,8 +137,7 @@ def bench_dequantize(x: np.ndarray, x_scale, x_zero_point=None, *, repeat: int =
     out_dtype = np.float32 if plan.output.name == "float" else np.uint16
     d_y = cuda.device_array(flat.size, out_dtype)
     args = (cuda.to_device(flat), cuda.to_device(call.scale), cuda.to_device(call.zero_point),
-            d_y, cuda.to_device(call.layout_params()), cuda.to_device(dp),
-            ck.device_table(table))
+            d_y, call.layout_params(), dp, ck.device_table(table))
     kernel_s = _time_events(lambda: ck.launch_dequantize(*args), repeat)
     h_y = np.empty(flat.size, out_dtype)
     return Timing(

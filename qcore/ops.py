@@ -12,6 +12,15 @@ import numpy as np
 from .errors import QuantizationError
 from .formats import FLOAT, INT, SCALE, Format, get_format
 from .kernels import cpu
+from .kernels.params import (
+    P_KINDS,
+    X_KINDS,
+    DequantizeParams,
+    DXKind,
+    LayoutParams,
+    QuantizeParams,
+    XKind,
+)
 from .layout import Layout, resolve_layout
 from .versions import (
     ATTRIBUTE_DEFAULTS,
@@ -25,9 +34,10 @@ from .versions import (
     resolve,
 )
 
-_PRECISION_KIND = {"float": cpu.P_F32, "float16": cpu.P_F16, "bfloat16": cpu.P_BF16}
-_X_KIND = {"float": cpu.X_F32, "float16": cpu.X_F16, "bfloat16": cpu.X_BF16, "int32": cpu.X_I32}
+_PRECISION_KIND = P_KINDS
+_X_KIND = X_KINDS
 BACKENDS = ("cpu", "cuda")
+_NO_DECODE_TABLE = np.zeros(1, np.float64)
 
 
 @cache
@@ -319,29 +329,13 @@ def prepare_quantize(x: Any, y_scale: Any, y_zero_point: Any = None, *, axis: in
     return PreparedCall(plan, x, s, z, y_zero_point is not None, kernels)
 
 
-def quantize_params(plan: QuantizePlan, has_zero_point: bool) -> np.ndarray:
-    """The kernels' int64 parameter vector for a plan (see :mod:`qcore.kernels.cpu`)."""
-    t = plan.target
-    qp = np.zeros(14, np.int64)
-    qp[cpu.Q_XKIND] = _X_KIND[plan.x.name]
-    qp[cpu.Q_PKIND] = _PRECISION_KIND[plan.precision.name]
-    if t.kind == INT:
-        qp[cpu.Q_TKIND] = 0
-        qp[cpu.Q_LO], qp[cpu.Q_HI] = int(t.min), int(t.max)
-        qp[cpu.Q_MASK] = (1 << t.bits) - 1  # codes go to unsigned storage, then a view
-    else:
-        qp[cpu.Q_TKIND] = 1
-        qp[cpu.Q_EBITS], qp[cpu.Q_MBITS], qp[cpu.Q_BIAS] = t.ebits, t.mbits, t.bias
-        qp[cpu.Q_MAXCODE] = t.max_code
-        qp[cpu.Q_HASINF] = int(t.has_inf)
-        qp[cpu.Q_NANSTYLE] = t.nan_style
-    qp[cpu.Q_SATURATE] = int(plan.saturate)
-    qp[cpu.Q_HASZP] = int(has_zero_point)
-    return qp
+def quantize_params(plan: QuantizePlan, has_zero_point: bool) -> QuantizeParams:
+    """The kernels' parameters for a plan (see :mod:`qcore.kernels.params`)."""
+    return QuantizeParams.from_plan(plan, has_zero_point)
 
 
-def layout_params(layout: Layout) -> np.ndarray:
-    return np.array(layout.as_ints() + (int(layout.uniform),), np.int64)
+def layout_params(layout: Layout) -> LayoutParams:
+    return LayoutParams.from_layout(layout)
 
 
 def _flat_input(x: np.ndarray) -> np.ndarray:
@@ -447,20 +441,10 @@ def prepare_dequantize(x: Any, x_scale: Any, x_zero_point: Any = None, *, axis: 
     return PreparedCall(plan, x, s, z, x_zero_point is not None, kernels)
 
 
-def dequantize_params(plan: DequantizePlan) -> tuple[np.ndarray, np.ndarray]:
-    """(int64 parameter vector, decode table) for the dequantize kernel."""
-    xf = plan.x
-    dp = np.zeros(2, np.int64)
-    if xf.name == "int32":
-        dp[cpu.D_XKIND] = cpu.DX_I32
-        table = np.zeros(1, np.float64)
-    elif xf.kind == INT and xf.bits >= 8:
-        dp[cpu.D_XKIND] = cpu.DX_NUMERIC
-        table = np.zeros(1, np.float64)
-    else:
-        dp[cpu.D_XKIND] = cpu.DX_TABLE
-        table = decode_table(xf.name)
-    dp[cpu.D_OKIND] = _PRECISION_KIND[plan.output.name]
+def dequantize_params(plan: DequantizePlan) -> tuple[DequantizeParams, np.ndarray]:
+    """(parameters, decode table) for the dequantize kernel."""
+    dp = DequantizeParams.from_plan(plan)
+    table = decode_table(plan.x.name) if dp.xkind == DXKind.TABLE else _NO_DECODE_TABLE
     return dp, table
 
 
@@ -504,7 +488,7 @@ def dynamic_quantize_linear(x: Any, *, backend: str = "cpu",
     if x.size == 0:
         lo = hi = 0.0
     else:
-        lo, hi, bad = kernels.minmax(_flat_input(x), cpu.X_F32)
+        lo, hi, bad = kernels.minmax(_flat_input(x), int(XKind.F32))
         if bad:
             raise QuantizationError(
                 f"{ov.label}: x contains {bad} NaN/Inf value(s); the scale computed from x's "

@@ -11,6 +11,7 @@ from collections.abc import Callable
 import numpy as np
 
 from .kernels import cpu
+from .kernels.params import DequantizeParams, LayoutParams, QuantizeParams, TKind, XKind
 
 QUANTIZE_INPUTS = (np.float32, np.uint16, np.int32)  # float32, float16/bfloat16 bits, int32
 QUANTIZE_OUTPUTS = (np.uint8, np.uint16)  # integer codes are written unsigned, then viewed
@@ -20,12 +21,14 @@ DEQUANTIZE_OUTPUTS = (np.float32, np.uint16)
 
 def _jobs() -> list[tuple[str, Callable[[], None]]]:
     n = 8
-    lp = np.array([1, n, 1, n, 1, 1, 1, 1], np.int64)
+    lp = LayoutParams(pre=1, dim=n, post=1, block=n, scale_pre=1, scale_blocks=1, scale_post=1,
+                      uniform=1)
     s = np.ones(1, np.float32)
     z = np.zeros(1, np.float64)
-    qp = np.zeros(14, np.int64)
-    qp[cpu.Q_LO], qp[cpu.Q_HI], qp[cpu.Q_MASK] = -128, 127, 255
-    dp = np.zeros(2, np.int64)
+    qp = QuantizeParams(xkind=0, pkind=0, tkind=0, lo=-128, hi=127, mask=255,
+                        ebits=0, mbits=0, bias=0, max_code=0, has_inf=0, nan_style=0, saturate=1,
+                        has_zp=1)
+    dp = DequantizeParams(xkind=0, okind=0)
     table = np.zeros(256, np.float64)
     jobs = []
     for kernel, label in ((cpu.quantize_parallel, "parallel"), (cpu.quantize_serial, "serial")):
@@ -44,7 +47,7 @@ def _jobs() -> list[tuple[str, Callable[[], None]]]:
                 jobs.append((f"dequantize {label} {np.dtype(xt).name}->{np.dtype(yt).name}", job))
     for kernel, label in ((cpu.minmax_parallel, "parallel"), (cpu.minmax_serial, "serial")):
         def job(kernel=kernel):
-            kernel(np.zeros(n, np.float32), cpu.X_F32, np.empty((1, 3), np.float32))
+            kernel(np.zeros(n, np.float32), int(XKind.F32), np.empty((1, 3), np.float32))
         jobs.append((f"minmax {label}", job))
 
     def packing_job():
@@ -54,9 +57,11 @@ def _jobs() -> list[tuple[str, Callable[[], None]]]:
 
         unpack(pack(np.zeros(3, ml_dtypes.int4)), ml_dtypes.int4, 3)
     jobs.append(("packing", packing_job))
-    float_qp = qp.copy()
-    float_qp[cpu.Q_TKIND] = 1
-    float_qp[[cpu.Q_EBITS, cpu.Q_MBITS, cpu.Q_BIAS, cpu.Q_MAXCODE]] = [4, 3, 7, 126]
+    from .formats import get_format
+
+    e4m3 = get_format("float8e4m3fn")
+    float_qp = qp._replace(tkind=int(TKind.FLOAT), ebits=e4m3.ebits, mbits=e4m3.mbits,
+                           bias=e4m3.bias, max_code=e4m3.max_code, nan_style=e4m3.nan_style)
     jobs.append(("encode tables", lambda: cpu.encode_table(float_qp)))
     return jobs
 

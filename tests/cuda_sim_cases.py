@@ -23,7 +23,7 @@ import pytest
 
 import qcore
 from qcore.formats import FLOAT, INT, get_format
-from qcore.kernels import cpu
+from qcore.kernels.params import XKind
 from qcore.versions import DEQUANTIZE, OPERATORS, QUANTIZE
 
 if not (numba.config.ENABLE_CUDASIM or qcore.cuda_available()):
@@ -446,11 +446,11 @@ def _minmax_inputs(n: int, rep: int):
     x[rng.integers(0, n)] = -77.0
     if rep % 2 and n > 3:  # NaN/Inf at the ends and the middle: the first and last blocks
         x[[0, n // 2, n - 1]] = [np.inf, np.nan, -np.inf]
-    yield "float32", x, x, cpu.X_F32
+    yield "float32", x, x, XKind.F32
     h = x.astype(np.float16)
-    yield "float16", h, h.view(np.uint16), cpu.X_F16
+    yield "float16", h, h.view(np.uint16), XKind.F16
     b = x.astype(ml_dtypes.bfloat16)
-    yield "bfloat16", b, b.view(np.uint16), cpu.X_BF16
+    yield "bfloat16", b, b.view(np.uint16), XKind.BF16
 
 
 def test_minmax_reduction_at_block_and_grid_edges():

@@ -84,9 +84,15 @@ def test_backend_cuda_without_gpu_raises_quantization_error():
 
 
 def _gpu_signatures():
+    from numba import typeof
     from numba import types as t
 
     from qcore.kernels import cuda_kernels as kk
+    from qcore.kernels.params import DequantizeParams, LayoutParams, QuantizeParams
+
+    lp = typeof(LayoutParams(*[0] * len(LayoutParams._fields)))
+    qp = typeof(QuantizeParams(*[0] * len(QuantizeParams._fields)))
+    dp = typeof(DequantizeParams(*[0] * len(DequantizeParams._fields)))
 
     def arr(ty, nd=1):
         return t.Array(ty, nd, "C")
@@ -95,12 +101,11 @@ def _gpu_signatures():
     sigs = []  # every x type and every y type at least once (the rest is the same code)
     for xt, yt in ((t.float32, t.uint8), (t.uint16, t.int8), (t.int32, t.uint16),
                    (t.float32, t.int16)):
-        sigs.append((kk.quantize_kernel, (arr(xt), arr(f32), arr(f64), arr(yt), arr(i64),
-                                           arr(i64))))
+        sigs.append((kk.quantize_kernel, (arr(xt), arr(f32), arr(f64), arr(yt), lp, qp)))
     for xt, yt in ((t.int8, t.float32), (t.uint8, t.uint16), (t.int16, t.float32),
                    (t.uint16, t.uint16), (t.int32, t.float32)):
-        sigs.append((kk.dequantize_kernel, (arr(xt), arr(f32), arr(f64), arr(yt), arr(i64),
-                                             arr(i64), arr(f64))))
+        sigs.append((kk.dequantize_kernel, (arr(xt), arr(f32), arr(f64), arr(yt), lp, dp,
+                                            arr(f64))))
     for xt in (t.float32, t.uint16):
         sigs.append((kk.minmax_partial_kernel, (arr(xt), i64, arr(f32, 2), arr(i64))))
     sigs.append((kk.minmax_final_kernel, (arr(f32, 2), arr(i64), arr(f32), arr(i64))))
@@ -156,6 +161,6 @@ def test_cuda_kernels_compile_for_the_gpu_target(monkeypatch):
         f"{len(failures)} CUDA kernel specialisation(s) do not compile for a GPU (numba "
         f"{numba.__version__}). Note: numba's CUDA target cannot compile the builtins min()/max() "
         f"(vararg overloads) in device code, so code shared with the GPU (kernels/scalar.py and "
-        f"the element functions of kernels/cpu.py) must compare explicitly.\n"
+        f"the element functions of kernels/scalar.py) must compare explicitly.\n"
         + "\n".join(failures[:4])
     )

@@ -12,7 +12,8 @@ import pathlib
 import types
 
 _HERE = pathlib.Path(__file__).resolve().parent
-_SOURCES = ("scalar.py", "bits.py", "cpu.py", "../packing.py", "../formats.py", "../metrics.py")
+_SOURCES = ("scalar.py", "bits.py", "params.py", "walk.py", "cpu.py", "../config.py", "../packing.py",
+            "../formats.py", "../metrics.py")
 
 
 def _ensure_fresh_cache() -> None:

@@ -19,7 +19,6 @@ from functools import lru_cache
 import numpy as np
 
 from ..errors import QuantizationError
-from .cpu import Q_XKIND, X_BF16, X_F16, X_I32
 from .cuda_kernels import (
     _IMPORT_ERROR,
     _SIM_MAX_BLOCKS,
@@ -35,6 +34,7 @@ from .cuda_kernels import (
     quantize_kernel,
     unpack_kernel,
 )
+from .params import XKind
 
 # ---------------------------------------------------------------------------------------------
 # Availability
@@ -165,18 +165,18 @@ def code_storage(fmt) -> np.dtype:
     return np.dtype(np.uint8 if fmt.itemsize == 1 else np.uint16)
 
 
-def launch_quantize(d_x, d_s, d_z, d_y, d_lp, d_qp) -> None:
-    """Launch QuantizeLinear on device arrays (asynchronous)."""
+def launch_quantize(d_x, d_s, d_z, d_y, lp, qp) -> None:
+    """Launch QuantizeLinear on device arrays (asynchronous; the params go by value)."""
     n = d_x.size
     if n:
-        quantize_kernel[grid(n), THREADS](d_x, d_s, d_z, d_y, d_lp, d_qp)
+        quantize_kernel[grid(n), THREADS](d_x, d_s, d_z, d_y, lp, qp)
 
 
-def launch_dequantize(d_x, d_s, d_z, d_y, d_lp, d_dp, d_tab) -> None:
-    """Launch DequantizeLinear on device arrays (asynchronous)."""
+def launch_dequantize(d_x, d_s, d_z, d_y, lp, dp, d_tab) -> None:
+    """Launch DequantizeLinear on device arrays (asynchronous; the params go by value)."""
     n = d_x.size
     if n:
-        dequantize_kernel[grid(n), THREADS](d_x, d_s, d_z, d_y, d_lp, d_dp, d_tab)
+        dequantize_kernel[grid(n), THREADS](d_x, d_s, d_z, d_y, lp, dp, d_tab)
 
 
 def launch_copy(d_src, d_dst) -> None:
@@ -188,9 +188,9 @@ def launch_copy(d_src, d_dst) -> None:
 
 def quantize_input_view(flat, xkind: int):
     """x's flat device array as the kernel reads it (16-bit floats as uint16 bits)."""
-    if xkind in (X_F16, X_BF16):
+    if xkind in (XKind.F16, XKind.BF16):
         return _storage_view(flat, np.uint16)
-    return _storage_view(flat, np.int32 if xkind == X_I32 else np.float32)
+    return _storage_view(flat, np.int32 if xkind == XKind.I32 else np.float32)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -202,7 +202,7 @@ def quantize(x, s, z, y, lp, qp) -> None:
     """QuantizeLinear of a flat host array x (float32 / 16-bit bits / int32) into host codes y."""
     d_y = cuda.device_array(y.size, y.dtype)
     launch_quantize(cuda.to_device(np.ascontiguousarray(x)), cuda.to_device(s),
-                     cuda.to_device(z), d_y, cuda.to_device(lp), cuda.to_device(qp))
+                    cuda.to_device(z), d_y, lp, qp)
     d_y.copy_to_host(y)
 
 
@@ -210,8 +210,7 @@ def dequantize(x, s, z, y, lp, dp, tab) -> None:
     """DequantizeLinear of flat host codes x into host y (float32, or float16/bfloat16 bits)."""
     d_y = cuda.device_array(y.size, y.dtype)
     launch_dequantize(cuda.to_device(np.ascontiguousarray(x)), cuda.to_device(s),
-                       cuda.to_device(z), d_y, cuda.to_device(lp), cuda.to_device(dp),
-                       device_table(tab))
+                      cuda.to_device(z), d_y, lp, dp, device_table(tab))
     d_y.copy_to_host(y)
 
 
@@ -224,7 +223,7 @@ def minmax(x, xkind) -> tuple[float, float, int]:
     if is_device_array(x):
         d_x = _flat_device(as_device_array(x, "DynamicQuantizeLinear"), "DynamicQuantizeLinear")
         if x.dtype in (np.float16,) or str(x.dtype) == "bfloat16":
-            xkind = X_F16 if x.dtype == np.float16 else X_BF16
+            xkind = XKind.F16 if x.dtype == np.float16 else XKind.BF16
         d_x = quantize_input_view(d_x, xkind)
     else:
         d_x = cuda.to_device(np.ascontiguousarray(x).reshape(-1))
@@ -259,11 +258,10 @@ def quantize_device(x, s, z, plan, qp, lp):
     """
     label = plan.version.label
     d = as_device_array(x, label)
-    flat = quantize_input_view(_flat_device(d, label), int(qp[Q_XKIND]))
+    flat = quantize_input_view(_flat_device(d, label), qp.xkind)
     target = plan.target
     d_y = cuda.device_array(flat.size, code_storage(target))
-    launch_quantize(flat, cuda.to_device(s), cuda.to_device(z), d_y, cuda.to_device(lp),
-                     cuda.to_device(qp))
+    launch_quantize(flat, cuda.to_device(s), cuda.to_device(z), d_y, lp, qp)
     return _storage_view(d_y.reshape(tuple(d.shape)), target.dtype)
 
 
@@ -281,8 +279,8 @@ def dequantize_device(x, s, z, plan, dp, lp, table):
         flat = _storage_view(flat, np.uint8)
     out = plan.output
     d_y = cuda.device_array(flat.size, np.float32 if out.name == "float" else np.uint16)
-    launch_dequantize(flat, cuda.to_device(s), cuda.to_device(z), d_y, cuda.to_device(lp),
-                       cuda.to_device(dp), device_table(table))
+    launch_dequantize(flat, cuda.to_device(s), cuda.to_device(z), d_y, lp, dp,
+                      device_table(table))
     return _storage_view(d_y.reshape(tuple(d.shape)), out.dtype)
 
 

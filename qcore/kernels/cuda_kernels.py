@@ -7,8 +7,9 @@ kernels use (:mod:`qcore.kernels.scalar`; numba compiles those ``@njit`` functio
 device when a kernel calls them). This module only moves data and reinterprets bits; it holds
 no element rule of its own.
 
-Parameters are the CPU path's: the int64 vectors ``lp`` (layout), ``qp`` (quantize) and ``dp``
-(dequantize), float32 scales, float64 zero points, and the decode tables. Launching, copying and
+Parameters are the CPU path's: the NamedTuples of :mod:`qcore.kernels.params` ``lp`` (layout),
+``qp`` (quantize) and ``dp`` (dequantize), passed by value, float32 scales, float64 zero points,
+and the decode tables. Launching, copying and
 the host/device API are :mod:`qcore.kernels.cuda`'s.
 
 Under the CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``) the same kernels run as Python threads; the
@@ -25,38 +26,10 @@ import sys
 
 import numpy as np
 
-from .cpu import (
-    D_OKIND,
-    D_XKIND,
-    DX_NUMERIC,
-    DX_TABLE,
-    L_BLOCK,
-    L_DIM,
-    L_POST,
-    L_SBLOCKS,
-    L_SPOST,
-    L_SPRE,
-    L_UNIFORM,
-    P_F32,
-    Q_BIAS,
-    Q_EBITS,
-    Q_HASINF,
-    Q_HASZP,
-    Q_HI,
-    Q_LO,
-    Q_MASK,
-    Q_MAXCODE,
-    Q_MBITS,
-    Q_NANSTYLE,
-    Q_PKIND,
-    Q_SATURATE,
-    Q_TKIND,
-    Q_XKIND,
-)
-from .cpu import _half_bits as half_bits
-from .cpu import load_x as _cpu_load_x
-from .cpu import round_to_precision as _cpu_round_to_precision
-from .scalar import encode_f32_bits, saturate_int
+from .params import DXKind, PKind
+from .scalar import encode_f32_bits, half_bits, saturate_int
+from .scalar import load_x as _scalar_load_x
+from .scalar import round_to_precision as _scalar_round_to_precision
 
 try:  # numba builds without the CUDA target (or a broken install) must not break `import qcore`
     from numba import config as _numba_config
@@ -163,11 +136,11 @@ if SIMULATOR:
 
     @device_function
     def load_x(xv, xkind, pkind):
-        return _cpu_load_x(xv, xkind, pkind)
+        return _scalar_load_x(xv, xkind, pkind)
 
     @device_function
     def round_to_precision(v, pkind):
-        return _cpu_round_to_precision(v, pkind)
+        return _scalar_round_to_precision(v, pkind)
 
 elif _IMPORT_ERROR is None:
     from numba.cuda import libdevice
@@ -192,28 +165,28 @@ elif _IMPORT_ERROR is None:
         """Round a float32 to an integral float32, half to even (NaN/Inf kept)."""
         return libdevice.rintf(float32(v))
 
-    # The CPU kernels' element functions, compiled for the device as they are
-    load_x = _cpu_load_x
-    round_to_precision = _cpu_round_to_precision
+    # The element functions of scalar.py, compiled for the device as they are
+    load_x = _scalar_load_x
+    round_to_precision = _scalar_round_to_precision
 
 
 @device_function
 def scale_index(i, lp):
     """Index of element i's scale and zero point: the layout's index map (qcore.layout)."""
-    if lp[L_UNIFORM] == 1:
+    if lp.uniform == 1:
         return int64(0)
-    dim = lp[L_DIM]
-    post = lp[L_POST]
+    dim = lp.dim
+    post = lp.post
     plane = dim * post
     p = i // plane
     r = i - p * plane
     d = r // post
     q = r - d * post
-    if lp[L_SPRE] <= 1:
+    if lp.scale_pre <= 1:
         p = 0
-    if lp[L_SPOST] <= 1:
+    if lp.scale_post <= 1:
         q = 0
-    return (p * lp[L_SBLOCKS] + d // lp[L_BLOCK]) * lp[L_SPOST] + q
+    return (p * lp.scale_blocks + d // lp.block) * lp.scale_post + q
 
 
 @device_function
@@ -236,20 +209,20 @@ def nan_f64_to_f32(w):
 @cuda.jit
 def quantize_kernel(x, s, z, y, lp, qp):
     n = x.size
-    xkind = qp[Q_XKIND]
-    pkind = qp[Q_PKIND]
-    tkind = qp[Q_TKIND]
-    lo = qp[Q_LO]
-    hi = qp[Q_HI]
-    mask = qp[Q_MASK]
-    eb = qp[Q_EBITS]
-    mb = qp[Q_MBITS]
-    bias = qp[Q_BIAS]
-    mc = qp[Q_MAXCODE]
-    has_inf = qp[Q_HASINF] == 1
-    ns = qp[Q_NANSTYLE]
-    sat = qp[Q_SATURATE] == 1
-    has_zp = qp[Q_HASZP] == 1
+    xkind = qp.xkind
+    pkind = qp.pkind
+    tkind = qp.tkind
+    lo = qp.lo
+    hi = qp.hi
+    mask = qp.mask
+    eb = qp.ebits
+    mb = qp.mbits
+    bias = qp.bias
+    mc = qp.max_code
+    has_inf = qp.has_inf == 1
+    ns = qp.nan_style
+    sat = qp.saturate == 1
+    has_zp = qp.has_zp == 1
     zstep = 1 if z.size > 1 else 0  # one zero point may stand for all (none was given)
     for i in range(cuda.grid(1), n, cuda.gridsize(1)):
         si = scale_index(i, lp)
@@ -273,17 +246,17 @@ def quantize_kernel(x, s, z, y, lp, qp):
 @cuda.jit
 def dequantize_kernel(x, s, z, y, lp, dp, tab):
     n = x.size
-    xkind = dp[D_XKIND]
-    okind = dp[D_OKIND]
+    xkind = dp.xkind
+    okind = dp.okind
     zstep = 1 if z.size > 1 else 0  # one zero point may stand for all (none was given)
     for i in range(cuda.grid(1), n, cuda.gridsize(1)):
         si = scale_index(i, lp)
         zi = si * zstep
         # (x - zero_point) in float32 (exact for <= 16-bit types; int32: one rounding), times
         # the scale in float32, then rounded once to the output type
-        if xkind == DX_NUMERIC:
+        if xkind == DXKind.NUMERIC:
             v = float32(float32(x[i]) - float32(z[zi])) * s[si]
-        elif xkind == DX_TABLE:
+        elif xkind == DXKind.TABLE:
             w = tab[int64(x[i])]
             if w != w:  # a NaN code: the CPU's NaN bits, without GPU arithmetic
                 v = nan_f64_to_f32(w)
@@ -291,7 +264,7 @@ def dequantize_kernel(x, s, z, y, lp, dp, tab):
                 v = float32(float32(w) - float32(z[zi])) * s[si]
         else:
             v = float32(int64(x[i]) - int64(z[zi])) * s[si]
-        if okind == P_F32:
+        if okind == PKind.F32:
             y[i] = v
         else:
             y[i] = half_bits(v, okind)
@@ -332,7 +305,7 @@ def minmax_partial_kernel(x, xkind, part_f, part_bad):
     hi = float32(-math.inf)
     bad = int64(0)
     for i in range(cuda.grid(1), x.size, cuda.gridsize(1)):
-        v = load_x(x[i], xkind, P_F32)
+        v = load_x(x[i], xkind, PKind.F32)
         if v != v:
             bad += 1
         else:

@@ -15,7 +15,8 @@ import math
 import numpy as np
 from numba import njit
 
-from ..formats import NAN_ALL_ONES, NAN_IEEE, NAN_NEG_ZERO
+from .bits import f32_as_u32, u32_as_f32
+from .params import NanStyle, PKind, XKind
 
 _JIT = {"cache": True, "nogil": True}
 
@@ -58,7 +59,7 @@ def encode_f32_bits(b, ebits, mbits, bias, max_code, has_inf, nan_style, saturat
     over_neg = ((1 << sbit) | max_code) if clamps else (
         ((1 << sbit) | inf_code) if has_inf else nan_neg)
     signed_code = (sign << sbit) | code
-    if nan_style == NAN_NEG_ZERO:
+    if nan_style == NanStyle.NEG_ZERO:
         signed_code = 0 if code == 0 else signed_code  # the fnuz formats have no -0
     over = (code > max_code) | (exp_field == 255)
     over_code = over_neg if sign == 1 else over_pos
@@ -71,39 +72,13 @@ def encode_f32_bits(b, ebits, mbits, bias, max_code, has_inf, nan_style, saturat
 @njit(**_JIT)
 def _nan_code(sign, ebits, mbits, nan_style):
     sbit = ebits + mbits
-    if nan_style == NAN_ALL_ONES:
+    if nan_style == NanStyle.ALL_ONES:
         return (sign << sbit) | ((1 << sbit) - 1)
-    if nan_style == NAN_IEEE:  # canonical quiet NaN, sign kept
+    if nan_style == NanStyle.IEEE:  # canonical quiet NaN, sign kept
         return (sign << sbit) | (((1 << ebits) - 1) << mbits) | (1 << (mbits - 1))
-    if nan_style == NAN_NEG_ZERO:
+    if nan_style == NanStyle.NEG_ZERO:
         return 1 << sbit
     return 0  # no NaN in the format: +0
-
-
-@njit(**_JIT)
-def decode_code(code, ebits, mbits, bias, has_inf, nan_style, signed):
-    """The value of a small-float code as float64 (exact)."""
-    sbit = ebits + mbits
-    sign = (code >> sbit) & 1 if signed else 0
-    mag = code & ((1 << sbit) - 1)
-    exp_field = mag >> mbits
-    frac = mag & ((1 << mbits) - 1)
-    top = (1 << ebits) - 1
-    if nan_style == NAN_ALL_ONES and mag == (1 << sbit) - 1:
-        return math.nan
-    if nan_style == NAN_NEG_ZERO and sign == 1 and mag == 0:
-        return math.nan
-    if mbits == 0:  # float8e8m0: 2^(e - bias), no zero, no sign
-        return math.ldexp(1.0, exp_field - bias)
-    if nan_style == NAN_IEEE and exp_field == top:
-        if frac != 0:
-            return math.nan
-        return -math.inf if sign else math.inf
-    if exp_field == 0:
-        value = math.ldexp(float(frac), 1 - bias - mbits)
-    else:
-        value = math.ldexp(float(frac + (1 << mbits)), exp_field - bias - mbits)
-    return -value if sign else value
 
 
 @njit(**_JIT)
@@ -144,3 +119,83 @@ def saturate_int(r, zero_point, lo, hi):
     t = t if t > lo else lo
     t = t if t < hi else hi
     return lo if is_nan else t
+
+
+_INLINE = {"inline": "always", **_JIT}
+
+
+@njit(**_INLINE)
+def round_to_precision(v, pkind):
+    """Round a float32 to float16 or bfloat16 (half to even; NaN kept), as float32."""
+    if pkind == PKind.F32:
+        return v
+    b = f32_as_u32(v)
+    a = b & np.uint32(0x7FFFFFFF)
+    sign = b & np.uint32(0x80000000)
+    if pkind == PKind.BF16:
+        r = (a + np.uint32(0x7FFF) + ((a >> 16) & np.uint32(1))) & np.uint32(0xFFFF0000)
+        r = (a | np.uint32(0x400000)) & np.uint32(0xFFFF0000) if a > 0x7F800000 else r
+        return u32_as_f32(r | sign)
+    # float16: 10 mantissa bits for normals; below 2^-14 a multiple of 2^-24 (adding 0.5 in
+    # float32 rounds there, half to even); past 65504 the result is Inf
+    normal = (a + np.uint32(0xFFF) + ((a >> 13) & np.uint32(1))) & np.uint32(0xFFFFE000)
+    tiny = f32_as_u32((u32_as_f32(a) + np.float32(0.5)) - np.float32(0.5))
+    r = tiny if a < 0x38800000 else normal
+    r = np.uint32(0x7F800000) if r > 0x477FE000 else r
+    r = np.uint32(0x7FC00000) if a > 0x7F800000 else r
+    return u32_as_f32(r | sign)
+
+
+@njit(**_INLINE)
+def f16_to_f32(h):
+    """float16 bits to float32, exactly, without branches or tables."""
+    h = np.uint32(h)
+    sign = (h & np.uint32(0x8000)) << np.uint32(16)
+    e = (h >> np.uint32(10)) & np.uint32(0x1F)
+    m = h & np.uint32(0x3FF)
+    normal = ((e + np.uint32(112)) << np.uint32(23)) | (m << np.uint32(13))
+    special = np.uint32(0x7F800000) | (m << np.uint32(13))
+    sub = f32_as_u32(np.float32(m) * np.float32(5.960464477539063e-08))  # m * 2^-24
+    bits = sub if e == 0 else (special if e == 31 else normal)
+    return u32_as_f32(bits | sign)
+
+
+@njit(**_INLINE)
+def bf16_to_f32(h):
+    """bfloat16 bits to float32 (the top half of the float32's bits)."""
+    return u32_as_f32(np.uint32(h) << np.uint32(16))
+
+
+@njit(**_JIT)
+def load_x(xv, xkind, pkind):
+    """One input element as float32, rounded to the precision type."""
+    if xkind == XKind.F32:
+        v = np.float32(xv)
+    elif xkind == XKind.F16:
+        v = f16_to_f32(xv)
+    elif xkind == XKind.BF16:
+        v = bf16_to_f32(xv)
+    elif pkind == PKind.F32:
+        return np.float32(np.int32(xv))
+    else:
+        mb = 10 if pkind == PKind.F16 else 7
+        mx = 65504.0 if pkind == PKind.F16 else 3.3895313892515355e38
+        return np.float32(round_int_to_float(np.int64(xv), mb, mx))
+    if pkind != xkind:
+        v = round_to_precision(v, pkind)
+    return v
+
+
+#: float16's largest finite code (0x7BFF = 65504), for half_bits
+F16_MAX_CODE = 0x7BFF
+
+
+@njit(**_JIT)
+def half_bits(v, okind):
+    """A float32 rounded once (half to even) to float16 or bfloat16, as its uint16 bits."""
+    b = f32_as_u32(v)
+    if okind == PKind.BF16:
+        if (b & 0x7FFFFFFF) > 0x7F800000:
+            return ((b | np.uint32(0x400000)) >> 16) & np.uint32(0xFFFF)
+        return ((b + np.uint32(0x7FFF) + ((b >> 16) & np.uint32(1))) >> 16) & np.uint32(0xFFFF)
+    return np.uint32(encode_f32_bits(b, 5, 10, 15, F16_MAX_CODE, True, NanStyle.IEEE, False))

@@ -1,0 +1,67 @@
+"""The layout's index map as a numba walk: the flat elements of x, run by run, with their scales.
+
+x is viewed as (pre, dim, post) around the axis and the scales as (scale_pre, scale_blocks,
+scale_post) (see :mod:`qcore.layout` and :class:`qcore.kernels.params.LayoutParams`). Instead of
+computing a scale index per element, a walker cuts a range of elements into runs whose scales
+are read simply (one scale, consecutive scales, or one scale per `block` elements), so the inner
+loops are plain and vectorise. The CPU kernels and the metrics reductions use this one walk.
+"""
+
+from __future__ import annotations
+
+from numba import njit
+
+_JIT = {"cache": True, "nogil": True, "error_model": "numpy"}
+
+
+@njit(**_JIT)
+def locate(i0, lp):
+    """(p, d, q) coordinates of flat element i0 in the (pre, dim, post) view."""
+    plane = lp.dim * lp.post
+    p = i0 // plane
+    r = i0 - p * plane
+    d = r // lp.post
+    return p, d, r - d * lp.post
+
+
+@njit(**_JIT)
+def next_segment(p, d, q, remaining, lp):
+    """The next run of elements, starting at (p, d, q), whose scales are read simply.
+
+    Returns (run, start, count, block, first, p, d, q): the run's elements use the `count`
+    scales from `start`; element t has scale start + (first + t) // block, or start + t when
+    block == 0 (per-axis along the last axis). (p, d, q) is advanced past the run.
+    """
+    dim = lp.dim
+    post = lp.post
+    block = lp.block
+    sblocks = lp.scale_blocks
+    spost = lp.scale_post
+    spre_step = 1 if lp.scale_pre > 1 else 0
+    if post == 1:  # the axis is the last one: scales change along d
+        run = min(dim - d, remaining)
+        base = p * spre_step * sblocks
+        if block == 1:  # per-axis: one scale per element
+            start, count, blk, first = base + d, run, 0, 0
+        else:  # blocks, processed block by block
+            first = d % block
+            start, count, blk = base + d // block, (first + run + block - 1) // block, block
+        d += run
+        if d == dim:
+            d = 0
+            p += 1
+    else:  # a row of `post` contiguous elements shares d
+        run = min(post - q, remaining)
+        start = (p * spre_step * sblocks + d // block) * spost
+        if spost == 1:  # one scale for the row
+            count, blk, first = 1, run, 0
+        else:  # blocked on an earlier axis: the row's scales are contiguous
+            start, count, blk, first = start + q, run, 0, 0
+        q += run
+        if q == post:
+            q = 0
+            d += 1
+            if d == dim:
+                d = 0
+                p += 1
+    return run, start, count, blk, first, p, d, q
