@@ -2,8 +2,15 @@
 
 Runs every operator x format x granularity for qcore and each installed peer (onnxruntime,
 torch, ml_dtypes ``astype``, the NumPy one-liner) on the same data in one process, and prints
-elements/s, the ratio of qcore to each peer, and the fraction of the memory roofline (the
-machine's measured copy bandwidth divided by the bytes each element moves).
+elements/s, the ratio of qcore to each peer, the fraction of the memory roofline (the
+machine's measured copy bandwidth divided by the bytes each element moves) and whether each
+case meets its speed target. The header names the host CPU, its vector ISA, the target qcore was
+compiled for, numba's threading layer and thread count.
+
+``--cpu NAME`` adds a column for qcore compiled for another LLVM CPU target (a subprocess with
+NUMBA_CPU_NAME=NAME and its own numba cache; e.g. ``haswell`` for AVX2 on an AVX-512 host).
+``--cold`` times the first calls from an empty numba cache (:mod:`qcore.bench_cold`).
+``--backend cuda`` times the GPU kernels (:mod:`qcore.bench_cuda`).
 """
 
 from __future__ import annotations
@@ -11,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 import time
 import tracemalloc
@@ -23,6 +29,7 @@ import numpy as np
 from numba import njit, prange
 
 import qcore
+from qcore import bench_cold, bench_host
 from qcore.formats import get_format
 
 
@@ -83,6 +90,62 @@ def default_cases(quick: bool = False) -> list[Case]:
                 "Q int8 per-tensor, float16 x"}
         cases = [c for c in cases if c.name in keep]
     return cases
+
+
+# ---------------------------------------------------------------- speed targets
+
+#: Speed targets (issue: fast on every CPU): (peer, minimum qcore/peer ratio) per case, checked
+#: against the peers measured in the same run; "float32" means the same case with float32 x.
+def targets(case: Case) -> list[tuple[str, float]]:
+    """The speed targets of a case: [(peer, minimum ratio of qcore to it)]."""
+    fmt = get_format(case.target)
+    if case.x_dtype != "float32":
+        return [("float32", 0.5)]
+    if case.op == "dynamic":
+        return [("onnxruntime", 0.9)]
+    if case.op == "dequantize":
+        return [("onnxruntime", 0.9)] if case.name == "DQ int8 per-tensor" else []
+    if case.packed:
+        return []
+    if fmt.name in ("int8", "uint8"):
+        if case.granularity == "per-axis" and case.axis == 1:
+            return [("onnxruntime", 20.0)]
+        return [("onnxruntime", 0.9)]
+    if fmt.name.startswith("float8"):
+        return [("onnxruntime", 10.0), ("ml_dtypes", 20.0)]
+    if fmt.name.startswith(("float4", "float6")):
+        return [("ml_dtypes", 20.0)]
+    return []
+
+
+def _float32_twin(case: Case, cases: list[Case]) -> Case | None:
+    """The same case with float32 x (the reference of the 16-bit-x targets)."""
+    for other in cases:
+        if (other.x_dtype == "float32" and other.op == case.op and other.target == case.target
+                and other.granularity == case.granularity and other.axis == case.axis
+                and other.block_size == case.block_size and other.saturate == case.saturate
+                and other.packed == case.packed):
+            return other
+    return None
+
+
+def target_verdicts(case: Case, cases: list[Case]) -> list[str]:
+    """"≥0.9× onnxruntime: met" etc. for each target whose reference was measured."""
+    q = case.results.get("qcore")
+    out = []
+    for peer, ratio in targets(case):
+        if peer == "float32":
+            twin = _float32_twin(case, cases)
+            ref = twin.results.get("qcore") if twin else None
+            label = "the float32 case"
+        else:
+            ref = case.results.get(peer)
+            label = peer
+        if not q or not ref:
+            out.append(f"≥{ratio:g}× {label}: not measured")
+        else:
+            out.append(f"≥{ratio:g}× {label}: {'met' if q / ref >= ratio else 'NOT met'}")
+    return out
 
 
 # ---------------------------------------------------------------- data and parameters
@@ -344,14 +407,17 @@ def run(cases: list[Case], shape: tuple[int, int], backend: str = "cpu",
 
 def format_table(cases: list[Case], bandwidth: float) -> str:
     peers = [p for p in PEERS if any(p in c.results for c in cases)]
-    head = ["case", "qcore Gelem/s", "% roofline"] + [f"{p} Gelem/s" for p in peers] + [
-        f"qcore/{p}" for p in peers]
+    others = sorted({k for c in cases for k in c.results if k.startswith("qcore[")})
+    head = (["case", "qcore Gelem/s", "% roofline"] + [f"{k} Gelem/s" for k in others]
+            + [f"{p} Gelem/s" for p in peers] + [f"qcore/{p}" for p in peers] + ["targets"])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for c in cases:
         q = c.results.get("qcore", 0.0)
         row = [c.name, f"{q / 1e9:.2f}", f"{100 * q / c.roofline:.0f}%" if c.roofline else ""]
+        row += [f"{c.results[k] / 1e9:.2f}" if k in c.results else "—" for k in others]
         row += [f"{c.results[p] / 1e9:.3f}" if p in c.results else "—" for p in peers]
         row += [f"{q / c.results[p]:.1f}×" if p in c.results else "—" for p in peers]
+        row.append("; ".join(target_verdicts(c, cases)) or "—")
         lines.append("| " + " | ".join(row) + " |")
     lines.append("")
     lines.append(f"copy bandwidth (read + write): {bandwidth / 1e9:.1f} GB/s; roofline = "
@@ -377,32 +443,77 @@ def _progress(i: int, total: int, label: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m qcore.bench", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m qcore.bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a representative subset")
-    parser.add_argument("--size", default="4096x4096", help="ROWSxCOLS or an element count")
+    parser.add_argument("--size", default=None,
+                        help="ROWSxCOLS or an element count (default 4096x4096; 1024x1024 "
+                             "with --cold)")
     parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     parser.add_argument("--backend", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--no-peers", action="store_true", help="qcore only")
     parser.add_argument("--sweep", action="store_true",
                         help="also report int8 per-tensor elements/s from 2^10 to 2^26 elements")
     parser.add_argument("--only", default=None, help="run only cases whose name contains this")
+    parser.add_argument("--cpu", metavar="NAME", action="append", default=[],
+                        help="also run the qcore side compiled for this LLVM CPU target "
+                             "(NUMBA_CPU_NAME) in a subprocess with its own numba cache; "
+                             "repeatable")
+    parser.add_argument("--cold", action="store_true",
+                        help="time first calls from an empty numba cache, then primed")
+    parser.add_argument("--cold-cases", default=None,
+                        help="with --cold: comma-separated subset of " + ", ".join(
+                            bench_cold.COLD_CASES))
+    parser.add_argument("--no-warmup", action="store_true",
+                        help="skip qcore.warmup() (each case still runs once before timing)")
+    parser.add_argument("--cold-child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
-    shape = _parse_size(args.size)
+    if args.cold_child is not None:  # the timed process of --cold: one JSON line on stdout
+        shape = _parse_size(args.size or "1024x1024")
+        print(json.dumps(bench_cold.child(args.cold_child.split(","), shape)))
+        return 0
+    if args.cold:
+        return _main_cold(args)
+    shape = _parse_size(args.size or "4096x4096")
     if args.backend == "cuda":
         return _main_cuda(shape, args)
+    for name in args.cpu:
+        problem = bench_host.target_problem(name)
+        if problem:
+            print(problem, file=sys.stderr)
+            return 2
     t0 = time.perf_counter()
-    warm = qcore.warmup()
+    warm = {} if args.no_warmup else qcore.warmup()
     warm_s = time.perf_counter() - t0
     cases = default_cases(args.quick)
     if args.only:
         cases = [c for c in cases if args.only.lower() in c.name.lower()]
     cases, bandwidth = run(cases, shape, args.backend, not args.no_peers, _progress)
-    print(f"qcore {qcore.__version__} on {platform.processor() or platform.machine()}, "
-          f"{os.cpu_count()} cores, numpy {np.__version__}, ml_dtypes {ml_dtypes.__version__}; "
-          f"x shape {shape[0]}x{shape[1]} float32 ({shape[0] * shape[1]} elements)")
-    print(f"warmup (numba cache load or compile): {warm_s:.2f} s "
-          + ", ".join(f"{k} {v:.2f} s" for k, v in warm.items()))
+    info = bench_host.host_info()
+    targets_run = []
+    for name in args.cpu:
+        try:
+            other = _run_other_target(name, args, shape)
+        except RuntimeError as exc:
+            print(str(exc), file=sys.stderr)
+            return 2
+        targets_run.append(other)
+        for case in cases:
+            rate = other["rates"].get(case.name)
+            if rate:
+                case.results[f"qcore[{name}]"] = rate
+    print(f"qcore {qcore.__version__}, numpy {np.__version__}, ml_dtypes "
+          f"{ml_dtypes.__version__}; x shape {shape[0]}x{shape[1]} ({shape[0] * shape[1]} "
+          f"elements)")
+    print(bench_host.describe(info))
+    for other in targets_run:
+        print(f"qcore[{other['cpu']}]: the same cases compiled for {other['cpu']} "
+              f"({other['info']['threading_layer']}, {other['info']['threads']} threads, "
+              f"numba cache {other['cache_dir']})")
+    if not args.no_warmup:
+        print(f"warmup (numba cache load or compile): {warm_s:.2f} s "
+              + ", ".join(f"{k} {v:.2f} s" for k, v in warm.items()))
     print(format_table(cases, bandwidth))
     mem = [c.extra_memory_ratio for c in cases if c.extra_memory_ratio is not None]
     if mem:
@@ -413,7 +524,47 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"shape": shape, "bandwidth": bandwidth, "warmup_s": warm_s,
-                       "cases": [asdict(c) for c in cases], "sweep": sweep}, f, indent=1)
+                       "host": info, "other_targets": targets_run,
+                       "cases": [asdict(c) | {"targets": target_verdicts(c, cases)}
+                                 for c in cases], "sweep": sweep}, f, indent=1)
+    return 0
+
+
+def _run_other_target(name: str, args, shape: tuple[int, int]) -> dict:
+    """The qcore column for another CPU target, from a subprocess (see :mod:`bench_host`)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="qcore-bench-") as tmp:
+        out = os.path.join(tmp, "other.json")
+        child = ["--no-peers", "--no-warmup", "--size", f"{shape[0]}x{shape[1]}", "--json", out]
+        if args.quick:
+            child.append("--quick")
+        if args.only:
+            child += ["--only", args.only]
+        bench_host.run_for_target(name, child)
+        with open(out) as f:
+            data = json.load(f)
+    return {"cpu": name, "info": data["host"],
+            "cache_dir": str(bench_host.target_cache_dir(name)),
+            "rates": {c["name"]: c["results"].get("qcore") for c in data["cases"]}}
+
+
+def _main_cold(args) -> int:
+    names = (args.cold_cases.split(",") if args.cold_cases else list(bench_cold.COLD_CASES))
+    unknown = [n for n in names if n not in bench_cold.COLD_CASES]
+    if unknown:
+        print(f"--cold-cases: unknown {unknown}; valid: {', '.join(bench_cold.COLD_CASES)}",
+              file=sys.stderr)
+        return 2
+    shape = _parse_size(args.size or "1024x1024")
+    print(bench_host.describe(bench_host.host_info()))
+    result = bench_cold.measure(names, shape,
+                                progress=lambda label: print(f"  {label} ...", file=sys.stderr,
+                                                             flush=True))
+    print(bench_cold.format_report(result))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
     return 0
 
 
@@ -454,19 +605,20 @@ def _main_cuda(shape: tuple[int, int], args) -> int:
     timings = bench_cuda.bench_cases(n)
     torch_rates = {} if args.no_peers else _torch_cuda_rates(n)
     copy = timings[0]
+    print(bench_host.describe(bench_host.host_info()))
     print(f"GPU: {cuda_kernels.device_name()}; {n} elements; copy bandwidth "
           f"{copy.bandwidth / 1e9:.0f} GB/s (read + write)")
     print("| case | kernel Gelem/s | % copy roofline | torch Gelem/s | qcore/torch | "
-          "launch µs | H2D ms | D2H ms |")
-    print("|---|---|---|---|---|---|---|---|")
+          "launch µs | H2D ms | D2H ms | targets |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for t in timings[1:]:
         torch_rate = torch_rates.get(t.name)
+        vs_torch = (f"{torch_rate / 1e9:.1f} | {t.elements_per_s / torch_rate:.2f}×"
+                    if torch_rate else "— | —")
         print(f"| {t.name} | {t.elements_per_s / 1e9:.1f} | "
-              f"{100 * t.bandwidth / copy.bandwidth:.0f}% | "
-              f"{torch_rate / 1e9:.1f} | {t.elements_per_s / torch_rate:.2f}× | "
-              if torch_rate else f"| {t.name} | {t.elements_per_s / 1e9:.1f} | "
-              f"{100 * t.bandwidth / copy.bandwidth:.0f}% | — | — | ", end="")
-        print(f"{t.launch_s * 1e6:.0f} | {t.h2d_s * 1e3:.1f} | {t.d2h_s * 1e3:.1f} |")
+              f"{100 * t.bandwidth / copy.bandwidth:.0f}% | {vs_torch} | "
+              f"{t.launch_s * 1e6:.0f} | {t.h2d_s * 1e3:.1f} | {t.d2h_s * 1e3:.1f} | "
+              f"{bench_cuda.cuda_verdict(t, copy, torch_rate)} |")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": cuda_kernels.device_name(), "n": n,

@@ -150,6 +150,21 @@ def bench_dequantize(x: np.ndarray, x_scale, x_zero_point=None, *, repeat: int =
     )
 
 
+def bench_minmax(x: np.ndarray, *, repeat: int = 10,
+                 name: str = "DynamicQuantizeLinear min/max pass") -> Timing:
+    """Time the two-pass min/max/NaN-count reduction DynamicQuantizeLinear runs before its
+    quantize pass (float32 x already on the device; reads x once)."""
+    ck.backend_or_raise("bench_minmax")
+    flat = np.ascontiguousarray(x, np.float32).reshape(-1)
+    d_x = cuda.to_device(flat)
+    buffers = ck.minmax_buffers(flat.size)
+    kernel_s = _time_events(lambda: ck.launch_minmax(d_x, 0, *buffers), repeat)
+    return Timing(name, int(flat.size), int(flat.nbytes), kernel_s,
+                  h2d_s=_time_wall(lambda: cuda.to_device(flat), repeat),
+                  launch_s=_time_launch(lambda: ck.launch_minmax(d_x, 0, *buffers), repeat),
+                  device=ck.device_name())
+
+
 def bench_copy(n_bytes: int = 256 << 20, *, repeat: int = 10) -> Timing:
     """Device-to-device copy bandwidth (bytes read + written per second): the roofline.
 
@@ -196,4 +211,31 @@ def bench_cases(n: int = 1 << 26, *, repeat: int = 10, seed: int = 0) -> list[Ti
     codes = rng.integers(-128, 128, (rows, cols), dtype=np.int8)
     out.append(bench_dequantize(codes, np.float32(0.05), np.int8(0), repeat=repeat,
                                 name="DQ int8 per-tensor"))
+    out.append(bench_dequantize(codes.view(np.uint8) >> 1, np.float32(0.05), repeat=repeat,
+                                output_dtype="float16", name="DQ uint8 -> float16 per-tensor"))
+    out.append(bench_minmax(x, repeat=repeat))
     return out
+
+
+#: GPU speed targets (issue: on a real GPU): minimum fraction of the copy roofline, and whether
+#: torch on the same GPU must be matched where it has the case.
+CUDA_TARGETS = {
+    "Q int8 per-tensor": (0.7, True),
+    "Q int8 blocked 32": (0.7, True),
+    "Q float8e4m3fn per-tensor": (0.7, True),
+    "DQ int8 per-tensor": (0.7, True),
+    "DynamicQuantizeLinear min/max pass": (0.5, False),
+}
+
+
+def cuda_verdict(t: Timing, copy: Timing, torch_rate: float | None) -> str:
+    """"≥0.7× roofline: met; ≥ torch: NOT met" for a timed case ("—" without a target)."""
+    target = CUDA_TARGETS.get(t.name)
+    if target is None:
+        return "—"
+    fraction, vs_torch = target
+    out = [f"≥{fraction:g}× roofline: "
+           f"{'met' if t.bandwidth >= fraction * copy.bandwidth else 'NOT met'}"]
+    if vs_torch and torch_rate:
+        out.append(f"≥ torch: {'met' if t.elements_per_s >= torch_rate else 'NOT met'}")
+    return "; ".join(out)

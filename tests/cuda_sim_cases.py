@@ -624,6 +624,20 @@ def test_bench_helpers_run():
     d = bench_cuda.bench_dequantize(np.arange(32, dtype=np.int8).reshape(4, 8),
                                     np.float32(0.5), repeat=1)
     assert d.elements == 32 and d.bytes_moved == 32 + 32 * 4
+    m = bench_cuda.bench_minmax(np.arange(300, dtype=np.float32), repeat=1)
+    assert m.elements == 300 and m.bytes_moved == 1200
+
+
+def test_bench_cli_backend_cuda_runs(capsys):
+    """`python -m qcore.bench --backend cuda` end to end on a tiny size (ready for a GPU)."""
+    from qcore import bench
+
+    assert bench.main(["--backend", "cuda", "--size", "4x64", "--no-peers"]) == 0
+    out = capsys.readouterr().out
+    for name in ("Q int8 per-tensor", "Q float8e4m3fn per-tensor", "DQ int8 per-tensor",
+                 "DynamicQuantizeLinear min/max pass"):
+        assert f"| {name} |" in out
+    assert "roofline: " in out and "host CPU" in out
 
 
 def test_available_in_this_process():

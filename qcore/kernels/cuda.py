@@ -186,6 +186,21 @@ def launch_copy(d_src, d_dst) -> None:
         copy_kernel[grid(n), THREADS](d_src, d_dst)
 
 
+def minmax_buffers(n: int):
+    """Device buffers of the two-pass reduction over n elements: per-block (min, max) and
+    NaN/Inf counts, then the folded (min, max) and count."""
+    blocks = grid(n, REDUCE_THREADS)
+    return (cuda.device_array((blocks, 2), np.float32), cuda.device_array(blocks, np.int64),
+            cuda.device_array(2, np.float32), cuda.device_array(1, np.int64))
+
+
+def launch_minmax(d_x, xkind: int, part_f, part_bad, out_f, out_bad) -> None:
+    """Launch both passes of the min/max/NaN-count reduction (buffers: :func:`minmax_buffers`;
+    every block of the first pass writes its partial, the second folds them in one block)."""
+    minmax_partial_kernel[part_bad.size, REDUCE_THREADS](d_x, xkind, part_f, part_bad)
+    minmax_final_kernel[1, REDUCE_THREADS](part_f, part_bad, out_f, out_bad)
+
+
 def quantize_input_view(flat, xkind: int):
     """x's flat device array as the kernel reads it (16-bit floats as uint16 bits)."""
     if xkind in (XKind.F16, XKind.BF16):
@@ -227,17 +242,11 @@ def minmax(x, xkind) -> tuple[float, float, int]:
         d_x = quantize_input_view(d_x, xkind)
     else:
         d_x = cuda.to_device(np.ascontiguousarray(x).reshape(-1))
-    n = d_x.size
-    if n == 0:
+    if d_x.size == 0:
         return math.inf, -math.inf, 0
-    blocks = grid(n, REDUCE_THREADS)
-    part_f = cuda.device_array((blocks, 2), np.float32)
-    part_bad = cuda.device_array(blocks, np.int64)
-    out_f = cuda.device_array(2, np.float32)
-    out_bad = cuda.device_array(1, np.int64)
-    minmax_partial_kernel[blocks, REDUCE_THREADS](d_x, xkind, part_f,
-                                                   part_bad)
-    minmax_final_kernel[1, REDUCE_THREADS](part_f, part_bad, out_f, out_bad)
+    buffers = minmax_buffers(d_x.size)
+    launch_minmax(d_x, xkind, *buffers)
+    out_f, out_bad = buffers[2], buffers[3]
     f = out_f.copy_to_host()
     return float(f[0]), float(f[1]), int(out_bad.copy_to_host()[0])
 
