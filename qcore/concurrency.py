@@ -55,3 +55,13 @@ def parallel_guard(size: int | None = None) -> Iterator[None]:
         return
     with _lock:
         yield
+
+
+def guarded(kernel):
+    """`kernel` wrapped in :func:`parallel_guard` (for call sites that pick a kernel object)."""
+
+    def call(*args, **kwargs):
+        with parallel_guard():
+            return kernel(*args, **kwargs)
+
+    return call
