@@ -391,7 +391,11 @@ PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
         scale_type="float", zero_point="", target="uint8", axis=1, block_size=0,
         saturate=True, precision="")),
     "f8_zp": ("float8 + zero point", dict(
-        op=qcore.QUANTIZE, opset=21, x="1, 2, 3, -1, 0", x_type="float", scale="1",
+        op=qcore.QUANTIZE, opset=21, x="-0, 0, 1, 2, -1, 448, 500", x_type="float", scale="1",
+        scale_type="float", zero_point="1", target="float8e4m3fn", axis=1, block_size=0,
+        saturate=True, precision="")),
+    "f8_zp_dq": ("float8 zero point, Dequantize", dict(
+        op=qcore.DEQUANTIZE, opset=21, x="1, 2, -0", x_type="float", scale="1",
         scale_type="float", zero_point="1", target="float8e4m3fn", axis=1, block_size=0,
         saturate=True, precision="")),
     "f16_inf": ("±Inf, float16 blocked", dict(
@@ -399,6 +403,9 @@ PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
         x_type="float16", scale="1, 1", scale_type="float16", zero_point="1, -1",
         target="int8", axis=0, block_size=4, saturate=True, precision="")),
 }
+
+#: Presets where every engine refuses the node (qcore with a QuantizationError).
+REFUSALS = frozenset({"f8_zp_dq"})
 
 #: What to look for in each preset (README, "Semantics").
 NOTES: dict[str, str] = {
@@ -416,8 +423,12 @@ NOTES: dict[str, str] = {
                "different codes right at the .5 boundaries.",
     "dql_zeros": "The spec's function body divides 0 by 0. qcore and the onnx reference return "
                  "scale 1/255; onnxruntime 1.0. y and the zero point are 0 either way.",
-    "f8_zp": "The formula is x/scale + zero_point; qcore adds a given float8 zero point. The "
-             "onnx reference (and onnxruntime) ignore it in QuantizeLinear.",
+    "f8_zp": "The spec keeps x/scale + zero_point \"for consistency\" but says the zero point "
+             "is \"usually not used\" for float8. The onnx reference and onnxruntime both ignore "
+             "it in QuantizeLinear (−0 stays −0, a zero point of 1 changes nothing), so qcore "
+             "does too: all three agree bit for bit.",
+    "f8_zp_dq": "In DequantizeLinear the onnx reference and onnxruntime both refuse a non-zero "
+                "float8 zero point, and so does qcore (set it to 0 to see all three agree).",
     "f16_inf": "±Inf must saturate to the type's range. On its float16 path onnxruntime "
                "follows the zero point's sign instead; the onnx reference wraps.",
 }

@@ -101,9 +101,11 @@ def as_float32(x: np.ndarray) -> np.ndarray:
     return x if x.dtype == np.float32 else x.astype(np.float32)
 
 
-@st.cache_data(max_entries=16, show_spinner=False)
-def _upload_index(digest: str, filename: str, data: bytes) -> list[tuple[str, tuple, str]]:
-    return io.list_tensors(data, filename=filename)
+@st.cache_resource(max_entries=2, show_spinner=False)
+def _upload_file(digest: str, filename: str, _data: bytes) -> io.TensorFile:
+    """An upload read and indexed once (a .csv parsed once), tensors over the limit refused
+    before their data is built; keyed by the content digest."""
+    return io.TensorFile(_data, filename=filename, max_elements=MAX_ELEMENTS)
 
 
 def _upload(where) -> str:
@@ -117,7 +119,8 @@ def _upload(where) -> str:
     data = f.getvalue()
     digest = hashlib.sha1(data).hexdigest()[:16]
     try:
-        entries = _upload_index(digest, f.name, data)
+        upload = _upload_file(digest, f.name, data)
+        entries = upload.list()
     except qcore.QuantizationError as exc:
         where.error(str(exc))
         return ""
@@ -133,7 +136,7 @@ def _upload(where) -> str:
     store = _uploads()
     if key not in store:
         try:
-            a = io.load_tensor(data, name, filename=f.name)
+            a = upload.load(name)
         except qcore.QuantizationError as exc:
             where.error(str(exc))
             return ""

@@ -25,10 +25,13 @@ Policy:
 
 from __future__ import annotations
 
+import codecs
+import errno
 import io
 import json
 import math
 import os
+import re
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -43,6 +46,7 @@ from .errors import QuantizationError
 __all__ = [
     "DEFAULT_MAX_BYTES",
     "SUPPORTED_EXTENSIONS",
+    "TensorFile",
     "TensorFileError",
     "list_tensors",
     "load_all",
@@ -56,7 +60,10 @@ Source = str | os.PathLike | bytes | bytearray | memoryview | BinaryIO
 
 _NPY_MAGIC = b"\x93NUMPY"
 _ZIP_MAGIC = b"PK\x03\x04"
-_MAX_SAFETENSORS_HEADER = 100 * 2**20  # the limit the safetensors format itself sets
+# The safetensors format allows a 100 MB header; parsing that much JSON of tiny objects takes
+# ~20x its size in memory, so headers are limited to 8 MiB here (~80k tensors).
+_MAX_SAFETENSORS_HEADER = 8 * 2**20
+MAX_TENSORS = 100_000  # tensors per file (.npz members, .safetensors entries, initializers)
 
 _SAFETENSORS_DTYPES: dict[str, np.dtype] = {
     "F64": np.dtype("<f8"),
@@ -117,59 +124,86 @@ class _Entry:
 # --------------------------------------------------------------------------- public API
 
 
+class TensorFile:
+    """A file read and indexed once: :meth:`list` says what it holds, :meth:`load` reads one.
+
+    The source is read (and a .csv parsed) when the object is made, so listing and then
+    loading costs one parse. ``max_elements`` refuses any tensor with more elements before its
+    data is decompressed or converted (a .csv: before its array is built).
+    """
+
+    def __init__(self, source: Source, *, filename: str | None = None,
+                 max_bytes: int = DEFAULT_MAX_BYTES, max_elements: int | None = None) -> None:
+        self.label, ext, data = _read_source(source, filename, max_bytes)
+        self.max_elements = max_elements
+        self.entries = _index(self.label, ext, data, max_bytes, max_elements)
+
+    def list(self) -> list[tuple[str, tuple[int, ...], str]]:
+        """``(name, shape, dtype name)`` of every tensor, in file order."""
+        return [(e.name, e.shape, e.dtype.name) for e in self.entries]
+
+    def load(self, name: str | None = None) -> np.ndarray:
+        """One numeric tensor (see :func:`load_tensor`)."""
+        entry = _pick(self.label, self.entries, name)
+        _require_numeric(self.label, entry)
+        _check_elements(self.label, entry, self.max_elements)
+        array = _read_entry(self.label, entry, "; the file is probably corrupt or truncated.")
+        if array.size == 0:
+            raise TensorFileError(
+                f"{self.label}: tensor {entry.name!r} has shape {tuple(array.shape)} and no "
+                "elements; a tensor to quantize needs at least one value."
+            )
+        return array
+
+
 def load_tensor(
     source: Source,
     name: str | None = None,
     *,
     filename: str | None = None,
     max_bytes: int = DEFAULT_MAX_BYTES,
+    max_elements: int | None = None,
 ) -> np.ndarray:
     """Read one numeric tensor from a file or an upload (see the module docstring)."""
-    label, ext, data = _read_source(source, filename, max_bytes)
-    entries = _index(label, ext, data, max_bytes)
-    entry = _pick(label, entries, name)
-    _require_numeric(label, entry)
-    try:
-        array = entry.read()
-    except TensorFileError:
-        raise
-    except Exception as exc:  # every reader fault becomes a TensorFileError
-        raise TensorFileError(
-            f"{label}: tensor {entry.name!r} could not be decoded ({_short(exc)}); "
-            "the file is probably corrupt or truncated."
-        ) from None
-    if array.size == 0:
-        raise TensorFileError(
-            f"{label}: tensor {entry.name!r} has shape {tuple(array.shape)} and no elements; "
-            "a tensor to quantize needs at least one value."
-        )
-    return array
+    return TensorFile(source, filename=filename, max_bytes=max_bytes,
+                      max_elements=max_elements).load(name)
 
 
 def list_tensors(
-    source: Source, *, filename: str | None = None, max_bytes: int = DEFAULT_MAX_BYTES
+    source: Source, *, filename: str | None = None, max_bytes: int = DEFAULT_MAX_BYTES,
+    max_elements: int | None = None,
 ) -> list[tuple[str, tuple[int, ...], str]]:
     """List ``(name, shape, dtype name)`` of every tensor in a file, in file order."""
-    label, ext, data = _read_source(source, filename, max_bytes)
-    return [(e.name, e.shape, e.dtype.name) for e in _index(label, ext, data, max_bytes)]
+    return TensorFile(source, filename=filename, max_bytes=max_bytes,
+                      max_elements=max_elements).list()
 
 
 def load_all(
     source: Source, *, filename: str | None = None, max_bytes: int = DEFAULT_MAX_BYTES
 ) -> dict[str, np.ndarray]:
     """Read every tensor of a file into a ``{name: array}`` dict (numeric or not, any size)."""
-    label, ext, data = _read_source(source, filename, max_bytes)
-    out = {}
-    for entry in _index(label, ext, data, max_bytes):
-        try:
-            out[entry.name] = entry.read()
-        except TensorFileError:
-            raise
-        except Exception as exc:
-            raise TensorFileError(
-                f"{label}: tensor {entry.name!r} could not be decoded ({_short(exc)})."
-            ) from None
-    return out
+    f = TensorFile(source, filename=filename, max_bytes=max_bytes)
+    return {e.name: _read_entry(f.label, e, ".") for e in f.entries}
+
+
+def _read_entry(label: str, entry: _Entry, hint: str) -> np.ndarray:
+    try:
+        return entry.read()
+    except TensorFileError:
+        raise
+    except Exception as exc:  # every reader fault becomes a TensorFileError
+        raise TensorFileError(
+            f"{label}: tensor {entry.name!r} could not be decoded ({_short(exc)}){hint}"
+        ) from None
+
+
+def _check_elements(label: str, entry: _Entry, max_elements: int | None) -> None:
+    count = math.prod(entry.shape)
+    if max_elements is not None and count > max_elements:
+        raise TensorFileError(
+            f"{label}: tensor {entry.name!r} has shape {entry.shape} = {count:,} elements, over "
+            f"the limit of {max_elements:,} (max_elements); slice it before loading."
+        )
 
 
 # --------------------------------------------------------------------------- sources
@@ -226,24 +260,44 @@ def _read_source(source: Source, filename: str | None, max_bytes: int) -> tuple[
 
 def _read_path(path: Path, max_bytes: int) -> bytes:
     """Read a file after checking it exists, is a file and is within ``max_bytes``."""
+    if "\x00" in str(path):
+        raise TensorFileError(
+            f"{str(path)!r}: the path contains a null byte (\\x00), which no file name can hold."
+        )
     try:
         stat = path.stat()
-    except OSError:
-        raise TensorFileError(f"{path}: no such file.") from None
+    except OSError as exc:
+        raise TensorFileError(f"{path}: {_os_fault(exc)}") from None
     if not path.is_file():
         raise TensorFileError(f"{path}: not a regular file.")
     _check_size(str(path), stat.st_size, max_bytes)
     try:
         return path.read_bytes()
     except OSError as exc:
-        raise TensorFileError(f"{path}: cannot be read ({_short(exc)}).") from None
+        raise TensorFileError(f"{path}: cannot be read ({_os_fault(exc)})") from None
+
+
+def _os_fault(exc: OSError) -> str:
+    """What an OSError from stat/open says, in words."""
+    if exc.errno == errno.ENOENT:
+        return "no such file."
+    if exc.errno == errno.ELOOP:
+        return "a loop of symbolic links (a link points back to itself); fix or remove the link."
+    if exc.errno == errno.ENAMETOOLONG:
+        return ("the file name is too long for the file system (at most 255 bytes per name); "
+                "rename the file.")
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return "permission denied."
+    if exc.errno == errno.ENOTDIR:
+        return "a part of the path is not a directory."
+    return f"{exc.strerror or type(exc).__name__}."
 
 
 def _check_size(label: str, size: int, max_bytes: int, *, at_least: bool = False) -> None:
     if size > max_bytes:
         more = "more than " if at_least else ""
         raise TensorFileError(
-            f"{label}: the file is {more}{_mib(size)}, over the limit of {_mib(max_bytes)} "
+            f"{label}: the file is {more}{_size(size)}, over the limit of {_size(max_bytes)} "
             "(max_bytes); slice the tensor or raise max_bytes."
         )
 
@@ -268,17 +322,23 @@ def _stem(label: str) -> str:
 # --------------------------------------------------------------------------- selection
 
 
-def _index(label: str, ext: str, data: bytes, max_bytes: int) -> list[_Entry]:
+def _index(label: str, ext: str, data: bytes, max_bytes: int,
+           max_elements: int | None = None) -> list[_Entry]:
     readers = {
         ".npy": lambda: [_npy_entry(label, _stem(label), data)],
-        ".npz": lambda: _npz_entries(label, data, max_bytes),
+        ".npz": lambda: _npz_entries(label, data, max_bytes, max_elements),
         ".safetensors": lambda: _safetensors_entries(label, data),
         ".onnx": lambda: _onnx_entries(label, data),
-        ".csv": lambda: [_csv_entry(label, data)],
+        ".csv": lambda: [_csv_entry(label, data, max_elements)],
     }
     entries = readers[ext]()
     if not entries:
         raise TensorFileError(f"{label}: the file holds no tensors.")
+    if len(entries) > MAX_TENSORS:
+        raise TensorFileError(
+            f"{label}: holds {len(entries):,} tensors, more than the {MAX_TENSORS:,} a file may "
+            "hold here; split the file."
+        )
     return entries
 
 
@@ -357,6 +417,11 @@ def _npy_header(label: str, head: bytes) -> tuple[tuple[int, ...], bool, np.dtyp
             f"{label}: holds a Python object array (pickled data), which is never loaded; "
             f"valid arrays are {_VALID_NUMERIC}."
         )
+    if any(int(d) < 0 for d in shape):
+        raise TensorFileError(
+            f"{label}: the .npy header has shape {tuple(shape)} with a negative dimension; "
+            "every dimension must be >= 0. The file is corrupt."
+        )
     return tuple(int(d) for d in shape), bool(fortran), dtype, fp.tell()
 
 
@@ -379,7 +444,12 @@ def _npy_entry(label: str, name: str, data: bytes) -> _Entry:
     return _Entry(name, shape, dtype, read)
 
 
-def _npz_entries(label: str, data: bytes, max_bytes: int) -> list[_Entry]:
+def _npz_entries(label: str, data: bytes, max_bytes: int,
+                 max_elements: int | None = None) -> list[_Entry]:
+    if data.count(b"PK\x01\x02") > MAX_TENSORS:  # central directory records, before parsing
+        raise TensorFileError(
+            f"{label}: the archive has more than {MAX_TENSORS:,} members; split the file."
+        )
     try:
         zf = zipfile.ZipFile(io.BytesIO(data))
         infos = [i for i in zf.infolist() if not i.is_dir()]
@@ -391,8 +461,8 @@ def _npz_entries(label: str, data: bytes, max_bytes: int) -> list[_Entry]:
     total = sum(i.file_size for i in infos)
     if total > max_bytes:
         raise TensorFileError(
-            f"{label}: its arrays would decompress to {_mib(total)}, over the limit of "
-            f"{_mib(max_bytes)} (max_bytes)."
+            f"{label}: its arrays would decompress to {_size(total)}, over the limit of "
+            f"{_size(max_bytes)} (max_bytes)."
         )
     entries = []
     for info in infos:
@@ -403,20 +473,31 @@ def _npz_entries(label: str, data: bytes, max_bytes: int) -> list[_Entry]:
             )
         member = info.filename[: -len(".npy")]
         head = _zip_read(label, zf, info, limit=65536)
-        shape, _, dtype, _ = _npy_header(f"{label}[{member}]", head)
-        entries.append(_Entry(member, shape, dtype, _npz_reader(label, zf, info, member)))
+        shape, _, dtype, offset = _npy_header(f"{label}[{member}]", head)
+        need = offset + math.prod(shape) * dtype.itemsize
+        entries.append(_Entry(member, shape, dtype,
+                              _npz_reader(label, zf, info, member, need, max_bytes)))
     return entries
 
 
-def _npz_reader(label: str, zf: zipfile.ZipFile, info: zipfile.ZipInfo, member: str):
+def _npz_reader(label: str, zf: zipfile.ZipFile, info: zipfile.ZipInfo, member: str,
+                need: int, max_bytes: int):
+    """Read a member's header and data only: decompression stops after the bytes its header
+    promises (a member that inflates further -- a zip bomb -- is never decompressed whole)."""
     def read() -> np.ndarray:
-        raw = _zip_read(label, zf, info)
+        if need > max_bytes:
+            raise TensorFileError(
+                f"{label}: member {info.filename!r} holds {_size(need)} of data, over the limit "
+                f"of {_size(max_bytes)} (max_bytes)."
+            )
+        raw = _zip_read(label, zf, info, limit=need)
         return _npy_entry(f"{label}[{member}]", member, raw).read()
 
     return read
 
 
-def _zip_read(label: str, zf: zipfile.ZipFile, info: zipfile.ZipInfo, limit: int = -1) -> bytes:
+def _zip_read(label: str, zf: zipfile.ZipFile, info: zipfile.ZipInfo, limit: int) -> bytes:
+    """At most `limit` decompressed bytes of a member (zipfile inflates only what is read)."""
     try:
         with zf.open(info) as fh:
             return fh.read(limit)
@@ -443,16 +524,26 @@ def _safetensors_entries(label: str, data: bytes) -> list[_Entry]:
             "8-byte header length)."
         )
     n = int.from_bytes(data[:8], "little")
-    if n > _MAX_SAFETENSORS_HEADER or n > len(data) - 8:
+    if n > len(data) - 8:
         raise TensorFileError(
             f"{label}: the header claims {n} bytes but the file has only {len(data) - 8} after "
             "the length field; the file is truncated or not a .safetensors file."
         )
+    if n > _MAX_SAFETENSORS_HEADER:
+        raise TensorFileError(
+            f"{label}: the .safetensors header is {_size(n)}, over the {_size(_MAX_SAFETENSORS_HEADER)}"
+            " this reader accepts (~80k tensors); split the file."
+        )
     try:
         header = json.loads(data[8 : 8 + n].decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (UnicodeDecodeError, ValueError) as exc:  # JSONDecodeError, integers > 4300 digits
         raise TensorFileError(
             f"{label}: the .safetensors JSON header is corrupt ({_short(exc)})."
+        ) from None
+    except RecursionError:
+        raise TensorFileError(
+            f"{label}: the .safetensors JSON header is nested too deeply to be a header "
+            "(a header is one object of {name: {dtype, shape, data_offsets}})."
         ) from None
     if not isinstance(header, dict):
         raise TensorFileError(f"{label}: the .safetensors header is not a JSON object.")
@@ -527,6 +618,11 @@ def _onnx_entries(label: str, data: bytes) -> list[_Entry]:
         ) from None
     if not model.HasField("graph"):
         raise TensorFileError(f"{label}: not a valid ONNX model (it has no graph).")
+    if len(model.graph.initializer) > MAX_TENSORS:
+        raise TensorFileError(
+            f"{label}: holds {len(model.graph.initializer):,} initializers, more than the "
+            f"{MAX_TENSORS:,} a file may hold here; split the model."
+        )
     return [_onnx_entry(label, t, onnx, numpy_helper) for t in model.graph.initializer]
 
 
@@ -536,6 +632,12 @@ def _onnx_entry(label: str, tensor: Any, onnx: Any, numpy_helper: Any) -> _Entry
     except Exception:  # unknown / undefined element type
         dtype = np.dtype(object)
     external = tensor.data_location == onnx.TensorProto.EXTERNAL
+    dims = tuple(int(d) for d in tensor.dims)
+    if any(d < 0 for d in dims):
+        raise TensorFileError(
+            f"{label}: initializer {tensor.name!r} has dims {list(dims)} with a negative "
+            "dimension; every dimension must be >= 0. The model is corrupt."
+        )
 
     def read() -> np.ndarray:
         if external:
@@ -545,33 +647,96 @@ def _onnx_entry(label: str, tensor: Any, onnx: Any, numpy_helper: Any) -> _Entry
             )
         return _native(np.asarray(numpy_helper.to_array(tensor)))
 
-    return _Entry(tensor.name, tuple(int(d) for d in tensor.dims), dtype, read)
+    return _Entry(tensor.name, dims, dtype, read)
 
 
 # --------------------------------------------------------------------------- .csv
 
 
-def _csv_entry(label: str, data: bytes) -> _Entry:
+_CSV_WIDE = 4096  # columns: wider rows are parsed piece by piece, one column at a time
+_CSV_PIECE = 4 * 2**20  # bytes of one wide-row piece
+_CSV_ROWS = 1 << 16  # rows per chunk of a narrow table
+_CSV_NA = ["nan", "NaN", "NAN", "-nan", "-NaN", "+nan", "+NaN"]
+_BOM = b"\xef\xbb\xbf"
+
+
+def _lines(data: bytes, start: int = 0):
+    """(line number, start, end) of every line of data, without copying it (end excludes the
+    line break)."""
+    number, pos, n = 0, start, len(data)
+    while pos < n:
+        end = data.find(b"\n", pos)
+        end = n if end < 0 else end
+        number += 1
+        stop = end - 1 if end > pos and data[end - 1:end] == b"\r" else end
+        yield number, pos, stop
+        pos = end + 1
+
+
+def _data_lines(data: bytes, start: int = 0):
+    """_lines without blank and '#'-comment lines."""
+    for number, a, b in _lines(data, start):
+        head = data[a:min(b, a + 256)].lstrip()
+        if head and not head.startswith(b"#") and data[a:b].strip():
+            yield number, a, b
+
+
+def _check_utf8(label: str, data: bytes) -> None:
+    if data.isascii():
+        return
+    decoder = codecs.getincrementaldecoder("utf-8")()
     try:
-        text = data.decode("utf-8-sig")
+        for i in range(0, len(data), 2**20):
+            decoder.decode(data[i:i + 2**20])
+        decoder.decode(b"", final=True)
     except UnicodeDecodeError:
         raise TensorFileError(
             f"{label}: not a UTF-8 text file; a .csv must hold numbers as text."
         ) from None
-    lines = [
-        (number, line)
-        for number, line in enumerate(text.splitlines(), start=1)
-        if line.strip() and not line.lstrip().startswith("#")
-    ]
-    if not lines:
+
+
+def _csv_entry(label: str, data: bytes, max_elements: int | None = None) -> _Entry:
+    """Parse a .csv once into float32, refusing it before any array is built when its rows x
+    columns exceed max_elements. Memory: the output plus a bounded chunk."""
+    _check_utf8(label, data)
+    start = len(_BOM) if data.startswith(_BOM) else 0
+    lines = _data_lines(data, start)
+    first = next(lines, None)
+    if first is None:
         raise TensorFileError(f"{label}: the .csv holds no numbers.")
-    delimiter = _csv_delimiter(lines[0][1])
-    has_header = any(f and not _is_number(f) for f in _split(lines[0][1], delimiter))
-    rows = lines[1:] if has_header else lines
-    if not rows:
+    head = data[first[1]:min(first[2], first[1] + 65536)].decode("utf-8", "replace")
+    delimiter = _csv_delimiter(head)
+    has_header = any(f and not _is_number(f) for f in _split(head, delimiter))
+    top = next(lines, None) if has_header else first
+    if top is None:
         raise TensorFileError(f"{label}: the .csv has a header row but no numbers.")
-    array = _parse_csv_rows(label, rows, delimiter)
-    return _Entry(_stem(label), array.shape, array.dtype, array.copy)
+    cols = _count_fields(data, top[1], top[2], delimiter)
+    # rows: an upper bound counted without parsing (blank and comment lines at the start of a
+    # line are not rows; indented ones are counted, which only overestimates)
+    newline = b"\n" if b"\n" in data[top[1]:top[2] + 2] or top[2] == len(data) else b"\r"
+    breaks = data.count(newline, top[1])
+    rows = (breaks + (not data.endswith(newline)) - data.count(newline * 2, top[1])
+            - data.count(newline + b"#", top[1]))
+    rows = max(rows, 1)
+    if max_elements is not None and rows * cols > max_elements:
+        exact = "" if rows == 1 else "up to "
+        raise TensorFileError(
+            f"{label}: the .csv holds {exact}{rows:,} rows x {cols:,} columns = {rows * cols:,} "
+            f"values, over the limit of {max_elements:,} elements (max_elements); slice it "
+            "before loading."
+        )
+    if cols > _CSV_WIDE:
+        array = _parse_wide(label, data, top, cols, delimiter, has_header, start)
+    else:
+        array = _parse_narrow(label, data, top, rows, cols, delimiter, has_header, start)
+    if array.shape[0] == 1 or array.shape[1] == 1:
+        array = array.reshape(-1)
+    holder = [array]
+
+    def read() -> np.ndarray:  # the parsed array itself the first time, a copy after that
+        return holder.pop() if holder else array.copy()
+
+    return _Entry(_stem(label), array.shape, array.dtype, read)
 
 
 def _csv_delimiter(line: str) -> str | None:
@@ -593,33 +758,96 @@ def _is_number(field: str) -> bool:
     return True
 
 
-def _parse_csv_rows(label: str, rows: list[tuple[int, str]], delimiter: str | None) -> np.ndarray:
-    """Parse numbered text rows into a float32 array (1-D for one row or one column)."""
+def _count_fields(data: bytes, a: int, b: int, delimiter: str | None) -> int:
+    if delimiter is None:
+        return len(data[a:b].split())
+    return data.count(delimiter.encode(), a, b) + 1
+
+
+def _read_csv(buffer, delimiter: str | None, **kw):
+    import pandas as pd
+
+    return pd.read_csv(
+        buffer, header=None, sep=delimiter if delimiter else r"\s+", engine="c",
+        dtype=np.float32, comment="#", keep_default_na=False, na_values=_CSV_NA,
+        skip_blank_lines=True, quotechar='"', **kw)
+
+
+def _parse_narrow(label, data, top, rows, cols, delimiter, has_header, start) -> np.ndarray:
+    """pandas' C parser in chunks of rows, each copied into one preallocated array."""
+    out = np.empty((rows, cols), np.float32)
+    buffer = io.BytesIO(data)  # shares data's buffer, no copy
+    buffer.seek(top[1])
+    filled = 0
     try:
-        array = np.loadtxt(
-            [line for _, line in rows],
-            delimiter=delimiter,
-            dtype=np.float32,
-            ndmin=2,
-            comments=None,
-            quotechar='"' if delimiter else None,
-        )
-    except ValueError:
-        raise TensorFileError(f"{label}: {_csv_fault(rows, delimiter)}") from None
-    if array.shape[0] == 1 or array.shape[1] == 1:
-        array = array.reshape(-1)
-    return np.ascontiguousarray(array)
+        with np.errstate(all="ignore"):
+            for chunk in _read_csv(buffer, delimiter, chunksize=_CSV_ROWS):
+                values = chunk.to_numpy(np.float32)
+                if values.shape[1] != cols or filled + len(values) > rows:
+                    raise ValueError("shape")
+                out[filled:filled + len(values)] = values
+                filled += len(values)
+    except (ValueError, IndexError, OverflowError, MemoryError):
+        raise TensorFileError(f"{label}: {_csv_fault(data, delimiter, has_header, start)}") from None
+    return out if filled == rows else out[:filled].copy()
 
 
-def _csv_fault(rows: list[tuple[int, str]], delimiter: str | None) -> str:
-    """Say which line of a table that failed to parse is at fault, and why."""
+def _parse_wide(label, data, top, cols, delimiter, has_header, start) -> np.ndarray:
+    """Rows too wide for a column per field: each row in pieces of ~4 MiB, a piece's fields
+    turned into one column (delimiter -> newline) and parsed by pandas' C parser."""
+    rows = []
+    sep = delimiter.encode() if delimiter else None
+    for number, a, b in _data_lines(data, top[1]):
+        row = np.empty(cols, np.float32)
+        filled = 0
+        pos = a
+        while pos < b:
+            end = min(b, pos + _CSV_PIECE)
+            if end < b:  # cut at a field boundary
+                cut = data.rfind(sep, pos, end) if sep else max(data.rfind(b" ", pos, end),
+                                                                data.rfind(b"\t", pos, end))
+                end = cut if cut > pos else b
+            piece = data[pos:end]
+            piece = piece.replace(sep, b"\n") if sep else re.sub(rb"[ \t]+", b"\n", piece.strip())
+            try:
+                with np.errstate(all="ignore"):
+                    values = (_read_csv(io.BytesIO(piece), None).to_numpy(np.float32).reshape(-1)
+                              if piece.strip() else np.empty(0, np.float32))
+            except (ValueError, IndexError, OverflowError):
+                raise TensorFileError(
+                    f"{label}: {_csv_fault(data, delimiter, has_header, start)}") from None
+            if sep and piece.count(b"\n") + 1 != values.size:  # an empty cell
+                raise TensorFileError(f"{label}: {_csv_fault(data, delimiter, has_header, start)}")
+            if filled + values.size > cols:
+                raise TensorFileError(
+                    f"{label}: line {number} has more than {cols:,} cells but the first row has "
+                    f"{cols:,}; a .csv must have the same number of cells on every row.")
+            row[filled:filled + values.size] = values
+            filled += values.size
+            pos = end + (1 if sep and end < b else 0)
+        if filled != cols:
+            raise TensorFileError(
+                f"{label}: line {number} has {filled:,} cells but the first row has {cols:,}; a "
+                ".csv must have the same number of cells on every row.")
+        rows.append(row)
+    return np.stack(rows) if len(rows) > 1 else rows[0].reshape(1, -1)
+
+
+def _csv_fault(data: bytes, delimiter: str | None, has_header: bool, start: int) -> str:
+    """Say which line of a table that failed to parse is at fault, and why (streaming)."""
     valid = (
         "a .csv must hold one number per cell, the same number of cells on every row, and at "
         "most one header row."
     )
-    width = len(_split(rows[0][1], delimiter))
-    for number, line in rows:
-        fields = _split(line, delimiter)
+    width = None
+    for number, a, b in _data_lines(data, start):
+        if b - a > 65536:  # a wide row: pandas' fault is as good as a line-by-line one
+            return f"line {number} holds a cell that is not a number; {valid}"
+        fields = _split(data[a:b].decode("utf-8", "replace"), delimiter)
+        if width is None:
+            width = len(fields)
+            if has_header:
+                continue
         if len(fields) != width:
             return f"line {number} has {len(fields)} cells but the first row has {width}; {valid}"
         for field in fields:
@@ -633,8 +861,14 @@ def _csv_fault(rows: list[tuple[int, str]], delimiter: str | None) -> str:
 # --------------------------------------------------------------------------- helpers
 
 
-def _mib(n: int) -> str:
-    return f"{n / 2**20:.1f} MiB"
+def _size(n: int) -> str:
+    """A byte count for messages: bytes below 1 KiB, then KiB, MiB, GiB."""
+    if n < 1024:
+        return f"{n} bytes"
+    for unit, power in (("KiB", 10), ("MiB", 20), ("GiB", 30)):
+        if n < 1024 << power or unit == "GiB":
+            return f"{n / 2**power:.1f} {unit}"
+    return f"{n} bytes"
 
 
 def _short(exc: BaseException) -> str:

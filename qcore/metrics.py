@@ -27,6 +27,7 @@ from .calibration import (
     as_input,
     target_format,
 )
+from .concurrency import guarded
 from .errors import QuantizationError
 from .formats import INT, SCALE, Format, get_format
 from .kernels import renamed
@@ -353,7 +354,7 @@ _group_sse_ser = njit(cache=True, fastmath=_FASTMATH, error_model="numpy")(
 
 
 def _pick(par, ser, n: int):
-    return par if n >= PARALLEL_THRESHOLD else ser
+    return guarded(par) if n >= PARALLEL_THRESHOLD else ser
 
 
 def _lp(layout: Layout) -> np.ndarray:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -9,6 +10,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
+from .concurrency import parallel_guard
 from .errors import QuantizationError
 from .formats import FLOAT, INT, SCALE, Format, get_format
 from .kernels import cpu
@@ -123,15 +125,78 @@ def _cast_integers(arr: np.ndarray, dtype: np.dtype, argument: str, ov: OpVersio
     return arr.astype(fmt.dtype)
 
 
+def _is_default(value: Any, default: Any) -> bool:
+    if value is None:
+        return True
+    if isinstance(value, (str, bytes, np.ndarray)) or not np.isscalar(value):
+        return False
+    try:
+        return bool(value == default)
+    except (TypeError, ValueError):
+        return False
+
+
 def _check_attributes(ov: OpVersion, **given: Any) -> None:
     """Refuse attributes set away from their default at a version that lacks them."""
     for name, value in given.items():
-        default = ATTRIBUTE_DEFAULTS[name]
-        is_default = value is None or (value == default and not isinstance(value, str))
         if name == "saturate":
-            is_default = bool(value)
+            is_default = _check_saturate(ov, value)
+        else:
+            is_default = _is_default(value, ATTRIBUTE_DEFAULTS[name])
         if not is_default:
             check_attribute(ov, name)
+
+
+def _check_saturate(ov: OpVersion, saturate: Any) -> bool:
+    """saturate as a bool: only True/False, 0/1 and NumPy bools (ONNX's attribute is an int
+    that is 0 or 1; `bool("false")` is True, so strings and other values are refused)."""
+    if isinstance(saturate, (bool, np.bool_)):
+        return bool(saturate)
+    if isinstance(saturate, (int, np.integer)) and saturate in (0, 1):
+        return bool(saturate)
+    raise QuantizationError(
+        f"{ov.label}: saturate={saturate!r} is not valid; valid: True or False (or 1 / 0)"
+    )
+
+
+_INT64_MAX = 2**63 - 1
+
+
+def _check_shape(ov: OpVersion, shape: Any, argument: str) -> tuple[int, ...]:
+    """A shape as a tuple of non-negative ints whose product an int64 index can address."""
+    try:
+        dims = tuple(shape)
+    except TypeError:
+        raise QuantizationError(
+            f"{ov.label}: the shape of {argument} must be a tuple of integers, got {shape!r}"
+        ) from None
+    for d in dims:
+        if isinstance(d, (bool, np.bool_)) or not isinstance(d, (int, np.integer)) or d < 0:
+            raise QuantizationError(
+                f"{ov.label}: the shape of {argument} {dims!r} has dimension {d!r}; every "
+                f"dimension must be a non-negative integer"
+            )
+    dims = tuple(int(d) for d in dims)
+    if math.prod(dims) > _INT64_MAX:
+        raise QuantizationError(
+            f"{ov.label}: {argument} of shape {dims} has {math.prod(dims):.3e} elements, more "
+            f"than an int64 index can address (at most 2**63 - 1)"
+        )
+    return dims
+
+
+def _check_block_size(ov: OpVersion, block_size: Any) -> None:
+    """block_size beyond int64 is no ONNX attribute value (the kernels index with int64)."""
+    if isinstance(block_size, (int, np.integer)) and not isinstance(block_size, bool) \
+            and block_size > _INT64_MAX:
+        raise QuantizationError(
+            f"{ov.label}: block_size={block_size} is larger than an int64 attribute can hold "
+            f"(at most 2**63 - 1); valid block sizes are in [1, x.shape[axis]] for one block"
+        )
+
+
+def _is_float8(fmt: Format) -> bool:
+    return fmt.kind == FLOAT and fmt.bits == 8
 
 
 def _check_backend(backend: str, ov: OpVersion):
@@ -210,6 +275,11 @@ def plan_quantize(x_dtype, x_shape, scale_dtype, scale_shape, zero_point_dtype=N
     ov = resolve(QUANTIZE, opset)
     _check_attributes(ov, axis=axis, saturate=saturate, block_size=block_size,
                       output_dtype=output_dtype, precision=precision)
+    _check_block_size(ov, block_size)
+    x_shape = _check_shape(ov, x_shape, "x")
+    scale_shape = _check_shape(ov, scale_shape, "y_scale")
+    if zero_point_shape is not None:
+        zero_point_shape = _check_shape(ov, zero_point_shape, "y_zero_point")
     xf = _format(ov, x_dtype, "x")
     check_type(ov, "x", "x", xf.name)
     sf = _format(ov, scale_dtype, "y_scale")
@@ -244,7 +314,7 @@ def plan_quantize(x_dtype, x_shape, scale_dtype, scale_shape, zero_point_dtype=N
         pf = sf if sf.name in _PRECISION_KIND else get_format("float")
     layout = resolve_layout(ov, tuple(x_shape), tuple(scale_shape), axis, block_size, "y_scale")
     _check_zero_point_shape(ov, zero_point_shape, scale_shape, "y_zero_point", "y_scale")
-    return QuantizePlan(ov, xf, sf, target, pf, layout, bool(saturate))
+    return QuantizePlan(ov, xf, sf, target, pf, layout, _check_saturate(ov, saturate))
 
 
 def quantize_linear(x: Any, y_scale: Any, y_zero_point: Any = None, *, axis: int = 1,
@@ -260,8 +330,9 @@ def quantize_linear(x: Any, y_scale: Any, y_zero_point: Any = None, *, axis: int
     call = prepare_quantize(x, y_scale, y_zero_point, axis=axis, block_size=block_size,
                             saturate=saturate, output_dtype=output_dtype, precision=precision,
                             opset=opset, backend=backend)
-    return _run_quantize(call.kernels, call.x, call.scale, call.zero_point, call.plan,
-                         call.has_zero_point)
+    with parallel_guard(call.x.size if call.kernels is cpu else 0):
+        return _run_quantize(call.kernels, call.x, call.scale, call.zero_point, call.plan,
+                             call.has_zero_point)
 
 
 @dataclass(frozen=True)
@@ -324,6 +395,11 @@ def prepare_quantize(x: Any, y_scale: Any, y_zero_point: Any = None, *, axis: in
                          precision=precision, opset=opset)
     kernels = _check_backend(backend, ov)
     s = _scale_values(ov, np.asarray(y_scale), plan.scale, "y_scale", plan.precision)
+    if _is_float8(plan.target):
+        # Both the onnx reference and onnxruntime ignore a float8 zero point in QuantizeLinear
+        # (-0 stays -0, a zero point of 1 changes nothing); the spec says it is "usually not
+        # used". qcore agrees with them (README, Semantics): its type names the target only.
+        y_zero_point = None
     z = _zero_point_values(ov, None if y_zero_point is None else np.asarray(y_zero_point),
                            np.asarray(y_scale), plan.target, "y_zero_point", "y_scale")
     return PreparedCall(plan, x, s, z, y_zero_point is not None, kernels)
@@ -380,6 +456,11 @@ def plan_dequantize(x_dtype, x_shape, scale_dtype, scale_shape, zero_point_dtype
     """Validate a DequantizeLinear configuration without data."""
     ov = resolve(DEQUANTIZE, opset)
     _check_attributes(ov, axis=axis, block_size=block_size, output_dtype=output_dtype)
+    _check_block_size(ov, block_size)
+    x_shape = _check_shape(ov, x_shape, "x")
+    scale_shape = _check_shape(ov, scale_shape, "x_scale")
+    if zero_point_shape is not None:
+        zero_point_shape = _check_shape(ov, zero_point_shape, "x_zero_point")
     xf = _format(ov, x_dtype, "x")
     check_type(ov, "quantized", "x", xf.name)
     sf = _format(ov, scale_dtype, "x_scale")
@@ -415,7 +496,8 @@ def dequantize_linear(x: Any, x_scale: Any, x_zero_point: Any = None, *, axis: i
     """
     call = prepare_dequantize(x, x_scale, x_zero_point, axis=axis, block_size=block_size,
                               output_dtype=output_dtype, opset=opset, backend=backend)
-    return _run_dequantize(call.kernels, call.x, call.scale, call.zero_point, call.plan)
+    with parallel_guard(call.x.size if call.kernels is cpu else 0):
+        return _run_dequantize(call.kernels, call.x, call.scale, call.zero_point, call.plan)
 
 
 def prepare_dequantize(x: Any, x_scale: Any, x_zero_point: Any = None, *, axis: int = 1,
@@ -436,9 +518,28 @@ def prepare_dequantize(x: Any, x_scale: Any, x_zero_point: Any = None, *, axis: 
                            block_size=block_size, output_dtype=output_dtype, opset=opset)
     kernels = _check_backend(backend, ov)
     s = _scale_values(ov, np.asarray(x_scale), plan.scale, "x_scale", None)
+    if _is_float8(plan.x) and x_zero_point is not None:
+        _refuse_float8_zero_point(plan, np.asarray(x_zero_point))
+        x_zero_point = None
     z = _zero_point_values(ov, None if x_zero_point is None else np.asarray(x_zero_point),
                            np.asarray(x_scale), plan.x, "x_zero_point", "x_scale")
     return PreparedCall(plan, x, s, z, x_zero_point is not None, kernels)
+
+
+def _refuse_float8_zero_point(plan: DequantizePlan, zp: np.ndarray) -> None:
+    """A non-zero float8 zero point: the onnx reference and onnxruntime both refuse it in
+    DequantizeLinear, so qcore does too (README, Semantics). -0 and 0 are zero."""
+    with np.errstate(all="ignore"):
+        values = zp.astype(np.float64).reshape(-1)
+    bad = values != 0
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise QuantizationError(
+            f"{plan.version.label}: x_zero_point must be zero for a {plan.x.name} x, but element "
+            f"{i} is {float(values[i])!r}; a float8 zero point is not used (the onnx reference and "
+            f"onnxruntime refuse a non-zero one too). Leave it out, or subtract it after "
+            f"dequantizing"
+        )
 
 
 def dequantize_params(plan: DequantizePlan) -> tuple[DequantizeParams, np.ndarray]:
@@ -488,7 +589,8 @@ def dynamic_quantize_linear(x: Any, *, backend: str = "cpu",
     if x.size == 0:
         lo = hi = 0.0
     else:
-        lo, hi, bad = kernels.minmax(_flat_input(x), int(XKind.F32))
+        with parallel_guard(x.size if kernels is cpu else 0):
+            lo, hi, bad = kernels.minmax(_flat_input(x), int(XKind.F32))
         if bad:
             raise QuantizationError(
                 f"{ov.label}: x contains {bad} NaN/Inf value(s); the scale computed from x's "
@@ -496,9 +598,23 @@ def dynamic_quantize_linear(x: Any, *, backend: str = "cpu",
             )
     maxx = np.float32(max(0.0, hi))
     minx = np.float32(min(0.0, lo))
-    span = np.float32(1.0) if maxx == minx else np.float32(maxx - minx)
-    scale = np.float32(span / np.float32(255))
-    zp_float = np.float32(np.float32(0) - minx / scale)
+    with np.errstate(all="ignore"):
+        span = np.float32(1.0) if maxx == minx else np.float32(maxx - minx)
+        scale = np.float32(span / np.float32(255))
+        zp_float = np.float32(np.float32(0) - minx / scale)
+    if not np.isfinite(span):
+        raise QuantizationError(
+            f"{ov.label}: x's range max(0, max x) - min(0, min x) = {float(maxx):.4g} - "
+            f"({float(minx):.4g}) overflows float32 (largest {float(np.finfo(np.float32).max):.4g}),"
+            f" so the scale (range / 255) cannot be represented. Scale x down first"
+        )
+    if scale == 0:
+        tiny = float(np.finfo(np.float32).smallest_subnormal)
+        raise QuantizationError(
+            f"{ov.label}: x's range max(0, max x) - min(0, min x) = {float(span):.4g} is so small "
+            f"that the scale (range / 255) underflows to 0 in float32; the range must be at "
+            f"least {255 * tiny:.3g} (255 x the smallest float32). Scale x up first"
+        )
     zp = np.uint8(np.rint(np.clip(zp_float, np.float32(0), np.float32(255))))
     y = quantize_linear(x, np.array(scale, np.float32), np.array(zp, np.uint8), opset=19,
                         backend=backend)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from .concurrency import parallel_guard
 from .errors import QuantizationError
 from .formats import Format, get_format
 
@@ -64,7 +65,8 @@ def pack(array: np.ndarray) -> np.ndarray:
     codes = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
     out = np.empty(packed_size(codes.size, fmt), np.uint8)
     if codes.size:
-        _pack(codes, fmt.bits, out)
+        with parallel_guard():
+            _pack(codes, fmt.bits, out)
     return out
 
 
@@ -81,5 +83,6 @@ def unpack(packed: np.ndarray, dtype, shape) -> np.ndarray:
         )
     out = np.empty(n, np.uint8)
     if n:
-        _unpack(packed, fmt.bits, n, out)
+        with parallel_guard():
+            _unpack(packed, fmt.bits, n, out)
     return out.view(fmt.dtype).reshape(shape)

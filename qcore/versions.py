@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from .errors import QuantizationError
 
 QUANTIZE = "QuantizeLinear"
@@ -113,18 +115,21 @@ def versions(op: str) -> tuple[int, ...]:
     return tuple(sorted(OPERATORS[op]))
 
 
+def check_opset(opset) -> int:
+    """`opset` as an int: a Python or NumPy integer (not a bool, float or string)."""
+    if isinstance(opset, (bool, np.bool_)) or not isinstance(opset, (int, np.integer)):
+        raise QuantizationError(
+            f"opset={opset!r} must be an integer (a Python or NumPy int, not "
+            f"{type(opset).__name__}); valid opsets: {FIRST_OPSET}..{LATEST_OPSET}"
+        )
+    return int(opset)
+
+
 def resolve(op: str, opset: int) -> OpVersion:
     """The version of `op` in force at `opset`, as ONNX resolves it (opset 22 -> version 21)."""
     if op not in OPERATORS:
         raise QuantizationError(f"unknown operator {op!r}; valid: {', '.join(OPERATORS)}")
-    if isinstance(opset, bool) or not isinstance(opset, int):
-        try:
-            as_int = int(opset)
-            if not isinstance(opset, str) and as_int != opset:  # 19.5 is no opset
-                raise ValueError(opset)
-        except (TypeError, ValueError):
-            raise QuantizationError(f"opset={opset!r} must be an integer") from None
-        opset = as_int
+    opset = check_opset(opset)
     first = versions(op)[0]
     if opset < first:
         raise QuantizationError(

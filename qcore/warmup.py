@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from .concurrency import parallel_guard
 from .kernels import cpu
 from .kernels.params import DequantizeParams, LayoutParams, QuantizeParams, TKind, XKind
 
@@ -75,7 +76,8 @@ def warmup(progress: Callable[[int, int, str], None] | None = None) -> dict[str,
     timings: dict[str, float] = {}
     for i, (label, job) in enumerate(jobs):
         t0 = time.perf_counter()
-        job()
+        with parallel_guard():
+            job()
         family = label.split(" ")[0]
         timings[family] = timings.get(family, 0.0) + time.perf_counter() - t0
         if progress is not None:

@@ -146,8 +146,10 @@ def quantize(x, scale, zero_point=None, *, axis=1, block_size=0, saturate=True,
 
     Integers: round half to even, add the zero point, saturate to the range in either
     direction (never wrap); NaN gives the type's minimum whatever the zero point (README).
-    Small floats: ``x / y_scale + y_zero_point`` in the division type (a *given* zero point is
-    always added, so -0 + 0 = +0), then one conversion with the Cast operator's tables:
+    float8: the zero point is ignored (README decision: the onnx reference and onnxruntime both
+    ignore it, so -0 stays -0). float4/float6: ``x / y_scale + y_zero_point`` in the division
+    type (a *given* zero point is added, so -0 + 0 = +0), then one conversion with the Cast
+    operator's tables:
     saturate=1 clips to ±max (NaN stays NaN), saturate=0 gives Inf or NaN as the format has
     them; float4/float6 always saturate, and NaN becomes +0 (README decision).
     """
@@ -159,6 +161,8 @@ def quantize(x, scale, zero_point=None, *, axis=1, block_size=0, saturate=True,
     q = quotient(x, scale, axis=axis, block_size=block_size, precision=precision)
     div = name_of(q.dtype)
     zp = None if zero_point is None else expand(zero_point, x.shape, axis, block_size)
+    if target in FLOAT8:
+        zp = None
     if target in INT_RANGES:
         lo, hi = INT_RANGES[target]
         with np.errstate(all="ignore"):
@@ -184,11 +188,16 @@ def dequantize(x, scale, zero_point=None, *, axis=1, block_size=0, output_dtype=
     README decision: the difference is taken exactly and rounded once to float32 (it is exact
     in float32 for every type but int32 and float8 extremes), the product is a float32
     multiplication, and the result is rounded once to the output type (`output_dtype`, else
-    x_scale's type; float32 for a float8e8m0 scale). A given zero point is always subtracted,
-    float types included.
+    x_scale's type; float32 for a float8e8m0 scale). A given zero point is subtracted, float4
+    and float6 included; a non-zero float8 zero point is refused (ValueError), as the onnx
+    reference and onnxruntime both refuse it.
     """
     x = np.asarray(x)
     scale = np.asarray(scale)
+    if zero_point is not None and name_of(x.dtype) in FLOAT8:
+        with np.errstate(all="ignore"):
+            if (np.asarray(zero_point).astype(np.float64) != 0).any():
+                raise ValueError("a float8 zero point must be zero in DequantizeLinear")
     if output_dtype:
         out = DTYPES[output_dtype]
     else:

@@ -139,8 +139,13 @@ def test_one_element_zero_point_of_another_rank_is_per_tensor():
 
 
 def test_nan_float8_zero_point():
+    # QuantizeLinear ignores a float8 zero point, NaN included, as the onnx reference and
+    # onnxruntime do; DequantizeLinear refuses any non-zero one (README, Semantics)
     zp = np.array(np.nan, np.float32).astype(ml_dtypes.float8_e4m3fn)
-    refused(lambda: q21(X, np.float32(0.5), zp), Q21, "y_zero_point", "finite")
+    assert_bits_equal(q21(X, np.float32(0.5), zp),
+                      reference("QuantizeLinear", 21, X, np.float32(0.5), zp))
+    codes = np.array([1.0, -2.0], ml_dtypes.float8_e4m3fn)
+    refused(lambda: dq21(codes, np.float32(0.5), zp), DQ21, "x_zero_point", "zero")
 
 
 @pytest.mark.parametrize("value", [-1, 256, 10**12])
