@@ -15,7 +15,6 @@ DEQUANTIZE = "DequantizeLinear"
 DYNAMIC = "DynamicQuantizeLinear"
 
 LATEST_OPSET = 28
-FIRST_OPSET = 10
 
 _F8 = ("float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz")
 _HP = ("float", "float16", "bfloat16")
