@@ -434,3 +434,18 @@ def test_walkthrough_float_rounding_before_overflow(target, q, rounded, saturate
         assert np.signbit(row["rounded"]) == np.signbit(rounded)
         assert row["saturated"] == want or (math.isnan(want) and math.isnan(row["saturated"]))
         assert row["saturated"] == float(p.quantize(x, saturate=sat)[0]) or math.isnan(want)
+
+
+@pytest.mark.parametrize("granularity, axis", [("per-axis", 1), ("blocked", 1), ("blocked", 2),
+                                               ("blocked", 0)])
+def test_clipping_bounds_follow_the_index_map_in_3d(granularity, axis):
+    # groups with pre, dim and post all > 1; chunks end inside rows and blocks
+    x = rng(11).standard_t(2, (6, 50, 230)).astype(np.float32)
+    p = choose_params(x, "int8", method="percentile", percentile=90, granularity=granularity,
+                      axis=axis, block_size=7)
+    m = error_metrics(x, p.round_trip(x), params=p)
+    sat_lo, sat_hi = p.saturation_bounds()
+    lay = p.layout(x.shape)
+    lo = lay.expand(sat_lo).reshape(x.shape)
+    hi = lay.expand(sat_hi).reshape(x.shape)
+    assert m["n_clipped"] == int(((x < lo) | (x > hi)).sum()) > 0
