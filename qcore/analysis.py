@@ -8,22 +8,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .calibration import (
-    QuantParams,
-    as_input,
-    choose_params,
-    group_minmax,
-    layout_for,
-    params_from_range,
-    scale_shape_for,
-    target_format,
-)
-from .calibration import _scale_format as scale_format
-from .calibration import _symmetric as symmetric_for
+from .calibration import choose_params, params_from_range, symmetric
 from .errors import QuantizationError
 from .formats import QUANTIZED_TYPES
-from .layout import BLOCKED, PER_TENSOR
+from .layout import BLOCKED, PER_TENSOR, Layout
 from .metrics import error_metrics
+from .quant_params import QuantParams, as_input, scale_format, target_format
+from .reductions import group_minmax
 from .versions import LATEST_OPSET
 
 _METRIC_COLUMNS = ("bits_per_element", "sqnr_db", "rmse", "max_abs_error", "clipped_fraction",
@@ -99,10 +90,12 @@ def clipping_sweep(x: Any, target: Any, *, n: int = 60, granularity: str = PER_T
     sfmt = scale_format(scale_dtype)
     if int(n) < 1 or not 0 < lo <= hi:
         raise QuantizationError(f"need n >= 1 and 0 < lo <= hi; got n={n}, lo={lo}, hi={hi}")
-    sshape, ax, bs = scale_shape_for(xa.shape, granularity, axis, block_size)
-    layout = layout_for(xa.shape, sshape, ax, bs)
+    layout = Layout.from_granularity(xa.shape, granularity, axis, block_size)
+    sshape = layout.scale_shape()
+    ax = layout.axis if layout.axis is not None else 0
+    bs = layout.block if granularity == BLOCKED else 0
     glo, ghi = group_minmax(xa, layout)
-    sym = symmetric_for("mse", fmt)
+    sym = symmetric("mse", fmt)
     amax = np.nan_to_num(np.maximum(np.abs(glo), np.abs(ghi)))
     rows = []
     for r in np.linspace(lo, hi, int(n)):
@@ -133,7 +126,7 @@ def block_size_sweep(x: Any, target: Any, block_sizes: Any, axis: int, *,
     fmt = target_format(target)
     if xa.ndim == 0:
         raise QuantizationError("blocked quantization needs x of rank >= 1")
-    _, ax, _ = scale_shape_for(xa.shape, BLOCKED, axis, 1)
+    ax = Layout.from_granularity(xa.shape, BLOCKED, axis, 1).axis
     dim = xa.shape[ax]
     rows = []
     for b in block_sizes:

@@ -23,21 +23,19 @@ Decisions (the app shows them):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import ml_dtypes
 import numpy as np
 
 from .errors import QuantizationError
-from .formats import FLOAT, INT, QUANTIZED_TYPES, Format, get_format
-from .layout import BLOCKED, GRANULARITIES, PER_AXIS, PER_TENSOR, Layout, resolve_layout
+from .formats import FLOAT, INT, Format
+from .layout import BLOCKED, PER_AXIS, PER_TENSOR, Layout
 from .ops import dequantize_linear, quantize_linear
-from .versions import LATEST_OPSET, QUANTIZE, resolve
+from .quant_params import SCALE_DTYPES, QuantParams, as_input, scale_format, target_format
+from .reductions import as_float32, group_minmax, group_quantile, group_sse
 
 METHODS = ("minmax", "absmax", "percentile", "mse", "manual", "mx")
-#: Types a scale may be stored in.
-SCALE_DTYPES = ("float", "float16", "bfloat16", "float8e8m0")
 #: Clip ratios (of amax) the ``mse`` method tries.
 MSE_RANGE = (0.3, 1.0)
 
@@ -68,265 +66,8 @@ def _check_method(method: str) -> None:
                                 + ", ".join(METHODS))
 
 
-@dataclass(frozen=True)
-class QuantParams:
-    """Scale and zero point for one tensor, shaped for qcore's operators."""
-
-    scale: np.ndarray
-    zero_point: np.ndarray | None
-    axis: int
-    block_size: int  # 0 unless blocked
-    granularity: str
-    method: str
-    target: str = ""  # format name; "" when unknown (then the zero point's type names it)
-    clip_ratio: float = 1.0  # per-tensor threshold / amax (informational; NaN per group)
-
-    @property
-    def kwargs(self) -> dict[str, int]:
-        """``axis`` and ``block_size`` for quantize_linear / dequantize_linear.
-
-        Per-tensor uses the ONNX default axis 1 (valid at every opset, even QuantizeLinear-10).
-        """
-        if self.granularity == PER_TENSOR:
-            return {"axis": 1, "block_size": 0}
-        return {"axis": self.axis, "block_size": self.block_size}
-
-    @property
-    def format(self) -> Format:
-        """The target format."""
-        if self.target:
-            return get_format(self.target)
-        if self.zero_point is not None:
-            return get_format(self.zero_point.dtype)
-        raise QuantizationError("QuantParams has neither a target nor a zero point")
-
-    @property
-    def n_scales(self) -> int:
-        return int(np.asarray(self.scale).size)
-
-    @property
-    def scale_format(self) -> Format:
-        return get_format(np.asarray(self.scale).dtype)
-
-    def storage_bits(self) -> int:
-        """Bits spent on scales and zero points."""
-        zp_bits = 0 if self.zero_point is None else self.format.bits * self.zero_point.size
-        return self.scale_format.bits * self.n_scales + zp_bits
-
-    def bits_per_element(self, n: int) -> float:
-        """Target bits plus scale and zero-point storage amortised over ``n`` elements."""
-        return self.format.bits + self.storage_bits() / max(int(n), 1)
-
-    def layout(self, x_shape: tuple[int, ...], opset: int = LATEST_OPSET) -> Layout:
-        """qcore's index map for x of ``x_shape`` with these parameters."""
-        return resolve_layout(resolve(QUANTIZE, opset), tuple(x_shape), np.shape(self.scale),
-                              self.kwargs["axis"], self.kwargs["block_size"], "y_scale")
-
-    def quantize(self, x: Any, *, saturate: bool = True, precision: Any = None,
-                 opset: int = LATEST_OPSET, backend: str = "cpu") -> np.ndarray:
-        """qcore.quantize_linear with these parameters (names the float target as needed)."""
-        fmt = self.format
-        zp, out = self.zero_point, None
-        if zp is None:
-            if opset >= 21:
-                out = fmt.name
-            else:  # before output_dtype existed, a zero point names the type
-                zp = np.zeros(np.shape(self.scale), fmt.dtype)
-        return quantize_linear(x, self.scale, zp, saturate=saturate, output_dtype=out,
-                               precision=precision, opset=opset, backend=backend, **self.kwargs)
-
-    def dequantize(self, y: Any, *, output_dtype: Any = None, opset: int = LATEST_OPSET,
-                   backend: str = "cpu") -> np.ndarray:
-        """qcore.dequantize_linear with these parameters."""
-        return dequantize_linear(y, self.scale, self.zero_point, output_dtype=output_dtype,
-                                 opset=opset, backend=backend, **self.kwargs)
-
-    def round_trip(self, x: Any, *, saturate: bool = True, precision: Any = None,
-                   output_dtype: Any = None, opset: int = LATEST_OPSET) -> np.ndarray:
-        """dequantize(quantize(x))."""
-        y = self.quantize(x, saturate=saturate, precision=precision, opset=opset)
-        return self.dequantize(y, output_dtype=output_dtype, opset=opset)
-
-    def _code_values(self, codes: tuple[float, ...]) -> list[np.ndarray]:
-        """Each code value dequantized with every scale (shaped like the scale), as qcore does
-        (one DequantizeLinear call over a (len(codes), n_scales) array)."""
-        fmt = self.format
-        shape = np.shape(self.scale)
-        s = np.asarray(self.scale).reshape(-1)
-        z = None if self.zero_point is None else np.asarray(self.zero_point).reshape(-1)
-        out = "float" if self.scale_format.name in ("float16", "bfloat16") else None
-        c = np.repeat(np.asarray(codes, np.float64)[:, None], s.size, axis=1).astype(fmt.dtype)
-        v = dequantize_linear(c, s, z, axis=1, output_dtype=out).astype(np.float64)
-        return [row.reshape(shape) for row in v]
-
-    def value_range(self) -> tuple[np.ndarray, np.ndarray]:
-        """(value of the min code, value of the max code) per scale, as qcore dequantizes them."""
-        lo, hi = self._code_values((self.format.min, self.format.max))
-        return lo, hi
-
-    def saturation_bounds(self) -> tuple[np.ndarray, np.ndarray]:
-        """Per scale, the x beyond which quantization saturates: the value range widened by
-        half the spacing of the two outermost codes (x inside rounds to a code, not a clamp)."""
-        fmt = self.format
-        if fmt.kind == INT:
-            inner = (fmt.min + 1, fmt.max - 1)
-        else:
-            v = fmt.all_values()
-            v = np.unique(v[np.isfinite(v)])
-            inner = (float(v[1]), float(v[-2]))
-        lo, lo1, hi1, hi = self._code_values((fmt.min, inner[0], inner[1], fmt.max))
-        return lo - (lo1 - lo) / 2, hi + (hi - hi1) / 2
-
-
 # ---------------------------------------------------------------------------------------------
 # helpers
-
-
-def target_format(target: Any) -> Format:
-    """The Format of a quantization target, refusing types QuantizeLinear cannot produce."""
-    fmt = get_format(target, "target")
-    if fmt.name not in QUANTIZED_TYPES:
-        raise QuantizationError(f"target={fmt.name} is not a type QuantizeLinear produces; "
-                                f"valid: {', '.join(QUANTIZED_TYPES)}")
-    return fmt
-
-
-def as_input(x: Any) -> np.ndarray:
-    """x as an array QuantizeLinear accepts (float64 and integers become float32)."""
-    arr = np.asarray(x)
-    if arr.dtype in (np.float32, np.float16, ml_dtypes.bfloat16):
-        return arr
-    if arr.dtype.kind in "fiub":
-        return arr.astype(np.float32)
-    raise QuantizationError(f"x has dtype {arr.dtype}; it must be numeric")
-
-
-def as_float32(x: np.ndarray) -> np.ndarray:
-    """A flat, contiguous float32 or float64 view/copy for the numba kernels."""
-    arr = np.asarray(x)
-    if arr.dtype not in (np.float32, np.float64):
-        arr = arr.astype(np.float32)
-    return np.ascontiguousarray(arr).reshape(-1)
-
-
-def _scale_format(scale_dtype: Any) -> Format:
-    fmt = get_format(scale_dtype, "scale_dtype")
-    if fmt.name not in SCALE_DTYPES:
-        raise QuantizationError(f"scale_dtype={fmt.name} cannot hold a scale; valid: "
-                                + ", ".join(SCALE_DTYPES))
-    return fmt
-
-
-def scale_shape_for(x_shape: tuple[int, ...], granularity: str, axis: int,
-                    block_size: int) -> tuple[tuple[int, ...], int, int]:
-    """(scale shape, normalized axis, block_size kwarg) for a granularity."""
-    if granularity not in GRANULARITIES:
-        raise QuantizationError(f"granularity={granularity!r} is not valid; valid: "
-                                + ", ".join(GRANULARITIES))
-    ndim = len(x_shape)
-    if granularity == PER_TENSOR:
-        return (), (int(axis) % ndim if ndim else int(axis)), 0
-    if ndim == 0:
-        raise QuantizationError(f"{granularity} quantization needs x of rank >= 1; x is 0-d")
-    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)) or not -ndim <= axis < ndim:
-        raise QuantizationError(f"axis={axis!r} is out of range for x of rank {ndim}; valid: "
-                                f"{-ndim}..{ndim - 1}")
-    ax = int(axis) % ndim
-    if granularity == PER_AXIS:
-        return (x_shape[ax],), ax, 0
-    if isinstance(block_size, bool) or not isinstance(block_size, (int, np.integer)) \
-            or block_size < 1:
-        raise QuantizationError(f"block_size={block_size!r} must be a positive integer for "
-                                f"blocked quantization")
-    shape = list(x_shape)
-    shape[ax] = -(-x_shape[ax] // int(block_size))
-    return tuple(shape), ax, int(block_size)
-
-
-def layout_for(x_shape: tuple[int, ...], scale_shape: tuple[int, ...], axis: int,
-               block_size: int) -> Layout:
-    """qcore's Layout (index map) for these shapes at the latest opset."""
-    return resolve_layout(resolve(QUANTIZE, LATEST_OPSET), tuple(x_shape), tuple(scale_shape),
-                          axis, block_size, "y_scale")
-
-
-def _reduce_groups(x: np.ndarray, layout: Layout, ufunc: np.ufunc) -> np.ndarray:
-    """ufunc-reduce x over each scale's group: flat array of layout's scale count."""
-    x3 = x.reshape(layout.pre, layout.dim, layout.post)
-    if layout.block >= layout.dim:
-        r = ufunc.reduce(x3, axis=1, keepdims=True)
-    elif layout.block == 1:
-        r = x3
-    else:
-        r = ufunc.reduceat(x3, np.arange(0, layout.dim, layout.block), axis=1)
-    if layout.scale_pre == 1 and r.shape[0] != 1:
-        r = ufunc.reduce(r, axis=0, keepdims=True)
-    if layout.scale_post == 1 and r.shape[2] != 1:
-        r = ufunc.reduce(r, axis=2, keepdims=True)
-    return np.ascontiguousarray(r).reshape(-1)
-
-
-def _finite_copy(x: np.ndarray) -> np.ndarray:
-    """x as float32/float64 with NaN in place of every non-finite value (no copy if all finite)."""
-    a = np.asarray(x)
-    if a.dtype not in (np.float32, np.float64):
-        a = a.astype(np.float32)
-    if not np.isfinite(a).all():
-        a = np.where(np.isfinite(a), a, np.nan)
-    return a
-
-
-def group_minmax(x: np.ndarray, layout: Layout) -> tuple[np.ndarray, np.ndarray]:
-    """Finite min and max of each group (NaN where a group has no finite value)."""
-    a = _finite_copy(x)
-    with np.errstate(invalid="ignore"):
-        lo = _reduce_groups(a, layout, np.fmin).astype(np.float64)
-        hi = _reduce_groups(a, layout, np.fmax).astype(np.float64)
-    return lo, hi
-
-
-def group_matrix(x: np.ndarray, layout: Layout) -> np.ndarray:
-    """x as (groups, elements) in scale order, NaN-padded (short last block)."""
-    a = np.asarray(x)
-    pre, dim, post, block = layout.pre, layout.dim, layout.post, layout.block
-    x3 = a.reshape(pre, dim, post)
-    if layout.granularity == PER_TENSOR:
-        return a.reshape(1, -1)
-    if layout.granularity == PER_AXIS:
-        return x3.transpose(1, 0, 2).reshape(dim, pre * post)
-    nb = layout.scale_blocks
-    if nb * block != dim:
-        padded = np.full((pre, nb * block, post), np.nan, a.dtype)
-        padded[:, :dim, :] = x3
-        x3 = padded
-    return x3.reshape(pre, nb, block, post).transpose(0, 1, 3, 2).reshape(pre * nb * post, block)
-
-
-def group_quantile(x: np.ndarray, layout: Layout, q: np.ndarray | list[float],
-                   absolute: bool) -> np.ndarray:
-    """Quantiles (fractions in [0, 1], linear interpolation) of each group's finite values.
-
-    Returns shape (len(q), groups); NaN for a group without finite values.
-    """
-    a = _finite_copy(x)
-    if absolute:
-        a = np.abs(a)
-    m = group_matrix(a, layout)
-    qs = np.asarray(q, np.float64)
-    if not np.isnan(m).any():
-        return np.quantile(m, qs, axis=1).astype(np.float64).reshape(len(qs), -1)
-    s = np.sort(m, axis=1)  # NaN last
-    cnt = (~np.isnan(s)).sum(axis=1)
-    out = np.empty((len(qs), s.shape[0]), np.float64)
-    for k, qk in enumerate(qs):
-        pos = (np.maximum(cnt, 1) - 1) * qk
-        i0 = np.floor(pos).astype(np.int64)
-        i1 = np.minimum(i0 + 1, np.maximum(cnt - 1, 0))
-        frac = pos - i0
-        v0 = np.take_along_axis(s, i0[:, None], 1)[:, 0].astype(np.float64)
-        v1 = np.take_along_axis(s, i1[:, None], 1)[:, 0].astype(np.float64)
-        out[k] = np.where(cnt > 0, v0 + (v1 - v0) * frac, np.nan)
-    return out
 
 
 def _round_scale(scale: np.ndarray, sfmt: Format) -> np.ndarray:
@@ -398,7 +139,8 @@ def mx_scale(fmt: Format, amax: np.ndarray) -> np.ndarray:
     return np.ldexp(1.0, exp).astype(ml_dtypes.float8_e8m0fnu)
 
 
-def _symmetric(method: str, fmt: Format) -> bool:
+def symmetric(method: str, fmt: Format) -> bool:
+    """Whether ``method`` calibrates ``fmt`` symmetrically (zero point at the midpoint)."""
     if fmt.kind != INT:
         return True
     if method == "minmax":
@@ -426,12 +168,14 @@ def choose_params(x: Any, target: Any, *, method: str = "minmax",
     """
     _check_method(method)
     fmt = target_format(target)
-    sfmt = _scale_format("float8e8m0" if method == "mx" else scale_dtype)
+    sfmt = scale_format("float8e8m0" if method == "mx" else scale_dtype)
     xa = as_input(x)
     if xa.size == 0:
         raise QuantizationError("x is empty; there is nothing to calibrate on")
-    sshape, ax, bs = scale_shape_for(xa.shape, granularity, axis, block_size)
-    layout = layout_for(xa.shape, sshape, ax, bs)
+    layout = Layout.from_granularity(xa.shape, granularity, axis, block_size)
+    sshape = layout.scale_shape()
+    ax = layout.axis if layout.axis is not None else (int(axis) % xa.ndim if xa.ndim else int(axis))
+    bs = layout.block if granularity == BLOCKED else 0
     if not (0 < float(clip_ratio) <= 1 or method == "manual"):
         raise QuantizationError(f"clip_ratio={clip_ratio!r} must be in (0, 1]")
 
@@ -442,7 +186,7 @@ def choose_params(x: Any, target: Any, *, method: str = "minmax",
 
     if method == "manual":
         return done(*_manual(fmt, sfmt, sshape, manual_scale, manual_zero_point))
-    sym = _symmetric(method, fmt)
+    sym = symmetric(method, fmt)
     if method == "percentile":
         p = float(percentile)
         if not 0 < p <= 100:
@@ -507,8 +251,6 @@ def _mse_search(xa: np.ndarray, fmt: Format, sfmt: Format, layout: Layout,
     once. Not exhaustive: every 5th ratio (and 1.0), then the ratios around each group's best.
     For signed integers the asymmetric minmax parameters compete too, so the result is never
     worse than minmax."""
-    from .metrics import group_sse
-
     if n < 1:
         raise QuantizationError(f"mse_candidates={n} must be >= 1")
     x32 = as_float32(xa)
@@ -562,5 +304,5 @@ def _mse_search(xa: np.ndarray, fmt: Format, sfmt: Format, layout: Layout,
 __all__ = [
     "BLOCKED", "FLOAT", "METHODS", "MSE_RANGE", "PER_AXIS", "PER_TENSOR", "SCALE_DTYPES",
     "QuantParams", "choose_params", "describe", "group_minmax", "group_quantile", "mx_scale",
-    "params_from_range", "positive_range", "target_format",
+    "params_from_range", "positive_range", "symmetric", "target_format",
 ]

@@ -47,7 +47,6 @@ class Format:
     bias: int = 0
     has_inf: bool = False
     nan_style: int = NAN_NONE
-    has_neg_zero: bool = True
 
     @property
     def is_float(self) -> bool:
@@ -88,8 +87,11 @@ class Format:
 
     @property
     def min_normal(self) -> float:
+        """Smallest positive normal value (1 for integers; every float8e8m0 value is normal)."""
         if self.kind == INT:
             return 1.0
+        if self.kind == SCALE:
+            return self.min
         return float(2.0 ** (1 - self.bias))
 
     @property
@@ -124,13 +126,12 @@ def _int(name, onnx_id, dtype, bits, signed, description):
     return Format(name, onnx_id, np.dtype(dtype), bits, INT, signed, lo, hi, description)
 
 
-def _float(name, onnx_id, dtype, ebits, mbits, bias, has_inf, nan_style, has_neg_zero, description,
-           kind=FLOAT):
+def _float(name, onnx_id, dtype, ebits, mbits, bias, has_inf, nan_style, description, kind=FLOAT):
     dt = np.dtype(dtype)
     fi = ml_dtypes.finfo(dt)
     bits = ebits + mbits + (kind != SCALE)  # e8m0 is unsigned
     return Format(name, onnx_id, dt, bits, kind, True, float(fi.min), float(fi.max),
-                  description, ebits, mbits, bias, has_inf, nan_style, has_neg_zero)
+                  description, ebits, mbits, bias, has_inf, nan_style)
 
 
 _FORMATS: tuple[Format, ...] = (
@@ -143,25 +144,25 @@ _FORMATS: tuple[Format, ...] = (
     _int("int16", 5, np.int16, 16, True, "16-bit signed integer"),
     _int("uint16", 4, np.uint16, 16, False, "16-bit unsigned integer"),
     _int("int32", 6, np.int32, 32, True, "32-bit signed integer (inputs, accumulators)"),
-    _float("float8e4m3fn", 17, ml_dtypes.float8_e4m3fn, 4, 3, 7, False, NAN_ALL_ONES, True,
+    _float("float8e4m3fn", 17, ml_dtypes.float8_e4m3fn, 4, 3, 7, False, NAN_ALL_ONES,
            "float8 E4M3, finite + NaN (OCP FP8), max 448"),
-    _float("float8e4m3fnuz", 18, ml_dtypes.float8_e4m3fnuz, 4, 3, 8, False, NAN_NEG_ZERO, False,
+    _float("float8e4m3fnuz", 18, ml_dtypes.float8_e4m3fnuz, 4, 3, 8, False, NAN_NEG_ZERO,
            "float8 E4M3, finite, NaN = 0x80, no -0 (Graphcore), max 240"),
-    _float("float8e5m2", 19, ml_dtypes.float8_e5m2, 5, 2, 15, True, NAN_IEEE, True,
+    _float("float8e5m2", 19, ml_dtypes.float8_e5m2, 5, 2, 15, True, NAN_IEEE,
            "float8 E5M2, IEEE-like with Inf (OCP FP8), max 57344"),
-    _float("float8e5m2fnuz", 20, ml_dtypes.float8_e5m2fnuz, 5, 2, 16, False, NAN_NEG_ZERO, False,
+    _float("float8e5m2fnuz", 20, ml_dtypes.float8_e5m2fnuz, 5, 2, 16, False, NAN_NEG_ZERO,
            "float8 E5M2, finite, NaN = 0x80, no -0 (Graphcore), max 57344"),
-    _float("float6e2m3", 27, ml_dtypes.float6_e2m3fn, 2, 3, 1, False, NAN_NONE, True,
+    _float("float6e2m3", 27, ml_dtypes.float6_e2m3fn, 2, 3, 1, False, NAN_NONE,
            "float6 E2M3 (OCP MX FP6), finite only, max 7.5"),
-    _float("float6e3m2", 28, ml_dtypes.float6_e3m2fn, 3, 2, 3, False, NAN_NONE, True,
+    _float("float6e3m2", 28, ml_dtypes.float6_e3m2fn, 3, 2, 3, False, NAN_NONE,
            "float6 E3M2 (OCP MX FP6), finite only, max 28"),
-    _float("float4e2m1", 23, ml_dtypes.float4_e2m1fn, 2, 1, 1, False, NAN_NONE, True,
+    _float("float4e2m1", 23, ml_dtypes.float4_e2m1fn, 2, 1, 1, False, NAN_NONE,
            "float4 E2M1 (OCP MX FP4), finite only, max 6"),
-    _float("float8e8m0", 24, ml_dtypes.float8_e8m0fnu, 8, 0, 127, False, NAN_ALL_ONES, False,
+    _float("float8e8m0", 24, ml_dtypes.float8_e8m0fnu, 8, 0, 127, False, NAN_ALL_ONES,
            "8-bit power of two 2^(e-127), NaN = 0xFF (MX block scales)", kind=SCALE),
-    _float("float16", 10, np.float16, 5, 10, 15, True, NAN_IEEE, True, "IEEE half precision"),
-    _float("bfloat16", 16, ml_dtypes.bfloat16, 8, 7, 127, True, NAN_IEEE, True, "brain float 16"),
-    _float("float", 1, np.float32, 8, 23, 127, True, NAN_IEEE, True, "IEEE single precision"),
+    _float("float16", 10, np.float16, 5, 10, 15, True, NAN_IEEE, "IEEE half precision"),
+    _float("bfloat16", 16, ml_dtypes.bfloat16, 8, 7, 127, True, NAN_IEEE, "brain float 16"),
+    _float("float", 1, np.float32, 8, 23, 127, True, NAN_IEEE, "IEEE single precision"),
 )
 
 FORMATS: dict[str, Format] = {f.name: f for f in _FORMATS}
@@ -221,8 +222,3 @@ def get_format(spec: Any, argument: str = "dtype") -> Format:
         f"{argument} has dtype {dt}, which no ONNX quantization operator accepts; valid: "
         + ", ".join(f.name for f in _FORMATS)
     )
-
-
-def format_of(array: np.ndarray, argument: str) -> Format:
-    """The Format of an array's dtype, with an error naming the argument."""
-    return get_format(np.asarray(array).dtype, argument)

@@ -25,7 +25,12 @@ GRANULARITIES = (PER_TENSOR, PER_AXIS, BLOCKED)
 
 @dataclass(frozen=True)
 class Layout:
-    """Where each element finds its scale."""
+    """Where each element finds its scale: the one index map, and its NumPy-side views.
+
+    The kernels walk this map with :mod:`qcore.kernels`; everything on the NumPy side (scale
+    shapes, gathering an element's scale, reducing x over each scale's group) goes through the
+    methods here.
+    """
 
     granularity: str
     axis: int | None
@@ -36,24 +41,143 @@ class Layout:
     scale_pre: int
     scale_blocks: int
     scale_post: int
+    x_shape: tuple[int, ...] | None = None  # None when only the (pre, dim, post) view is known
+
+    @classmethod
+    def from_granularity(cls, x_shape: tuple[int, ...], granularity: str, axis: int = 0,
+                         block_size: int = 0) -> Layout:
+        """The layout of a granularity for x of ``x_shape`` (no operator version involved).
+
+        Per-tensor ignores ``axis`` and ``block_size``; per-axis ignores ``block_size``;
+        blocked splits ``x_shape[axis]`` into ceil(dim / block_size) blocks (the last one short).
+        """
+        x_shape = tuple(int(d) for d in x_shape)
+        if granularity not in GRANULARITIES:
+            raise QuantizationError(f"granularity={granularity!r} is not valid; valid: "
+                                    + ", ".join(GRANULARITIES))
+        n = int(np.prod(x_shape, dtype=np.int64))
+        if granularity == PER_TENSOR:
+            return cls(PER_TENSOR, None, max(n, 1), 1, n, 1, 1, 1, 1, x_shape)
+        ndim = len(x_shape)
+        if ndim == 0:
+            raise QuantizationError(f"{granularity} quantization needs x of rank >= 1; x is 0-d")
+        if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)) \
+                or not -ndim <= axis < ndim:
+            raise QuantizationError(f"axis={axis!r} is out of range for x of rank {ndim}; "
+                                    f"valid: {-ndim}..{ndim - 1}")
+        ax = int(axis) % ndim
+        pre = int(np.prod(x_shape[:ax], dtype=np.int64))
+        dim = x_shape[ax]
+        post = int(np.prod(x_shape[ax + 1:], dtype=np.int64))
+        if granularity == PER_AXIS:
+            return cls(PER_AXIS, ax, 1, pre, dim, post, 1, dim, 1, x_shape)
+        if isinstance(block_size, bool) or not isinstance(block_size, (int, np.integer)) \
+                or block_size < 1:
+            raise QuantizationError(f"block_size={block_size!r} must be a positive integer for "
+                                    f"blocked quantization")
+        bs = int(block_size)
+        return cls(BLOCKED, ax, bs, pre, dim, post, pre, -(-dim // bs), post, x_shape)
 
     @property
     def uniform(self) -> bool:
         return self.granularity == PER_TENSOR
+
+    @property
+    def size(self) -> int:
+        """Number of elements of x."""
+        return self.pre * self.dim * self.post
+
+    @property
+    def n_scales(self) -> int:
+        """Number of scales (groups)."""
+        return self.scale_pre * self.scale_blocks * self.scale_post
 
     def as_ints(self) -> tuple[int, int, int, int, int, int, int]:
         """(pre, dim, post, block, scale_pre, scale_blocks, scale_post) for the kernels."""
         return (self.pre, self.dim, self.post, self.block, self.scale_pre, self.scale_blocks,
                 self.scale_post)
 
+    def scale_shape(self) -> tuple[int, ...]:
+        """The scale's shape as ONNX lays it out: () per-tensor, (dim,) per-axis, x's shape
+        with the axis divided into blocks when blocked."""
+        if self.granularity == PER_TENSOR:
+            return ()
+        if self.granularity == PER_AXIS:
+            return (self.dim,)
+        if self.x_shape is None:
+            return (self.scale_pre, self.scale_blocks, self.scale_post)
+        shape = list(self.x_shape)
+        shape[self.axis] = self.scale_blocks
+        return tuple(shape)
+
+    # -- the index map --------------------------------------------------------------------------
+
+    def coordinates(self, flat: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(p, d, q) of flat (C-order) element indices in the (pre, dim, post) view."""
+        flat = np.asarray(flat, np.int64)
+        p, r = np.divmod(flat, max(self.dim * self.post, 1))
+        d, q = np.divmod(r, max(self.post, 1))
+        return p, d, q
+
+    def scale_of(self, p: np.ndarray, d: np.ndarray, q: np.ndarray) -> np.ndarray:
+        """The flat scale index of element (p, d, q) (arrays broadcast): the index map."""
+        sp = p if self.scale_pre > 1 else 0
+        sq = q if self.scale_post > 1 else 0
+        return (sp * self.scale_blocks + np.asarray(d) // self.block) * self.scale_post + sq
+
+    def scale_index(self, flat: np.ndarray) -> np.ndarray:
+        """The flat scale index of each flat element index."""
+        flat = np.asarray(flat, np.int64)
+        return np.broadcast_to(np.asarray(self.scale_of(*self.coordinates(flat)), np.int64),
+                               flat.shape)
+
     def expand(self, values: np.ndarray) -> np.ndarray:
-        """Broadcast per-scale values to every element (for tests and reports, not the kernels)."""
+        """Per-scale values broadcast to every element, flat (for tests and reports, not the
+        kernels)."""
         v = np.asarray(values).reshape(-1)
         if self.uniform:
-            return np.broadcast_to(v[0], (self.pre * self.dim * self.post,))
-        v3 = v.reshape(self.scale_pre, self.scale_blocks, self.scale_post)
-        v3 = np.repeat(v3, self.block, axis=1)[:, : self.dim, :]
-        return np.broadcast_to(v3, (self.pre, self.dim, self.post)).reshape(-1)
+            return np.broadcast_to(v[0], (self.size,))
+        p, d, q = np.ogrid[:self.pre, :self.dim, :self.post]
+        index = np.broadcast_to(self.scale_of(p, d, q), (self.pre, self.dim, self.post))
+        return v[index].reshape(-1)
+
+    # -- group views ----------------------------------------------------------------------------
+
+    def view3(self, x: np.ndarray) -> np.ndarray:
+        """x as (pre, dim, post)."""
+        return np.asarray(x).reshape(self.pre, self.dim, self.post)
+
+    def reduce_groups(self, x: np.ndarray, ufunc: np.ufunc) -> np.ndarray:
+        """``ufunc``-reduce x over each scale's group: one value per scale, in scale order."""
+        x3 = self.view3(x)
+        if self.block >= self.dim:
+            r = ufunc.reduce(x3, axis=1, keepdims=True)
+        elif self.block == 1:
+            r = x3
+        else:
+            r = ufunc.reduceat(x3, np.arange(0, self.dim, self.block), axis=1)
+        if self.scale_pre == 1 and r.shape[0] != 1:
+            r = ufunc.reduce(r, axis=0, keepdims=True)
+        if self.scale_post == 1 and r.shape[2] != 1:
+            r = ufunc.reduce(r, axis=2, keepdims=True)
+        return np.ascontiguousarray(r).reshape(-1)
+
+    def group_matrix(self, x: np.ndarray, fill: float = np.nan) -> np.ndarray:
+        """x as (groups, elements of a group) in scale order; a short last block is padded
+        with ``fill``."""
+        a = np.asarray(x)
+        if self.granularity == PER_TENSOR:
+            return a.reshape(1, -1)
+        x3 = self.view3(a)
+        if self.granularity == PER_AXIS:
+            return x3.transpose(1, 0, 2).reshape(self.dim, self.pre * self.post)
+        nb, block = self.scale_blocks, self.block
+        if nb * block != self.dim:
+            padded = np.full((self.pre, nb * block, self.post), fill, a.dtype)
+            padded[:, :self.dim, :] = x3
+            x3 = padded
+        return x3.reshape(self.pre, nb, block, self.post).transpose(0, 1, 3, 2).reshape(
+            self.pre * nb * self.post, block)
 
 
 def block_size_range(dim: int, scale_dim: int) -> tuple[int, int | None]:
@@ -94,7 +218,7 @@ def resolve_layout(ov: OpVersion, x_shape: tuple[int, ...], scale_shape: tuple[i
     n = int(np.prod(x_shape, dtype=np.int64))
     scale_size = int(np.prod(scale_shape, dtype=np.int64))
     if scale_size == 1 and (block_size == 0 or len(scale_shape) <= 1):
-        return Layout(PER_TENSOR, None, max(n, 1), 1, n, 1, 1, 1, 1)
+        return Layout(PER_TENSOR, None, max(n, 1), 1, n, 1, 1, 1, 1, tuple(x_shape))
     if scale_size == 0 and n > 0:  # an empty x along the axis has no scales: that is valid
         raise QuantizationError(f"{ov.label}: {scale_name} is empty; it needs at least one value")
     if block_size == 0:
@@ -113,7 +237,7 @@ def resolve_layout(ov: OpVersion, x_shape: tuple[int, ...], scale_shape: tuple[i
             )
         pre = int(np.prod(x_shape[:ax], dtype=np.int64))
         post = int(np.prod(x_shape[ax + 1:], dtype=np.int64))
-        return Layout(PER_AXIS, ax, 1, pre, x_shape[ax], post, 1, scale_size, 1)
+        return Layout(PER_AXIS, ax, 1, pre, x_shape[ax], post, 1, scale_size, 1, tuple(x_shape))
     check_attribute(ov, "block_size")
     check_granularity(ov, BLOCKED, f"block_size={block_size}")
     ax = normalize_axis(ov, axis, len(x_shape))
@@ -145,4 +269,5 @@ def resolve_layout(ov: OpVersion, x_shape: tuple[int, ...], scale_shape: tuple[i
         )
     pre = int(np.prod(x_shape[:ax], dtype=np.int64))
     post = int(np.prod(x_shape[ax + 1:], dtype=np.int64))
-    return Layout(BLOCKED, ax, int(block_size), pre, x_shape[ax], post, pre, scale_shape[ax], post)
+    return Layout(BLOCKED, ax, int(block_size), pre, x_shape[ax], post, pre, scale_shape[ax], post,
+                  tuple(x_shape))

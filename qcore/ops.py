@@ -206,7 +206,8 @@ def _check_backend(backend: str, ov: OpVersion):
         from .kernels import cuda as cuda_kernels
 
         return cuda_kernels.backend_or_raise(ov.label)
-    raise QuantizationError(f"{ov.label}: backend={backend!r} is not valid; valid: cpu, cuda")
+    raise QuantizationError(f"{ov.label}: backend={backend!r} is not valid; valid: "
+                            + ", ".join(BACKENDS))
 
 
 def _scale_values(ov: OpVersion, scale: np.ndarray, fmt: Format, argument: str,

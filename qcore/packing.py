@@ -70,9 +70,12 @@ def pack(array: np.ndarray) -> np.ndarray:
     return out
 
 
-def unpack(packed: np.ndarray, dtype, shape) -> np.ndarray:
-    """Inverse of :func:`pack`: bytes in ONNX layout to an array of `dtype` and `shape`."""
+def unpack(packed: np.ndarray | bytes, dtype, shape) -> np.ndarray:
+    """Inverse of :func:`pack`: bytes (a uint8 array or a bytes object) in ONNX layout to an
+    array of `dtype` and `shape`."""
     fmt = _subbyte_format(dtype)
+    if isinstance(packed, (bytes, bytearray, memoryview)):
+        packed = np.frombuffer(packed, np.uint8)
     packed = np.ascontiguousarray(np.asarray(packed, dtype=np.uint8)).reshape(-1)
     shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
     n = int(np.prod(shape, dtype=np.int64))

@@ -17,7 +17,6 @@ DEQUANTIZE = "DequantizeLinear"
 DYNAMIC = "DynamicQuantizeLinear"
 
 LATEST_OPSET = 28
-FIRST_OPSET = 10
 
 _F8 = ("float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz")
 _HP = ("float", "float16", "bfloat16")
@@ -118,9 +117,10 @@ def versions(op: str) -> tuple[int, ...]:
 def check_opset(opset) -> int:
     """`opset` as an int: a Python or NumPy integer (not a bool, float or string)."""
     if isinstance(opset, (bool, np.bool_)) or not isinstance(opset, (int, np.integer)):
+        first = min(min(by_version) for by_version in OPERATORS.values())
         raise QuantizationError(
             f"opset={opset!r} must be an integer (a Python or NumPy int, not "
-            f"{type(opset).__name__}); valid opsets: {FIRST_OPSET}..{LATEST_OPSET}"
+            f"{type(opset).__name__}); valid opsets: {first}..{LATEST_OPSET}"
         )
     return int(opset)
 

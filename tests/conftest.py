@@ -10,19 +10,11 @@ import pytest
 
 @lru_cache(maxsize=4096)
 def _evaluator(op: str, opset: int, input_types: tuple[int, ...], attributes: tuple):
-    from onnx import TensorProto, helper
     from onnx.reference import ReferenceEvaluator
 
-    names = ["x", "scale", "zero_point"][: len(input_types)]
-    inputs = [helper.make_tensor_value_info(n, t, None) for n, t in zip(names, input_types)]
-    outputs = [helper.make_tensor_value_info("y", TensorProto.UNDEFINED, None)]
-    if op == "DynamicQuantizeLinear":
-        outputs = [helper.make_tensor_value_info(n, TensorProto.UNDEFINED, None)
-                   for n in ("y", "y_scale", "y_zero_point")]
-    node = helper.make_node(op, names, [o.name for o in outputs], **dict(attributes))
-    graph = helper.make_graph([node], f"{op}_{opset}", inputs, outputs)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    return ReferenceEvaluator(model)
+    from qcore.onnx_models import node_model
+
+    return ReferenceEvaluator(node_model(op, opset, input_types, dict(attributes)))
 
 
 def reference(op: str, opset: int, *inputs, **attributes):
@@ -32,14 +24,12 @@ def reference(op: str, opset: int, *inputs, **attributes):
     the schema's defaults apply. Returns the single output, or the tuple of outputs for
     DynamicQuantizeLinear.
     """
-    from onnx.helper import np_dtype_to_tensor_dtype
+    from qcore.onnx_models import feeds, onnx_type
 
     arrays = [np.asarray(a) for a in inputs if a is not None]
-    types = tuple(int(np_dtype_to_tensor_dtype(a.dtype)) for a in arrays)
+    types = tuple(onnx_type(a) for a in arrays)
     attrs = tuple(sorted((k, int(v)) for k, v in attributes.items() if v is not None))
-    ev = _evaluator(op, opset, types, attrs)
-    feeds = dict(zip(["x", "scale", "zero_point"], arrays))
-    out = ev.run(None, feeds)
+    out = _evaluator(op, opset, types, attrs).run(None, feeds(op, *arrays))
     return tuple(out) if op == "DynamicQuantizeLinear" else out[0]
 
 

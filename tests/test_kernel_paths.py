@@ -14,24 +14,17 @@ import pytest
 
 import qcore
 from qcore.kernels import cpu
+from qcore.onnx_models import feeds, node_model
 
 onnx = pytest.importorskip("onnx")
-from onnx import helper  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
 
 LONG = 256  # block lengths around the old one-block-at-a-time threshold
 
 
 def reference(op, inputs, **attrs):
-    names = ["x", "s", "z"][: len(inputs)]
-    node = helper.make_node(op, names, ["y"], **attrs)
-    graph = helper.make_graph(
-        [node], "g",
-        [helper.make_tensor_value_info(n, onnx.helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
-         for n, a in zip(names, inputs)],
-        [helper.make_tensor_value_info("y", onnx.TensorProto.UNDEFINED, None)])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
-    return ReferenceEvaluator(model).run(None, dict(zip(names, inputs)))[0]
+    model = node_model(op, 21, inputs, attrs)
+    return ReferenceEvaluator(model).run(None, feeds(op, *inputs))[0]
 
 
 def case(shape, axis, block, dtype, seed=0):
@@ -99,13 +92,15 @@ def test_parallel_and_serial_kernels_have_their_own_cache_entries():
     # numba keys its on-disk cache by function name and line, not by parallel=True: twins
     # compiled from one function would load each other's code (a "parallel" kernel that never
     # starts a thread). Each variant is compiled from a renamed copy.
-    from qcore import metrics
+    from qcore import reductions
 
     pairs = [(cpu.quantize_parallel, cpu.quantize_serial),
              (cpu.dequantize_parallel, cpu.dequantize_serial),
              (cpu.minmax_parallel, cpu.minmax_serial),
-             (metrics._error_par, metrics._error_ser),
-             (metrics._histogram_par, metrics._histogram_ser)]
+             (reductions._error_par, reductions._error_ser),
+             (reductions._histogram_par, reductions._histogram_ser),
+             (reductions._group_sse_par, reductions._group_sse_ser),
+             (reductions._finite_minmax_par, reductions._finite_minmax_ser)]
     for par, ser in pairs:
         assert par.py_func.__qualname__ != ser.py_func.__qualname__
 

@@ -413,3 +413,39 @@ def test_module_exports():
     for name in ("histogram", "error_metrics", "downsample_xy", "group_errors", "walkthrough",
                  "representable_values"):
         assert callable(getattr(metrics, name))
+
+
+@pytest.mark.parametrize("target, q, rounded, saturated, unsaturated", [
+    ("float8e4m3fn", 1000.0, 1024.0, 448.0, math.nan),  # 1.953 * 2^9 -> 2.0 * 2^9, then clamp
+    ("float8e4m3fn", 500.0, 512.0, 448.0, math.nan),
+    ("float8e4m3fn", 0.3, 0.3125, 0.3125, 0.3125),  # in range: rounded is the stored value
+    ("float8e4m3fn", 3 * 2.0 ** -10, 2.0 ** -8, 2.0 ** -8, 2.0 ** -8),  # subnormal: tie to even
+    ("float8e5m2", 70000.0, 65536.0, 57344.0, math.inf),
+    ("float4e2m1", 9.0, 8.0, 6.0, 6.0),  # no Inf/NaN: always saturates
+    ("float4e2m1", -0.25, -0.0, -0.0, -0.0),
+])
+def test_walkthrough_float_rounding_before_overflow(target, q, rounded, saturated, unsaturated):
+    x = np.array([q, 1.0], np.float32)
+    p = qcore.calibration.QuantParams(np.float32(1.0), None, 1, 0, "per-tensor", "manual", target)
+    for sat, want in ((True, saturated), (False, unsaturated)):
+        row = walkthrough(x, p, target, [0], saturate=sat).iloc[0]
+        assert row["x/scale"] == np.float32(q)
+        assert row["rounded"] == rounded and row["+zero point"] == rounded
+        assert np.signbit(row["rounded"]) == np.signbit(rounded)
+        assert row["saturated"] == want or (math.isnan(want) and math.isnan(row["saturated"]))
+        assert row["saturated"] == float(p.quantize(x, saturate=sat)[0]) or math.isnan(want)
+
+
+@pytest.mark.parametrize("granularity, axis", [("per-axis", 1), ("blocked", 1), ("blocked", 2),
+                                               ("blocked", 0)])
+def test_clipping_bounds_follow_the_index_map_in_3d(granularity, axis):
+    # groups with pre, dim and post all > 1; chunks end inside rows and blocks
+    x = rng(11).standard_t(2, (6, 50, 230)).astype(np.float32)
+    p = choose_params(x, "int8", method="percentile", percentile=90, granularity=granularity,
+                      axis=axis, block_size=7)
+    m = error_metrics(x, p.round_trip(x), params=p)
+    sat_lo, sat_hi = p.saturation_bounds()
+    lay = p.layout(x.shape)
+    lo = lay.expand(sat_lo).reshape(x.shape)
+    hi = lay.expand(sat_hi).reshape(x.shape)
+    assert m["n_clipped"] == int(((x < lo) | (x > hi)).sum()) > 0

@@ -1,0 +1,121 @@
+"""Layout, the one index map: scale shapes, scale indices and group views against the spec's
+index map written independently in tests/oracle.py (``oracle.expand``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import oracle
+import pytest
+
+import qcore
+from qcore.layout import BLOCKED, PER_AXIS, PER_TENSOR, Layout, resolve_layout
+from qcore.versions import LATEST_OPSET, QUANTIZE, resolve
+
+SHAPES = [(7,), (4, 6), (3, 5, 4), (2, 3, 9, 2), (1, 8), (5, 1, 3)]
+
+
+def configurations():
+    for shape in SHAPES:
+        yield shape, PER_TENSOR, 0, 0
+        for axis in range(-len(shape), len(shape)):
+            yield shape, PER_AXIS, axis, 0
+            dim = shape[axis]
+            for bs in sorted({1, 2, 3, max(1, dim - 1), dim, dim + 2}):
+                yield shape, BLOCKED, axis, bs
+
+
+CONFIGS = list(configurations())
+
+
+def spec_kwargs(gran, axis, bs):
+    """axis and block_size as the operators (and the oracle) take them."""
+    if gran == PER_TENSOR:
+        return 1, 0
+    return axis, (bs if gran == BLOCKED else 0)
+
+
+@pytest.mark.parametrize("shape, gran, axis, bs", CONFIGS)
+def test_from_granularity_is_what_the_operator_resolves(shape, gran, axis, bs):
+    lay = Layout.from_granularity(shape, gran, axis, bs)
+    ax, b = spec_kwargs(gran, axis, bs)
+    resolved = resolve_layout(resolve(QUANTIZE, LATEST_OPSET), shape, lay.scale_shape(), ax, b,
+                              "y_scale")
+    if resolved.granularity == PER_TENSOR:  # the spec: a 1-element scale is per-tensor
+        assert lay.n_scales == 1 and len(lay.scale_shape()) <= 1
+    else:
+        assert resolved == lay
+    assert lay.n_scales == int(np.prod(lay.scale_shape(), dtype=np.int64))
+    assert lay.size == int(np.prod(shape))
+
+
+@pytest.mark.parametrize("shape, gran, axis, bs", CONFIGS)
+def test_expand_and_scale_index_follow_the_spec(shape, gran, axis, bs):
+    lay = Layout.from_granularity(shape, gran, axis, bs)
+    values = np.arange(lay.n_scales, dtype=np.float64) + 0.5
+    ax, b = spec_kwargs(gran, axis, bs)
+    expected = oracle.expand(values.reshape(lay.scale_shape()), shape, ax, b).reshape(-1)
+    assert np.array_equal(lay.expand(values), expected)
+    flat = np.arange(lay.size)
+    assert np.array_equal(lay.scale_index(flat), expected.astype(np.int64))
+    picked = np.array([lay.size - 1, 0, lay.size // 2])
+    assert np.array_equal(lay.scale_index(picked), expected[picked].astype(np.int64))
+
+
+@pytest.mark.parametrize("shape, gran, axis, bs", CONFIGS)
+def test_group_views_hold_each_groups_elements(shape, gran, axis, bs):
+    lay = Layout.from_granularity(shape, gran, axis, bs)
+    x = np.random.default_rng(len(shape) + bs).permutation(lay.size).astype(np.float64)
+    x = x.reshape(shape)
+    group = lay.scale_index(np.arange(lay.size))
+    flat = x.reshape(-1)
+    want_max = np.full(lay.n_scales, -np.inf)
+    np.maximum.at(want_max, group, flat)
+    assert np.array_equal(lay.reduce_groups(x, np.maximum), want_max)
+    want_sum = np.zeros(lay.n_scales)
+    np.add.at(want_sum, group, flat)
+    assert np.array_equal(lay.reduce_groups(x, np.add), want_sum)
+    m = lay.group_matrix(x)
+    assert m.shape[0] == lay.n_scales
+    for g in range(lay.n_scales):
+        row = m[g]
+        assert np.array_equal(np.sort(row[~np.isnan(row)]), np.sort(flat[group == g]))
+
+
+def test_scale_shapes():
+    assert Layout.from_granularity((4, 6), PER_TENSOR).scale_shape() == ()
+    assert Layout.from_granularity((4, 6), PER_AXIS, 0).scale_shape() == (4,)
+    assert Layout.from_granularity((4, 6), PER_AXIS, -1).scale_shape() == (6,)
+    assert Layout.from_granularity((4, 7), BLOCKED, 1, 3).scale_shape() == (4, 3)
+    assert Layout.from_granularity((2, 7, 5), BLOCKED, 1, 2).scale_shape() == (2, 4, 5)
+    assert Layout.from_granularity((), PER_TENSOR).scale_shape() == ()
+
+
+def test_the_kernels_accept_the_scale_shape():
+    x = np.random.default_rng(0).standard_normal((3, 10, 4)).astype(np.float32)
+    for gran, axis, bs in ((PER_AXIS, 1, 0), (BLOCKED, 1, 4), (BLOCKED, 2, 3), (BLOCKED, 0, 2)):
+        lay = Layout.from_granularity(x.shape, gran, axis, bs)
+        s = np.random.default_rng(1).uniform(0.01, 0.1, lay.scale_shape()).astype(np.float32)
+        y = qcore.quantize_linear(x, s, np.zeros(s.shape, np.int8), axis=axis, block_size=bs)
+        want = oracle.quantize(x, s, np.zeros(s.shape, np.int8), axis=axis, block_size=bs)
+        assert np.array_equal(y, want)
+        assert np.array_equal(lay.expand(s), oracle.expand(s, x.shape, axis, bs).reshape(-1))
+
+
+@pytest.mark.parametrize("args, match", [
+    (((4, 6), "per-row", 0, 0), "granularity"),
+    (((4, 6), PER_AXIS, 2, 0), "axis=2"),
+    (((4, 6), PER_AXIS, True, 0), "axis"),
+    (((4, 6), BLOCKED, 1, 0), "block_size"),
+    (((4, 6), BLOCKED, 1, -3), "block_size"),
+    (((), PER_AXIS, 0, 0), "rank"),
+])
+def test_from_granularity_refuses_bad_arguments(args, match):
+    with pytest.raises(qcore.QuantizationError, match=match):
+        Layout.from_granularity(*args)
+
+
+def test_negative_and_positive_axis_are_one_layout():
+    shape = (4, 9)
+    assert Layout.from_granularity(shape, PER_AXIS, 1) == Layout.from_granularity(shape, PER_AXIS,
+                                                                                  -1)
+    assert len({Layout.from_granularity(shape, BLOCKED, 1, b) for b in range(1, 10)}) == 9
