@@ -8,14 +8,14 @@ import streamlit as st
 st.set_page_config(page_title="Quantization Explorer", page_icon=":material/grid_on:",
                    layout="wide", initial_sidebar_state="expanded")
 
-from app import compute, errors, frame, nav, state  # noqa: E402 - after set_page_config
+from app import errors, frame, nav, state, warm  # noqa: E402 - after set_page_config
 
 _t0 = time.perf_counter()
 state.begin_run()
 page = nav.navigation()
 frame.set_inside(True)
 try:
-    compute.warm()
+    warm.warm()
     page.run()
 except Exception as exc:  # noqa: BLE001 - no traceback ever reaches the user
     errors.show(exc)

@@ -16,6 +16,26 @@ from .warmup import warmup
 __version__ = "0.1.0"
 
 
+#: Submodules reachable as ``qcore.<name>`` after a bare ``import qcore``, imported on first use
+#: (so ``import qcore`` stays fast and pulls in no optional dependency).
+_LAZY_SUBMODULES = frozenset({"analysis", "bench", "calibration", "datasets", "io", "metrics",
+                              "packing", "synthetic"})
+
+
+def __getattr__(name: str):
+    if name in _LAZY_SUBMODULES:
+        import importlib
+
+        module = importlib.import_module(f".{name}", __name__)
+        globals()[name] = module
+        return module
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | _LAZY_SUBMODULES)
+
+
 def cuda_available() -> bool:
     """Whether ``backend="cuda"`` can run here (a usable GPU, or numba's CUDA simulator)."""
     from .kernels.cuda import cuda_available as available  # numba.cuda only when asked

@@ -1,7 +1,9 @@
 """The real tensors shipped in ``datasets/``: list them, load them by name.
 
-The folder is ``datasets/`` next to the ``qcore`` package (a source checkout), or the folder
-named by the environment variable ``QCORE_DATASETS``. Its ``manifest.json`` describes every
+The folder is the one named by the environment variable ``QCORE_DATASETS``; else
+``qcore/_datasets/`` inside an installed package (a wheel ships the repository's ``datasets/``
+there, see ``pyproject.toml``); else ``datasets/`` next to the ``qcore`` package (a source
+checkout or an editable install). Its ``manifest.json`` describes every
 tensor (name, kind, shape, dtype, source, license, how it was made, statistics); each tensor is
 ``<name>.npz`` holding one array ``x``. ``datasets/build.py`` makes them.
 """
@@ -24,13 +26,21 @@ from .io import TensorFileError, load_tensor
 __all__ = ["ENV_VAR", "datasets_dir", "info", "list", "load", "names"]
 
 ENV_VAR = "QCORE_DATASETS"
-_DEFAULT_DIR = Path(__file__).resolve().parent.parent / "datasets"
+_PACKAGE = Path(__file__).resolve().parent
+#: Where the tensors can be, in order: inside an installed package, then in a checkout.
+_CANDIDATES = (_PACKAGE / "_datasets", _PACKAGE.parent / "datasets")
 
 
 def datasets_dir() -> Path:
-    """The folder the tensors are read from (``$QCORE_DATASETS`` or the checkout's)."""
+    """The folder the tensors are read from: ``$QCORE_DATASETS``, else the installed package's
+    copy, else the checkout's ``datasets/`` (the first that has a manifest)."""
     override = os.environ.get(ENV_VAR)
-    return Path(override).expanduser().resolve() if override else _DEFAULT_DIR
+    if override:
+        return Path(override).expanduser().resolve()
+    for candidate in _CANDIDATES:
+        if (candidate / "manifest.json").is_file():
+            return candidate
+    return _CANDIDATES[-1]
 
 
 def list() -> builtins.list[dict[str, Any]]:  # noqa: A001 - the public name asked for
@@ -76,8 +86,10 @@ def _manifest(directory: Path) -> dict[str, Any]:
         mtime = path.stat().st_mtime_ns
     except OSError:
         raise QuantizationError(
-            f"no dataset manifest at {path}; set {ENV_VAR} to a folder made by "
-            "datasets/build.py, or run it."
+            f"no dataset manifest at {path} (looked in "
+            f"{', '.join(str(c) for c in _CANDIDATES)}); install qcore from the repository "
+            f"(`pip install .` ships the tensors) or set {ENV_VAR} to a folder made by "
+            "datasets/build.py."
         ) from None
     return _read_manifest(str(path), mtime)
 
