@@ -58,7 +58,8 @@ def _mib(n: float) -> str:
     return f"{n / 2**20:,.2f} MiB"
 
 
-def print_summary(rows: pd.DataFrame, top: int = 10, file=sys.stdout) -> None:
+def print_summary(rows: pd.DataFrame, top: int = 10, file=None) -> None:
+    file = file if file is not None else sys.stdout
     s = summarize(rows, top)
     per = s["recipes"]
     if per.empty:
