@@ -1,0 +1,134 @@
+"""``python -m qcore.report MODEL ...``: the whole-model format report on the command line.
+
+MODEL is a .safetensors / .onnx / .npz / .npy file, a sharded checkpoint (its folder or its
+model.safetensors.index.json), a folder of these, or a known model's name (``minilm``).
+Examples::
+
+    python -m qcore.report minilm --out minilm.parquet
+    python -m qcore.report ckpt/ --recipes int8:per-axis,mxfp4 --include 'model.layers.*' \\
+        --out r.csv --workers 2
+    python -m qcore.report ckpt/ --out r.csv --resume      # after an interruption
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Sequence
+
+import pandas as pd
+
+from ..errors import QuantizationError
+from .core import run_report, summarize
+from .models import resolve_model
+from .progress import ProgressBar
+from .recipes import DEFAULT_RECIPES, describe, parse_recipes, recipe_names
+from .sources import list_tensors
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m qcore.report",
+                                description="Every tensor of a model x every quantization "
+                                            "recipe: SQNR, errors, bits and bytes.")
+    p.add_argument("model", nargs="?", help="file, folder, index.json or a known name (minilm)")
+    p.add_argument("--recipes", default=",".join(DEFAULT_RECIPES),
+                   help="comma-separated recipes (default: %(default)s)")
+    p.add_argument("--out", action="append", default=[],
+                   help="write rows to this .csv or .parquet (repeatable); rows are appended to "
+                        "OUT.partial.csv as tensors finish")
+    p.add_argument("--resume", action="store_true",
+                   help="skip tensors whose rows the journal or the output already holds")
+    p.add_argument("--include", action="append", default=[], metavar="GLOB",
+                   help="only tensors whose name matches (repeatable)")
+    p.add_argument("--exclude", action="append", default=[], metavar="GLOB",
+                   help="skip tensors whose name matches (repeatable)")
+    p.add_argument("--min-elements", type=int, default=0)
+    p.add_argument("--workers", type=int, default=0,
+                   help="run on a Dask LocalCluster of N worker processes")
+    p.add_argument("--scheduler", default=None, help="run on an existing Dask cluster")
+    p.add_argument("--top", type=int, default=10, help="worst tensors shown per recipe")
+    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--list", action="store_true", help="list the model's tensors and exit")
+    p.add_argument("--list-recipes", action="store_true", help="list named recipes and exit")
+    return p
+
+
+def _mib(n: float) -> str:
+    return f"{n / 2**20:,.2f} MiB"
+
+
+def print_summary(rows: pd.DataFrame, top: int = 10, file=None) -> None:
+    file = file if file is not None else sys.stdout
+    s = summarize(rows, top)
+    per = s["recipes"]
+    if per.empty:
+        print("no rows", file=file)
+    else:
+        print("\nper recipe (bits/elem from total bytes; SQNR weighted by elements, and total "
+              "signal / total noise):", file=file)
+        table = pd.DataFrame({
+            "recipe": per["recipe"], "tensors": per["tensors"],
+            "total bytes": [_mib(b) for b in per["bytes"]],
+            "bits/elem": per["bits_per_element"].map(lambda v: f"{v:.3f}"),
+            "SQNR dB (weighted)": per["sqnr_db_weighted"].map(lambda v: f"{v:.2f}"),
+            "SQNR dB (model)": per["sqnr_db_model"].map(lambda v: f"{v:.2f}"),
+            "worst dB": per["min_sqnr_db"].map(lambda v: f"{v:.2f}")})
+        print(table.to_string(index=False), file=file)
+        for recipe, worst in s["worst"].items():
+            print(f"\n{top} worst tensors, {recipe}:", file=file)
+            w = worst.copy()
+            w["sqnr_db"] = w["sqnr_db"].map(lambda v: f"{v:.2f}")
+            w["clipped_fraction"] = w["clipped_fraction"].map(
+                lambda v: "" if math.isnan(v) else f"{100 * v:.3g}%")
+            w["bits_per_element"] = w["bits_per_element"].map(lambda v: f"{v:.3f}")
+            print(w.to_string(index=False), file=file)
+    errs = s["errors"]
+    if len(errs):
+        print(f"\n{len(errs)} rows with errors:", file=file)
+        for msg in dict.fromkeys(errs["error"]):
+            print(f"  {msg}", file=file)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.list_recipes:
+        for name in recipe_names():
+            print(f"{name:26s} {describe(name)}")
+        return 0
+    if not args.model:
+        build_parser().error("MODEL is required")
+    try:
+        model = resolve_model(args.model)
+        if args.list:
+            for ref in list_tensors(model):
+                info = ref.error or f"{ref.dtype:9s} {'x'.join(map(str, ref.shape))}"
+                print(f"{ref.name:60s} {info}")
+            return 0
+        recipes = [r.name for r in parse_recipes(args.recipes)]
+        bar = None if args.no_progress else ProgressBar()
+        report = run_report(model, recipes, out=args.out, resume=args.resume,
+                            include=args.include, exclude=args.exclude,
+                            min_elements=args.min_elements, workers=args.workers,
+                            scheduler=args.scheduler, progress=bar)
+    except QuantizationError as exc:  # TensorFileError included
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("\ninterrupted: rows of finished tensors are kept; rerun with --resume",
+              file=sys.stderr)
+        return 130
+    print_summary(report.rows, args.top)
+    rate = report.elements * len(recipes) / report.seconds if report.seconds else 0.0
+    print(f"\n{len(report.rows)} rows, {report.elements:,} elements x {len(recipes)} recipes in "
+          f"{report.seconds:.2f} s ({rate / 1e6:.1f} M element-recipes/s)"
+          + (f"; {report.resumed} tensors resumed" if report.resumed else "")
+          + (f"; {len(report.skipped)} tensors skipped (not floating point or too small)"
+             if report.skipped else ""))
+    for o in args.out:
+        print(f"wrote {o}")
+    return 1 if len(report.errors) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

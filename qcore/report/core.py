@@ -1,0 +1,450 @@
+"""The whole-model report: every tensor of a checkpoint × every recipe, one tidy row each.
+
+:func:`run_report` lists the model's tensors (headers only), filters them, and runs one *task*
+per tensor — ``(file, tensor name, recipe names)``, never an array — either in this process or
+on a Dask cluster (:mod:`qcore.report.distributed`). A task maps its tensor, widens it to
+float32, computes its statistics and every recipe's round-trip metrics, and returns the rows;
+the same function runs in both places, so the rows are identical bit for bit.
+
+Rows are appended to a journal (``OUT.partial.csv``, floats written exactly) as tensors finish;
+``resume=True`` skips what the journal or a finished output already holds. When the run
+completes the outputs (``.csv`` / ``.parquet``) are written and the journal removed.
+"""
+
+from __future__ import annotations
+
+import csv
+import fnmatch
+import functools
+import math
+import os
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..errors import QuantizationError
+from ..io import TensorFileError
+from .recipes import DEFAULT_RECIPES, Recipe, parse_recipes, run_recipe
+from .sources import TensorRef, list_tensors, read_tensor, resolve_files
+from .stats import tensor_stats
+
+__all__ = ["COLUMNS", "Report", "Task", "model_root", "read_rows", "run_report", "run_task",
+           "select", "summarize", "write_rows"]
+
+#: Column -> type of every row, in order.
+COLUMNS: dict[str, type] = {
+    "file": str, "tensor": str, "shape": str, "dtype": str, "elements": int,
+    "absmax": float, "std": float, "excess_kurtosis": float, "nonfinite_in": int,
+    "recipe": str, "target": str, "method": str, "scale_dtype": str, "granularity": str,
+    "axis": int, "block_size": int, "opset": int,
+    "sqnr_db": float, "rmse": float, "max_abs_error": float, "clipped_fraction": float,
+    "nan_out": int, "inf_out": int, "bits_per_element": float, "bytes": int, "scales": int,
+    "error": str,
+}
+#: Tensors smaller than this run qcore's kernels on one thread (see :func:`run_task`).
+SERIAL_BELOW = 1 << 21
+_METRIC_DEFAULTS = {"granularity": "", "axis": -1, "block_size": 0, "opset": 0,
+                    "sqnr_db": math.nan, "rmse": math.nan, "max_abs_error": math.nan,
+                    "clipped_fraction": math.nan, "nan_out": 0, "inf_out": 0,
+                    "bits_per_element": math.nan, "bytes": 0, "scales": 0}
+
+
+@dataclass(frozen=True)
+class Task:
+    """One unit of work: a tensor (by file and name) and the recipes to run on it."""
+
+    file: str  # absolute path
+    name: str
+    recipes: tuple[str, ...]
+    root: str  # the model's folder: rows name files relative to it
+    elements: int = 0
+
+
+@dataclass
+class Report:
+    """What :func:`run_report` returns."""
+
+    rows: pd.DataFrame
+    recipes: list[str]
+    skipped: list[tuple[str, str, str]] = field(default_factory=list)  # (file, tensor, why)
+    seconds: float = 0.0
+    elements: int = 0  # elements processed in this run (times one; recipes not multiplied)
+    resumed: int = 0  # tensors skipped because their rows were already there
+
+    @property
+    def errors(self) -> pd.DataFrame:
+        """Rows whose tensor or recipe failed (their ``error`` says why)."""
+        return self.rows[self.rows["error"] != ""]
+
+
+# ---------------------------------------------------------------------------------------------
+# one task
+
+
+def model_root(model: str | os.PathLike) -> str:
+    """The folder row file names are relative to."""
+    p = Path(model).expanduser().resolve()
+    return str(p if p.is_dir() else p.parent)
+
+
+def _rel(file: str, root: str) -> str:
+    try:
+        return os.path.relpath(file, root)
+    except ValueError:
+        return file
+
+
+def _base_row(ref: TensorRef, root: str) -> dict[str, Any]:
+    return {"file": _rel(ref.file, root), "tensor": ref.name,
+            "shape": "x".join(str(d) for d in ref.shape), "dtype": ref.dtype,
+            "elements": ref.elements if not ref.error else 0, "absmax": math.nan,
+            "std": math.nan, "excess_kurtosis": math.nan, "nonfinite_in": 0}
+
+
+def _recipe_cols(r: Recipe) -> dict[str, Any]:
+    return {"recipe": r.name, "target": r.target, "method": r.method,
+            "scale_dtype": r.scale_dtype}
+
+
+def _row(base: dict[str, Any], recipe: Recipe, metrics: dict[str, Any] | None,
+         error: str = "") -> dict[str, Any]:
+    row = {**base, **_recipe_cols(recipe), **_METRIC_DEFAULTS, **(metrics or {}), "error": error}
+    return {k: row[k] for k in COLUMNS}
+
+
+@functools.lru_cache(maxsize=16)
+def _refs_of(file: str, mtime_ns: int, size: int) -> dict[str, TensorRef]:
+    del mtime_ns, size  # cache key only
+    return {("*" if ref.error else ref.name): ref for ref in list_tensors(file)}
+
+
+def _find_ref(file: str, name: str) -> TensorRef:
+    try:
+        st = os.stat(file)
+    except OSError as exc:
+        raise TensorFileError(f"{file}: cannot be read ({exc.strerror})") from None
+    refs = _refs_of(file, st.st_mtime_ns, st.st_size)
+    if name in refs:
+        return refs[name]
+    if "*" in refs:
+        return refs["*"]
+    raise TensorFileError(f"{file}: no tensor named {name!r}")
+
+
+def run_task(task: Task, numba_threads: int = 0) -> list[dict[str, Any]]:
+    """The rows of one tensor × its recipes (never raises for a bad file or recipe: the row's
+    ``error`` says what went wrong).
+
+    ``numba_threads``: threads for qcore's parallel kernels (0: one thread below
+    :data:`SERIAL_BELOW` elements, where waking others costs more than it saves — 10x more on a
+    loaded machine — else numba's setting). The kernels' chunking does not depend on the thread
+    count, so neither do the rows.
+    """
+    import numba
+
+    before = numba.get_num_threads()
+    threads = numba_threads or (1 if task.elements < SERIAL_BELOW else before)
+    numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
+    try:
+        return _task_rows(task)
+    finally:
+        numba.set_num_threads(before)
+
+
+def _task_rows(task: Task) -> list[dict[str, Any]]:
+    recipes = parse_recipes(list(task.recipes))
+    try:
+        ref = _find_ref(task.file, task.name)
+    except TensorFileError as exc:
+        ref = TensorRef(task.file, task.name, (), "", error=str(exc))
+    base = _base_row(ref, task.root)
+    try:
+        x = read_tensor(ref)
+    except TensorFileError as exc:
+        return [_row(base, r, None, str(exc)) for r in recipes]
+    base.update(tensor_stats(x))
+    del base["mean"]
+    rows = []
+    for r in recipes:
+        try:
+            rows.append(_row(base, r, run_recipe(x, r)))
+        except QuantizationError as exc:
+            rows.append(_row(base, r, None, f"{ref.file}: tensor {ref.name!r}, recipe "
+                                            f"{r.name}: {exc}"))
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# selecting tensors
+
+
+def select(refs: Iterable[TensorRef], include: Sequence[str] = (), exclude: Sequence[str] = (),
+           min_elements: int = 0) -> tuple[list[TensorRef], list[tuple[str, str, str]]]:
+    """(tensors to report, skipped (file, tensor, why)). Patterns are shell globs on the name;
+    a tensor is kept when it matches any ``include`` (or none is given) and no ``exclude``."""
+    keep, skipped = [], []
+    for ref in refs:
+        if ref.error:
+            keep.append(ref)  # reported as an error row
+            continue
+        if include and not any(fnmatch.fnmatchcase(ref.name, p) for p in include):
+            continue
+        if any(fnmatch.fnmatchcase(ref.name, p) for p in exclude):
+            continue
+        if not ref.supported:
+            skipped.append((ref.file, ref.name, f"dtype {ref.dtype} is not floating point"))
+        elif ref.elements < min_elements:
+            skipped.append((ref.file, ref.name, f"{ref.elements} elements < {min_elements}"))
+        elif ref.elements == 0:
+            skipped.append((ref.file, ref.name, "no elements"))
+        else:
+            keep.append(ref)
+    return keep, skipped
+
+
+# ---------------------------------------------------------------------------------------------
+# rows on disk
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return repr(v)  # shortest exact round trip ('nan', 'inf' included)
+    return str(v)
+
+
+def append_rows(path: Path, rows: Sequence[dict[str, Any]]) -> None:
+    """Append rows to a journal CSV (header first when the file is new); flushed to disk."""
+    new = not path.exists() or path.stat().st_size == 0
+    with open(path, "a", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        if new:
+            w.writerow(list(COLUMNS))
+        for row in rows:
+            w.writerow([_fmt(row[k]) for k in COLUMNS])
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def _cast(kind: type, text: str) -> Any:
+    if kind is float:
+        return float(text) if text != "" else math.nan
+    if kind is int:
+        return int(text) if text != "" else 0
+    return text
+
+
+def read_rows(path: str | os.PathLike) -> pd.DataFrame:
+    """Rows from a report file (.csv or .parquet) or a journal; a torn last line is dropped."""
+    p = Path(path)
+    if p.suffix.lower() == ".parquet":
+        try:
+            import pyarrow.parquet as pq
+        except ImportError:
+            raise TensorFileError(f"{p}: reading Parquet needs pyarrow "
+                                  f"(pip install 'qcore[report]')") from None
+        return _frame(pq.read_table(p).to_pylist())
+    records = []
+    with open(p, newline="", encoding="utf-8") as fh:
+        reader = csv.reader(fh)
+        header = next(reader, None)
+        if header is None:
+            return _frame([])
+        missing = [c for c in COLUMNS if c not in header]
+        if missing:
+            raise TensorFileError(f"{p}: not a qcore report (missing columns "
+                                  f"{', '.join(missing)})")
+        idx = {c: header.index(c) for c in COLUMNS}
+        for line in reader:
+            if len(line) != len(header):
+                continue  # interrupted while writing
+            try:
+                records.append({c: _cast(k, line[idx[c]]) for c, k in COLUMNS.items()})
+            except ValueError:
+                continue
+    return _frame(records)
+
+
+def _frame(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
+    df = pd.DataFrame.from_records(list(records), columns=list(COLUMNS))
+    for c, k in COLUMNS.items():
+        df[c] = df[c].astype({str: object, int: np.int64, float: np.float64}[k])
+    return df.reset_index(drop=True)
+
+
+def write_rows(df: pd.DataFrame, path: str | os.PathLike) -> Path:
+    """Write rows as .csv (floats exact) or .parquet (pyarrow), atomically."""
+    p = Path(path)
+    tmp = p.with_name(p.name + ".tmp")
+    if p.suffix.lower() == ".parquet":
+        try:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+        except ImportError:
+            raise QuantizationError(f"{p}: writing Parquet needs pyarrow "
+                                    f"(pip install 'qcore[report]'); or write .csv") from None
+        pq.write_table(pa.Table.from_pandas(df, preserve_index=False), tmp)
+    else:
+        if tmp.exists():
+            tmp.unlink()
+        append_rows(tmp, df.to_dict("records"))
+    os.replace(tmp, p)
+    return p
+
+
+def journal_path(out: str | os.PathLike) -> Path:
+    p = Path(out)
+    return p.with_name(p.name + ".partial.csv")
+
+
+def _check_out(out: str | os.PathLike) -> Path:
+    p = Path(out)
+    if p.suffix.lower() not in (".csv", ".parquet"):
+        raise QuantizationError(f"--out {p}: the report is written as .csv or .parquet")
+    return p
+
+
+# ---------------------------------------------------------------------------------------------
+# the run
+
+
+ProgressFn = Callable[[int, int, int, int], None]  # tensors done, total, elements done, total
+
+
+def run_report(model: str | os.PathLike, recipes: Sequence[str] | str = DEFAULT_RECIPES, *,
+               out: Sequence[str | os.PathLike] | str | os.PathLike | None = None,
+               resume: bool = False, include: Sequence[str] = (), exclude: Sequence[str] = (),
+               min_elements: int = 0, workers: int = 0, scheduler: str | None = None,
+               progress: ProgressFn | None = None, cluster_kwargs: dict | None = None,
+               ) -> Report:
+    """Run every recipe on every selected tensor of ``model``; see the module docstring.
+
+    ``out``: one or more .csv / .parquet paths (the first also names the journal).
+    ``workers > 0`` runs a Dask ``LocalCluster`` of that many single-threaded worker processes;
+    ``scheduler`` connects to an existing Dask cluster. Neither: in this process.
+    """
+    t0 = time.perf_counter()
+    names = [r.name for r in parse_recipes(recipes)]
+    outs = [out] if isinstance(out, (str, os.PathLike)) else list(out or [])
+    outs = [_check_out(o) for o in outs]
+    root = model_root(model)
+    resolve_files(model)  # a clear error for a missing model before anything else
+    refs, skipped = select(list_tensors(model), include, exclude, int(min_elements))
+
+    previous = _previous_rows(outs, resume)
+    done = _done_keys(previous, names)
+    journal = journal_path(outs[0]) if outs else None
+    if journal is not None:
+        if not resume and journal.exists():
+            journal.unlink()
+        if resume and not journal.exists() and len(previous):
+            append_rows(journal, previous.to_dict("records"))  # continue from a finished file
+
+    tasks: list[Task] = []
+    resumed = 0
+    for ref in refs:
+        todo = tuple(n for n in names if (_rel(ref.file, root), ref.name, n) not in done)
+        if not todo:
+            resumed += 1
+            continue
+        tasks.append(Task(ref.file, ref.name, todo, root, ref.elements))
+
+    new_rows: list[dict[str, Any]] = []
+    total_el = sum(t.elements for t in tasks)
+    state = {"tensors": 0, "elements": 0}
+
+    def on_rows(task: Task, rows: list[dict[str, Any]]) -> None:
+        new_rows.extend(rows)
+        if journal is not None:
+            append_rows(journal, rows)
+        state["tensors"] += 1
+        state["elements"] += task.elements
+        if progress is not None:
+            progress(state["tensors"], len(tasks), state["elements"], total_el)
+
+    if progress is not None:
+        progress(0, len(tasks), 0, total_el)
+    if workers or scheduler:
+        from .distributed import run_tasks
+
+        run_tasks(tasks, on_rows, workers=workers, scheduler=scheduler,
+                  cluster_kwargs=cluster_kwargs)
+    else:
+        for task in tasks:
+            on_rows(task, run_task(task))
+
+    rows = _merge_rows(previous, new_rows, refs, names, root)
+    for o in outs:
+        write_rows(rows, o)
+    if journal is not None and journal.exists():
+        journal.unlink()
+    return Report(rows, names, [(_rel(f, root), n, w) for f, n, w in skipped],
+                  time.perf_counter() - t0, total_el, resumed)
+
+
+def _previous_rows(outs: list[Path], resume: bool) -> pd.DataFrame:
+    if not resume or not outs:
+        return _frame([])
+    frames = []
+    for p in (journal_path(outs[0]), outs[0]):
+        if p.exists():
+            frames.append(read_rows(p))
+    if not frames:
+        return _frame([])
+    return pd.concat(frames, ignore_index=True)
+
+
+def _done_keys(previous: pd.DataFrame, names: Sequence[str]) -> set[tuple[str, str, str]]:
+    ok = previous[(previous["error"] == "") & previous["recipe"].isin(list(names))]
+    return set(zip(ok["file"], ok["tensor"], ok["recipe"]))
+
+
+def _merge_rows(previous: pd.DataFrame, new_rows: list[dict[str, Any]], refs: list[TensorRef],
+                names: Sequence[str], root: str) -> pd.DataFrame:
+    """Previous and new rows in model order (tensor order, then recipe order), one row per
+    (file, tensor, recipe): the newest wins, so a retried error row is replaced."""
+    df = pd.concat([previous, _frame(new_rows)], ignore_index=True)
+    if df.empty:
+        return _frame([])
+    df = df.drop_duplicates(subset=["file", "tensor", "recipe"], keep="last")
+    order = {(_rel(r.file, root), r.name): i for i, r in enumerate(refs)}
+    rorder = {n: i for i, n in enumerate(names)}
+    key_t = [order.get((f, t), len(order)) for f, t in zip(df["file"], df["tensor"])]
+    key_r = [rorder.get(r, len(rorder)) for r in df["recipe"]]
+    df = df.assign(_t=key_t, _r=key_r).sort_values(["_t", "_r"], kind="stable")
+    return _frame(df.drop(columns=["_t", "_r"]).to_dict("records"))
+
+
+# ---------------------------------------------------------------------------------------------
+# the summary
+
+
+def summarize(rows: pd.DataFrame, top: int = 10) -> dict[str, Any]:
+    """Per recipe: tensors, elements, total bytes, bits per element, element-weighted SQNR and
+    the model-level SQNR; the ``top`` worst tensors per recipe (lowest SQNR)."""
+    ok = rows[rows["error"] == ""]
+    per: list[dict[str, Any]] = []
+    worst: dict[str, pd.DataFrame] = {}
+    for recipe, g in ok.groupby("recipe", sort=False):
+        el = g["elements"].astype(np.float64)
+        sq = g["sqnr_db"]
+        finite = np.isfinite(sq)
+        w = el[finite]
+        weighted = float((sq[finite] * w).sum() / w.sum()) if w.sum() else math.nan
+        # model-level SQNR: total signal over total noise (rmse^2 * n is each tensor's SSE)
+        sse = (g["rmse"] ** 2 * el).sum()
+        sig = (g["rmse"] ** 2 * el * 10 ** (g["sqnr_db"] / 10))[finite].sum()
+        model_sqnr = 10 * math.log10(sig / sse) if sse > 0 and sig > 0 else math.nan
+        per.append({"recipe": recipe, "tensors": int(len(g)), "elements": int(el.sum()),
+                    "bytes": int(g["bytes"].sum()),
+                    "bits_per_element": float(8 * g["bytes"].sum() / el.sum()),
+                    "sqnr_db_weighted": weighted, "sqnr_db_model": model_sqnr,
+                    "min_sqnr_db": float(sq.min())})
+        worst[str(recipe)] = g.nsmallest(top, "sqnr_db")[
+            ["tensor", "shape", "sqnr_db", "clipped_fraction", "bits_per_element"]]
+    return {"recipes": pd.DataFrame(per), "worst": worst,
+            "errors": rows[rows["error"] != ""][["file", "tensor", "recipe", "error"]]}

@@ -1,0 +1,66 @@
+"""Run the report's tasks on Dask (optional: ``pip install 'qcore[report]'``).
+
+Each task is a :class:`~qcore.report.core.Task` — a file path, a tensor name and recipe names —
+so the client never holds an array: a worker maps its own tensor with
+:func:`~qcore.report.sources.read_tensor`, runs :func:`~qcore.report.core.run_task` (the very
+function the in-process run calls) and sends back only the rows. Workers need the files at the
+same paths (one machine, or a shared filesystem) and ``qcore`` importable.
+
+``workers=N`` starts a ``LocalCluster`` of N single-threaded worker *processes* (numba's threads
+in each set to cores / N so the workers do not oversubscribe the machine); ``scheduler=ADDRESS``
+uses an existing cluster as it is.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..errors import QuantizationError
+from .core import Task, run_task
+
+__all__ = ["run_tasks"]
+
+
+def _import_distributed() -> Any:
+    try:
+        import distributed
+    except ImportError:
+        raise QuantizationError("--workers / --scheduler need Dask: pip install "
+                                "'qcore[report]' (dask[distributed]); without them the report "
+                                "runs in this process") from None
+    return distributed
+
+
+def run_tasks(tasks: Sequence[Task], on_rows: Callable[[Task, list[dict]], None], *,
+              workers: int = 0, scheduler: str | None = None,
+              cluster_kwargs: dict | None = None) -> None:
+    """Submit every task; call ``on_rows(task, rows)`` as each finishes (in completion order)."""
+    distributed = _import_distributed()
+    cluster = None
+    if scheduler:
+        client = distributed.Client(scheduler)
+        threads = 0
+    else:
+        if int(workers) < 1:
+            raise QuantizationError(f"workers={workers} must be >= 1")
+        kw = {"n_workers": int(workers), "threads_per_worker": 1, "processes": True,
+              "dashboard_address": None, **(cluster_kwargs or {})}
+        cluster = distributed.LocalCluster(**kw)
+        client = distributed.Client(cluster)
+        threads = max(1, (os.cpu_count() or 1) // int(workers))
+    try:
+        futures = {}
+        for i, task in enumerate(tasks):
+            fut = client.submit(run_task, task, threads, key=f"qcore-report-{i}-{task.name}",
+                                pure=False)
+            futures[fut] = task
+        for fut in distributed.as_completed(list(futures)):
+            task = futures.pop(fut)
+            on_rows(task, fut.result())
+            fut.release()
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()

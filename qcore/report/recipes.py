@@ -1,0 +1,255 @@
+"""Named, ONNX-expressible quantization recipes and what one recipe does to one tensor.
+
+A recipe is ``TARGET:GRANULARITY[@METHOD]`` — e.g. ``int8:per-axis``, ``uint8:per-tensor``,
+``int4:blocked32``, ``float8e4m3fn:per-tensor@percentile`` — or one of the OCP Microscaling
+names (``mxfp8``, ``mxfp8e5m2``, ``mxfp6``, ``mxfp6e3m2``, ``mxfp4``, ``mxint8``).
+
+- TARGET: any type QuantizeLinear produces (``qcore.QUANTIZED_TYPES``).
+- GRANULARITY: ``per-tensor``; ``per-axis`` (axis 0: the output channels of a (out, in) weight);
+  ``blockedN`` (blocks of N along the last axis, the last block short when N does not divide it).
+  Tensors of rank <= 1 take ``per-tensor`` for ``per-axis`` recipes (one scale per element
+  measures nothing), and 0-d tensors take ``per-tensor`` for every recipe.
+- METHOD: a calibration method of :mod:`qcore.calibration` (``minmax``, ``absmax``,
+  ``percentile``, ``mse``, ``mx``). Default: ``minmax`` (asymmetric) for unsigned integers,
+  ``absmax`` (symmetric) otherwise.
+- MX recipes: blocks of 32 along the last axis, float8e8m0 scales by the OCP rule
+  2^(floor(log2 amax) - emax) with emax the element format's largest exponent (e4m3: 8,
+  e5m2: 15, e2m3: 2, e3m2: 4, e2m1: 2, int8: 6) — :func:`qcore.calibration.mx_scale`.
+
+Every recipe runs through ``qcore.quantize_linear`` / ``qcore.dequantize_linear`` at the oldest
+opset whose operator versions express it (derived from ``qcore.versions``; recorded in each row).
+A zero point is stored when the recipe is asymmetric, or when the opset predates
+``output_dtype`` (21) so that only a zero point can name the output type; symmetric signed
+recipes at opset >= 21 store none. Bits per element count the target's bits plus every scale
+and stored zero point amortised over the tensor; bytes are the packed storage (sub-byte types
+packed as ONNX stores them) plus scales and zero points.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..calibration import METHODS, QuantParams, choose_params
+from ..errors import QuantizationError
+from ..formats import INT, QUANTIZED_TYPES, get_format
+from ..layout import BLOCKED, PER_AXIS, PER_TENSOR
+from ..metrics import error_metrics
+from ..ops import dequantize_linear, plan_dequantize, plan_quantize, quantize_linear
+from ..versions import QUANTIZE, versions
+
+__all__ = ["DEFAULT_RECIPES", "MX_RECIPES", "Recipe", "describe", "parse_recipe",
+           "parse_recipes", "recipe_names", "run_recipe"]
+
+#: OCP Microscaling names -> element type (blocks of 32, float8e8m0 scales).
+MX_RECIPES = {
+    "mxfp8": "float8e4m3fn",
+    "mxfp8e5m2": "float8e5m2",
+    "mxfp6": "float6e2m3",
+    "mxfp6e3m2": "float6e3m2",
+    "mxfp4": "float4e2m1",
+    "mxint8": "int8",
+}
+MX_BLOCK = 32
+
+#: The eight recipes a report runs when none are named.
+DEFAULT_RECIPES = (
+    "int8:per-axis",
+    "uint8:per-tensor",
+    "int4:blocked32",
+    "int4:blocked128",
+    "float8e4m3fn:per-tensor",
+    "float8e4m3fn:per-axis",
+    "mxfp8",
+    "mxfp4",
+)
+
+#: Recipes the page and ``--list-recipes`` offer (any TARGET:GRANULARITY also works).
+CATALOGUE = DEFAULT_RECIPES + (
+    "int8:per-tensor", "int4:per-axis", "uint4:blocked32", "float8e5m2:per-tensor",
+    "float4e2m1:blocked32", "mxfp8e5m2", "mxfp6", "mxfp6e3m2", "mxint8",
+)
+
+_CALIBRATION_METHODS = tuple(m for m in METHODS if m != "manual")
+_GRAN = re.compile(r"^(per-tensor|per-axis|blocked(\d+))$")
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One quantization configuration, applied to every tensor of a model."""
+
+    name: str  # canonical spelling, e.g. "int4:blocked32" or "mxfp4@mx"
+    target: str
+    granularity: str  # per-tensor / per-axis / blocked
+    block_size: int  # 0 unless blocked
+    method: str
+    scale_dtype: str  # "float" (float32) or "float8e8m0"
+
+    @property
+    def mx(self) -> bool:
+        return self.scale_dtype == "float8e8m0"
+
+
+def parse_recipe(spec: str) -> Recipe:
+    """A :class:`Recipe` from its name (raises QuantizationError saying what is valid)."""
+    text = str(spec).strip()
+    base, _, method = text.partition("@")
+    base, method = base.strip().lower(), method.strip().lower()
+    valid = ("valid: TARGET:per-tensor, TARGET:per-axis, TARGET:blockedN with TARGET one of "
+             + ", ".join(QUANTIZED_TYPES) + "; or " + ", ".join(MX_RECIPES)
+             + "; optionally @METHOD with METHOD one of " + ", ".join(_CALIBRATION_METHODS))
+    if base in MX_RECIPES:
+        if method and method != "mx":
+            raise QuantizationError(f"recipe {spec!r}: MX recipes use the OCP scale rule "
+                                    f"(@mx); {valid}")
+        return Recipe(base, MX_RECIPES[base], BLOCKED, MX_BLOCK, "mx", "float8e8m0")
+    target, sep, gran = base.partition(":")
+    if not sep or target not in QUANTIZED_TYPES:
+        raise QuantizationError(f"recipe {spec!r} is not a recipe; {valid}")
+    m = _GRAN.match(gran)
+    if not m:
+        raise QuantizationError(f"recipe {spec!r}: granularity {gran!r} is not valid; {valid}")
+    fmt = get_format(target)
+    default = "minmax" if fmt.kind == INT and not fmt.signed else "absmax"
+    method = method or default
+    if method not in _CALIBRATION_METHODS:
+        raise QuantizationError(f"recipe {spec!r}: calibration {method!r} is not valid; valid: "
+                                + ", ".join(_CALIBRATION_METHODS))
+    block = int(m.group(2)) if m.group(2) else 0
+    if m.group(2) is not None and block < 1:
+        raise QuantizationError(f"recipe {spec!r}: the block size must be >= 1")
+    granularity = BLOCKED if block else (PER_AXIS if gran == "per-axis" else PER_TENSOR)
+    name = f"{target}:{gran}" + ("" if method == default else f"@{method}")
+    scale = "float8e8m0" if method == "mx" else "float"
+    return Recipe(name, target, granularity, block, method, scale)
+
+
+def parse_recipes(specs: Any) -> list[Recipe]:
+    """Recipes from names (a list, or one comma-separated string); duplicates dropped."""
+    if isinstance(specs, str):
+        specs = [s for s in specs.split(",") if s.strip()]
+    out: dict[str, Recipe] = {}
+    for s in specs:
+        r = parse_recipe(s)
+        out.setdefault(r.name, r)
+    if not out:
+        raise QuantizationError("no recipes given; e.g. " + ", ".join(DEFAULT_RECIPES))
+    return list(out.values())
+
+
+def recipe_names() -> tuple[str, ...]:
+    """The catalogue of named recipes."""
+    return CATALOGUE
+
+
+def describe(recipe: Recipe | str) -> str:
+    """One sentence saying what a recipe does."""
+    r = parse_recipe(recipe) if isinstance(recipe, str) else recipe
+    if r.mx:
+        return (f"OCP Microscaling: {r.target} elements in blocks of {r.block_size} along the "
+                f"last axis, each block with a float8e8m0 power-of-two scale.")
+    gran = {PER_TENSOR: "one scale for the tensor", PER_AXIS: "one scale per output channel "
+            "(axis 0)", BLOCKED: f"one scale per {r.block_size} elements along the last axis"}
+    return f"{r.target}, {gran[r.granularity]}, calibrated by {r.method}."
+
+
+# ---------------------------------------------------------------------------------------------
+# running one recipe on one tensor
+
+
+def granularity_for(recipe: Recipe, shape: tuple[int, ...]) -> tuple[str, int, int]:
+    """(granularity, axis, block_size) the recipe uses on a tensor of this shape."""
+    ndim = len(shape)
+    if ndim == 0 or recipe.granularity == PER_TENSOR:
+        return PER_TENSOR, 0, 0
+    if recipe.granularity == PER_AXIS:
+        return (PER_TENSOR, 0, 0) if ndim == 1 else (PER_AXIS, 0, 0)
+    return BLOCKED, ndim - 1, recipe.block_size
+
+
+def stores_zero_point(params: QuantParams, opset: int) -> bool:
+    """Whether the ONNX graph for these parameters carries a zero point (see module doc)."""
+    if params.zero_point is None:
+        return opset < 21  # before output_dtype only a zero point names the type
+    fmt = params.format
+    symmetric = fmt.kind == INT and fmt.signed and not np.any(
+        np.asarray(params.zero_point).astype(np.int64))
+    return opset < 21 or not symmetric
+
+
+@functools.lru_cache(maxsize=512)
+def required_opset(target: str, scale_dtype: str, x_shape: tuple[int, ...],
+                   scale_shape: tuple[int, ...], zero_point: bool, axis: int,
+                   block_size: int) -> int:
+    """The oldest opset at which QuantizeLinear and DequantizeLinear both accept this
+    configuration (float32 x, float32 output); ``zero_point``: an asymmetric zero point."""
+    for opset in versions(QUANTIZE):
+        zp = target if (zero_point or opset < 21) else None
+        out = None if opset < 21 else target
+        try:
+            plan_quantize("float", x_shape, scale_dtype, scale_shape, zp,
+                          scale_shape if zp else None, axis=axis, block_size=block_size,
+                          output_dtype=out, opset=opset)
+            plan_dequantize(target, x_shape, scale_dtype, scale_shape, zp,
+                            scale_shape if zp else None, axis=axis, block_size=block_size,
+                            opset=opset)
+        except QuantizationError:
+            continue
+        return opset
+    raise QuantizationError(f"no opset expresses {target} with {scale_dtype} scales of shape "
+                            f"{scale_shape} for x of shape {x_shape}")
+
+
+def _nbytes(count: int, bits: int) -> int:
+    return (int(count) * int(bits) + 7) // 8
+
+
+def run_recipe(x: np.ndarray, recipe: Recipe) -> dict[str, Any]:
+    """Quantize and dequantize float32 ``x`` by the recipe; the metrics of the round trip.
+
+    Keys: granularity, axis, block_size, opset, sqnr_db, rmse, max_abs_error,
+    clipped_fraction, nan_out, inf_out, bits_per_element, bytes, scales.
+    """
+    gran, axis, block = granularity_for(recipe, x.shape)
+    params = choose_params(x, recipe.target, method=recipe.method, granularity=gran, axis=axis,
+                           block_size=block or 32)
+    fmt = params.format
+    sshape = tuple(np.shape(params.scale))
+    zp_asym = params.zero_point is not None and not (
+        fmt.signed and not np.any(np.asarray(params.zero_point).astype(np.int64)))
+    kw = params.kwargs
+    opset = required_opset(fmt.name, params.scale_format.name, tuple(x.shape), sshape, zp_asym,
+                           kw["axis"], kw["block_size"])
+    stored = stores_zero_point(params, opset)
+    zp = None
+    if stored:
+        zp = params.zero_point if params.zero_point is not None else np.zeros(sshape, fmt.dtype)
+    out = None if opset < 21 else fmt.name
+    y = quantize_linear(x, params.scale, zp, output_dtype=out, opset=opset, **kw)
+    x_hat = dequantize_linear(y, params.scale, zp, opset=opset, **kw)  # float32 out
+    m = error_metrics(x, x_hat, params=params)
+    n = int(x.size)
+    n_scales = int(np.asarray(params.scale).size)
+    side_bits = params.scale_format.bits * n_scales + (fmt.bits * n_scales if stored else 0)
+    nbytes = _nbytes(n, fmt.bits) + _nbytes(n_scales, params.scale_format.bits) \
+        + (_nbytes(n_scales, fmt.bits) if stored else 0)
+    return {
+        "granularity": gran,
+        "axis": int(kw["axis"]) if gran != PER_TENSOR else -1,
+        "block_size": int(kw["block_size"]),
+        "opset": int(opset),
+        "sqnr_db": float(m["sqnr_db"]),
+        "rmse": float(m["rmse"]),
+        "max_abs_error": float(m["max_abs_error"]),
+        "clipped_fraction": float(m["clipped_fraction"]),
+        "nan_out": int(m["nan_out"]),
+        "inf_out": int(m["inf_out"]),
+        "bits_per_element": fmt.bits + side_bits / max(n, 1) if n else math.nan,
+        "bytes": int(nbytes),
+        "scales": n_scales,
+    }

@@ -1,0 +1,435 @@
+"""Lazy tensor sources for the whole-model report: list a checkpoint's tensors, read one at a time.
+
+A model is a ``.safetensors`` file, a sharded checkpoint (a folder or its
+``model.safetensors.index.json``), an ``.onnx`` model (graph initializers, external data
+included), an ``.npz`` / ``.npy`` file, or a folder of these. :func:`list_tensors` reads only
+headers; :func:`read_tensor` maps one tensor's bytes (``np.memmap``) and returns it as float32,
+so only the tensor being worked on is in memory.
+
+- bfloat16 is read as raw uint16 and widened (``u16 << 16`` viewed as float32, exact); float16
+  and float64 are converted to float32 (float16 exactly). Other dtypes (integers, bool, float8)
+  are listed with ``supported=False`` and skipped by the report.
+- A file whose header cannot be read gives one :class:`TensorRef` with ``error`` set (and the
+  name ``"*"``) so the rest of the model is still reported; a tensor whose bytes lie beyond the
+  end of its file, or cannot be decoded, raises :class:`qcore.io.TensorFileError` from
+  :func:`read_tensor` naming the file and the tensor.
+- Tensors are identified by (file, name): the report's tasks carry these, never arrays.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import struct
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..io import TensorFileError
+
+__all__ = ["MODEL_EXTENSIONS", "TensorRef", "list_tensors", "read_tensor", "resolve_files"]
+
+MODEL_EXTENSIONS = (".safetensors", ".onnx", ".npz", ".npy")
+INDEX_SUFFIX = ".safetensors.index.json"
+
+#: safetensors dtype names -> (numpy dtype of the stored bytes, reported dtype name)
+_ST_DTYPES = {
+    "F32": ("<f4", "float32"),
+    "F16": ("<f2", "float16"),
+    "BF16": ("<u2", "bfloat16"),
+    "F64": ("<f8", "float64"),
+}
+_ST_OTHER = {"I8": 1, "U8": 1, "I16": 2, "U16": 2, "I32": 4, "U32": 4, "I64": 8, "U64": 8,
+             "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
+_SUPPORTED = ("float32", "float16", "bfloat16", "float64")
+# ONNX TensorProto data types we read
+_ONNX_FLOAT, _ONNX_FLOAT16, _ONNX_DOUBLE, _ONNX_BFLOAT16 = 1, 10, 11, 16
+_ONNX_NAMES = {_ONNX_FLOAT: "float32", _ONNX_FLOAT16: "float16", _ONNX_DOUBLE: "float64",
+               _ONNX_BFLOAT16: "bfloat16"}
+_ONNX_RAW = {_ONNX_FLOAT: "<f4", _ONNX_FLOAT16: "<f2", _ONNX_DOUBLE: "<f8", _ONNX_BFLOAT16: "<u2"}
+
+
+@dataclass(frozen=True)
+class TensorRef:
+    """Where one tensor lives: enough to read it again in another process."""
+
+    file: str  # absolute path of the file holding the tensor (header / proto)
+    name: str
+    shape: tuple[int, ...]
+    dtype: str  # float32, float16, bfloat16, float64, or the file's own name for others
+    error: str = ""  # set when the file's header could not be read (name is "*")
+
+    @property
+    def elements(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) if self.shape else 1
+
+    @property
+    def supported(self) -> bool:
+        return not self.error and self.dtype in _SUPPORTED
+
+
+# ---------------------------------------------------------------------------------------------
+# which files make up a model
+
+
+def resolve_files(model: str | os.PathLike) -> list[Path]:
+    """The tensor files of a model path, in a stable order (shards in index order)."""
+    path = Path(model).expanduser()
+    if not path.exists():
+        raise TensorFileError(f"{path}: no such file or folder; give a .safetensors, .onnx, "
+                              f".npz or .npy file, a sharded checkpoint's folder or its "
+                              f"*{INDEX_SUFFIX}, or a folder of these")
+    if path.is_file():
+        if path.name.endswith(INDEX_SUFFIX):
+            return _index_files(path)
+        if path.suffix.lower() not in MODEL_EXTENSIONS:
+            raise TensorFileError(f"{path}: unsupported file type {path.suffix!r}; valid: "
+                                  + ", ".join(MODEL_EXTENSIONS) + f", *{INDEX_SUFFIX}")
+        return [path.resolve()]
+    files: list[Path] = []
+    seen: set[Path] = set()
+    for index in sorted(path.rglob(f"*{INDEX_SUFFIX}")):
+        for f in _index_files(index):
+            if f not in seen:
+                seen.add(f)
+                files.append(f)
+    for f in sorted(p for p in path.rglob("*") if p.is_file()
+                    and p.suffix.lower() in MODEL_EXTENSIONS):
+        r = f.resolve()
+        if r not in seen:
+            seen.add(r)
+            files.append(r)
+    if not files:
+        raise TensorFileError(f"{path}: the folder holds no tensor files ("
+                              + ", ".join(MODEL_EXTENSIONS) + ")")
+    return files
+
+
+def _index_files(index: Path) -> list[Path]:
+    try:
+        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+        shards = list(dict.fromkeys(str(v) for v in weight_map.values()))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise TensorFileError(f"{index}: not a readable sharded-checkpoint index "
+                              f"(a JSON object with a 'weight_map'): {exc}") from None
+    out = []
+    for shard in shards:
+        f = (index.parent / Path(shard).name).resolve()  # stay in the index's folder
+        if not f.is_file():
+            raise TensorFileError(f"{index}: shard {shard!r} named by the index is missing")
+        out.append(f)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# listing
+
+
+def list_tensors(model: str | os.PathLike) -> list[TensorRef]:
+    """Every tensor of the model (headers only), file by file in order."""
+    refs: list[TensorRef] = []
+    for f in resolve_files(model):
+        try:
+            refs.extend(_list_file(str(f)))
+        except TensorFileError as exc:
+            refs.append(TensorRef(str(f), "*", (), "", error=str(exc)))
+    return refs
+
+
+def _list_file(file: str) -> list[TensorRef]:
+    suffix = Path(file).suffix.lower()
+    if suffix == ".safetensors":
+        header, _ = _safetensors_header(file, *_stat(file))
+        return [TensorRef(file, k, tuple(v["shape"]), v["dtype_name"]) for k, v in header.items()]
+    if suffix == ".onnx":
+        return [TensorRef(file, t.name, tuple(int(d) for d in t.dims),
+                          _ONNX_NAMES.get(t.data_type, f"onnx type {t.data_type}"))
+                for t in _onnx_model(file, *_stat(file)).graph.initializer]
+    if suffix == ".npz":
+        return [TensorRef(file, m, shape, dtype)
+                for m, (shape, dtype, _, _) in _npz_index(file, *_stat(file)).items()]
+    if suffix == ".npy":
+        shape, dtype, _ = _npy_header(file)
+        return [TensorRef(file, Path(file).stem, shape, dtype)]
+    raise TensorFileError(f"{file}: unsupported file type")
+
+
+def _stat(file: str) -> tuple[int, int]:
+    try:
+        st = os.stat(file)
+    except OSError as exc:
+        raise TensorFileError(f"{file}: cannot be read ({exc.strerror})") from None
+    return st.st_mtime_ns, st.st_size
+
+
+# ---------------------------------------------------------------------------------------------
+# reading one tensor
+
+
+def read_tensor(ref: TensorRef) -> np.ndarray:
+    """The tensor as a float32 array of its shape: a fresh array widened straight from the file
+    mapping, which is closed when this returns."""
+    if ref.error:
+        raise TensorFileError(ref.error)
+    if ref.dtype not in _SUPPORTED:
+        raise TensorFileError(f"{ref.file}: tensor {ref.name!r} has dtype {ref.dtype}; the "
+                              f"report reads float32, float16, bfloat16 and float64")
+    suffix = Path(ref.file).suffix.lower()
+    try:
+        if suffix == ".safetensors":
+            raw = _read_safetensors(ref)
+        elif suffix == ".onnx":
+            raw = _read_onnx(ref)
+        elif suffix == ".npz":
+            raw = _read_npz(ref)
+        else:
+            raw = _read_npy(ref)
+        return _widen(raw, ref.dtype).reshape(ref.shape)
+    except TensorFileError:
+        raise
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, struct.error) as exc:
+        raise TensorFileError(f"{ref.file}: tensor {ref.name!r} cannot be read: {exc}") from None
+
+
+def _widen(raw: np.ndarray, dtype: str) -> np.ndarray:
+    """float32 copy of raw stored values (bfloat16 given as uint16 bit patterns)."""
+    if dtype == "bfloat16":
+        out = np.left_shift(raw, 16, dtype=np.uint32)
+        return out.view(np.float32)
+    out = np.empty(raw.shape, np.float32)
+    if raw.dtype == np.float64:
+        with np.errstate(over="ignore"):
+            out[...] = raw
+    else:
+        out[...] = raw
+    return out
+
+
+def _mapped(ref: TensorRef, offset: int, nbytes: int, stored: str, size: int) -> np.ndarray:
+    """np.memmap of ``nbytes`` at ``offset`` of the file, checked against its size."""
+    dt = np.dtype(stored)
+    n = ref.elements
+    if nbytes != n * dt.itemsize:
+        raise TensorFileError(f"{ref.file}: tensor {ref.name!r} has {nbytes} bytes of data but "
+                              f"its shape {ref.shape} and dtype {ref.dtype} need "
+                              f"{n * dt.itemsize}; the file is corrupt")
+    if offset + nbytes > size:
+        raise TensorFileError(f"{ref.file}: tensor {ref.name!r} needs bytes {offset}.."
+                              f"{offset + nbytes} but the file has {size}; it is truncated")
+    if n == 0:
+        return np.empty(0, dt)
+    return np.memmap(ref.file, dtype=dt, mode="r", offset=offset, shape=(n,))
+
+
+# safetensors ---------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=64)
+def _safetensors_header(file: str, mtime_ns: int, size: int) -> tuple[dict[str, Any], int]:
+    """{name: {dtype, dtype_name, shape, offsets}} and the data section's start."""
+    del mtime_ns  # part of the cache key only
+    try:
+        with open(file, "rb") as fh:
+            head = fh.read(8)
+            if len(head) < 8:
+                raise TensorFileError(f"{file}: {len(head)} bytes; too short for a safetensors "
+                                      f"header (it is empty or truncated)")
+            (hlen,) = struct.unpack("<Q", head)
+            if hlen > min(size - 8, 100 * 2**20):
+                raise TensorFileError(f"{file}: the safetensors header claims {hlen} bytes but "
+                                      f"the file has {size}; it is corrupt or truncated")
+            meta = json.loads(fh.read(hlen).decode("utf-8"))
+    except OSError as exc:
+        raise TensorFileError(f"{file}: cannot be read ({exc.strerror})") from None
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise TensorFileError(f"{file}: the safetensors header is not valid JSON ({exc}); "
+                              f"the file is corrupt") from None
+    if not isinstance(meta, dict):
+        raise TensorFileError(f"{file}: the safetensors header is not a JSON object")
+    out: dict[str, Any] = {}
+    for key, spec in meta.items():
+        if key == "__metadata__":
+            continue
+        try:
+            dtype = str(spec["dtype"])
+            shape = tuple(int(d) for d in spec["shape"])
+            start, end = (int(v) for v in spec["data_offsets"])
+        except (KeyError, TypeError, ValueError):
+            raise TensorFileError(f"{file}: tensor {key!r} has a malformed header entry "
+                                  f"{spec!r}") from None
+        stored, name = _ST_DTYPES.get(dtype, (None, dtype))
+        out[key] = {"dtype": stored, "dtype_name": name, "shape": shape, "offsets": (start, end)}
+    return out, 8 + hlen
+
+
+def _read_safetensors(ref: TensorRef) -> np.ndarray:
+    mtime, size = _stat(ref.file)
+    header, base = _safetensors_header(ref.file, mtime, size)
+    if ref.name not in header:
+        raise TensorFileError(f"{ref.file}: no tensor named {ref.name!r} (the file changed?)")
+    spec = header[ref.name]
+    start, end = spec["offsets"]
+    return _mapped(ref, base + start, end - start, spec["dtype"], size)
+
+
+# onnx ----------------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=4)
+def _onnx_model(file: str, mtime_ns: int, size: int) -> Any:
+    """The ONNX proto without external data (initializers' raw bytes stay where they are)."""
+    del mtime_ns, size
+    try:
+        import onnx
+    except ImportError:
+        raise TensorFileError(f"{file}: reading .onnx needs the optional 'onnx' package "
+                              f"(pip install 'qcore[onnx]')") from None
+    try:
+        return onnx.load(file, load_external_data=False)
+    except Exception as exc:  # noqa: BLE001 - protobuf raises its own DecodeError types
+        raise TensorFileError(f"{file}: not a readable ONNX model ({type(exc).__name__}: "
+                              f"{exc}); the file is corrupt or truncated") from None
+
+
+def _read_onnx(ref: TensorRef) -> np.ndarray:
+    mtime, size = _stat(ref.file)
+    model = _onnx_model(ref.file, mtime, size)
+    tensor = next((t for t in model.graph.initializer if t.name == ref.name), None)
+    if tensor is None:
+        raise TensorFileError(f"{ref.file}: no initializer named {ref.name!r}")
+    stored = _ONNX_RAW[tensor.data_type]
+    if tensor.data_location == 1:  # EXTERNAL
+        info = {e.key: e.value for e in tensor.external_data}
+        location = info.get("location", "")
+        folder = Path(ref.file).parent.resolve()
+        target = (folder / location).resolve()
+        if not location or folder not in target.parents:
+            raise TensorFileError(f"{ref.file}: initializer {ref.name!r} names external data "
+                                  f"{location!r} outside the model's folder")
+        offset = int(info.get("offset", 0))
+        length = int(info.get("length", ref.elements * np.dtype(stored).itemsize))
+        if not target.is_file():
+            raise TensorFileError(f"{ref.file}: initializer {ref.name!r}: its external data "
+                                  f"file {location!r} is missing")
+        ext = TensorRef(str(target), ref.name, ref.shape, ref.dtype)
+        return _mapped(ext, offset, length, stored, target.stat().st_size)
+    if tensor.raw_data:
+        raw = np.frombuffer(tensor.raw_data, dtype=stored)
+        if raw.size != ref.elements:
+            raise TensorFileError(f"{ref.file}: initializer {ref.name!r} holds {raw.size} "
+                                  f"values but its shape {ref.shape} needs {ref.elements}")
+        return raw
+    from onnx import numpy_helper
+
+    arr = numpy_helper.to_array(tensor)
+    if ref.dtype == "bfloat16":
+        return np.asarray(arr).view(np.uint16)
+    return np.asarray(arr)
+
+
+# npz / npy -----------------------------------------------------------------------------------
+
+
+def _parse_npy(fh: Any, label: str) -> tuple[tuple[int, ...], np.dtype, bool]:
+    from numpy.lib import format as npformat
+
+    try:
+        version = npformat.read_magic(fh)
+        if version == (1, 0):
+            shape, fortran, dtype = npformat.read_array_header_1_0(fh)
+        else:
+            shape, fortran, dtype = npformat.read_array_header_2_0(fh)
+    except (ValueError, OSError, EOFError) as exc:
+        raise TensorFileError(f"{label}: not a readable .npy header ({exc})") from None
+    if dtype.hasobject:
+        raise TensorFileError(f"{label}: holds Python objects; it is never unpickled")
+    return tuple(int(d) for d in shape), dtype, bool(fortran)
+
+
+def _dtype_name(dtype: np.dtype) -> str:
+    if dtype.names is None and dtype.kind == "V" and dtype.itemsize == 2:
+        return "bfloat16"
+    name = dtype.name
+    return "float32" if name == "float32" else name
+
+
+def _npy_header(file: str) -> tuple[tuple[int, ...], str, int]:
+    with open(file, "rb") as fh:
+        shape, dtype, fortran = _parse_npy(fh, file)
+        offset = fh.tell()
+    if fortran and len(shape) > 1:
+        raise TensorFileError(f"{file}: Fortran-ordered arrays are not supported")
+    return shape, _dtype_name(dtype), offset
+
+
+def _read_npy(ref: TensorRef) -> np.ndarray:
+    mtime, size = _stat(ref.file)
+    with open(ref.file, "rb") as fh:
+        _, dtype, _ = _parse_npy(fh, ref.file)
+        offset = fh.tell()
+    stored = "<u2" if ref.dtype == "bfloat16" else dtype.newbyteorder("<") \
+        if dtype.byteorder not in "=|<" else dtype
+    return _mapped(ref, offset, ref.elements * np.dtype(stored).itemsize, stored, size)
+
+
+@functools.lru_cache(maxsize=16)
+def _npz_index(file: str, mtime_ns: int, size: int) -> dict[str, tuple]:
+    """{member: (shape, dtype name, stored dtype, data offset or -1 when compressed)}."""
+    del mtime_ns, size
+    out: dict[str, tuple] = {}
+    try:
+        with zipfile.ZipFile(file) as zf:
+            for info in zf.infolist():
+                if not info.filename.endswith(".npy"):
+                    continue
+                name = info.filename[:-4]
+                with zf.open(info) as member:
+                    shape, dtype, fortran = _parse_npy(member, f"{file}:{info.filename}")
+                    header_len = member.tell() if info.compress_type == zipfile.ZIP_STORED else 0
+                if fortran and len(shape) > 1:
+                    raise TensorFileError(f"{file}: member {name!r} is Fortran-ordered")
+                offset = -1
+                if info.compress_type == zipfile.ZIP_STORED:
+                    offset = _member_data_offset(file, info) + header_len
+                out[name] = (shape, _dtype_name(dtype), dtype.str, offset)
+    except zipfile.BadZipFile as exc:
+        raise TensorFileError(f"{file}: not a readable .npz archive ({exc}); the file is corrupt "
+                              f"or truncated") from None
+    except OSError as exc:
+        raise TensorFileError(f"{file}: cannot be read ({exc})") from None
+    return out
+
+
+def _member_data_offset(file: str, info: zipfile.ZipInfo) -> int:
+    """Where a stored zip member's bytes start (after its local header)."""
+    with open(file, "rb") as fh:
+        fh.seek(info.header_offset)
+        local = fh.read(30)
+    if len(local) < 30 or local[:4] != b"PK\x03\x04":
+        raise TensorFileError(f"{file}: member {info.filename!r} has a corrupt local header")
+    name_len, extra_len = struct.unpack("<HH", local[26:30])
+    return info.header_offset + 30 + name_len + extra_len
+
+
+def _read_npz(ref: TensorRef) -> np.ndarray:
+    mtime, size = _stat(ref.file)
+    index = _npz_index(ref.file, mtime, size)
+    if ref.name not in index:
+        raise TensorFileError(f"{ref.file}: no member named {ref.name!r}")
+    _, _, stored, offset = index[ref.name]
+    if ref.dtype == "bfloat16":
+        stored = "<u2"
+    dt = np.dtype(stored)
+    if offset >= 0:
+        return _mapped(ref, offset, ref.elements * dt.itemsize, stored, size)
+    with zipfile.ZipFile(ref.file) as zf, zf.open(ref.name + ".npy") as member:
+        _parse_npy(member, ref.file)
+        data = member.read(ref.elements * dt.itemsize + 1)
+    if len(data) != ref.elements * dt.itemsize:
+        raise TensorFileError(f"{ref.file}: member {ref.name!r} holds {len(data)} bytes of data; "
+                              f"its shape needs {ref.elements * dt.itemsize}")
+    return np.frombuffer(data, dtype=dt)
