@@ -699,6 +699,8 @@ def _csv_entry(label: str, data: bytes, max_elements: int | None = None) -> _Ent
     """Parse a .csv once into float32, refusing it before any array is built when its rows x
     columns exceed max_elements. Memory: the output plus a bounded chunk."""
     _check_utf8(label, data)
+    if b"\n" not in data and b"\r" in data:  # old Mac line ends: CR only
+        data = data.replace(b"\r", b"\n")
     start = len(_BOM) if data.startswith(_BOM) else 0
     lines = _data_lines(data, start)
     first = next(lines, None)
@@ -713,10 +715,8 @@ def _csv_entry(label: str, data: bytes, max_elements: int | None = None) -> _Ent
     cols = _count_fields(data, top[1], top[2], delimiter)
     # rows: an upper bound counted without parsing (blank and comment lines at the start of a
     # line are not rows; indented ones are counted, which only overestimates)
-    newline = b"\n" if b"\n" in data[top[1]:top[2] + 2] or top[2] == len(data) else b"\r"
-    breaks = data.count(newline, top[1])
-    rows = (breaks + (not data.endswith(newline)) - data.count(newline * 2, top[1])
-            - data.count(newline + b"#", top[1]))
+    rows = (data.count(b"\n", top[1]) + (not data.endswith(b"\n"))
+            - data.count(b"\n\n", top[1]) - data.count(b"\n#", top[1]))
     rows = max(rows, 1)
     if max_elements is not None and rows * cols > max_elements:
         exact = "" if rows == 1 else "up to "
