@@ -10,13 +10,20 @@ Policy:
 
 - Nothing is ever unpickled: ``allow_pickle`` is never set and object arrays are refused.
 - A file larger than ``max_bytes`` (default 256 MiB) is refused before it is read; so is an
-  .npz whose members would decompress to more than that.
+  .npz whose members would decompress to more than that. An .npz member is inflated only as
+  far as its .npy header promises, so a member that inflates further costs nothing.
+- ``max_elements`` (default: none) refuses a tensor with more elements before its data is
+  decompressed or converted; a .csv is counted (rows x columns) before it is parsed.
+- :class:`TensorFile` reads and indexes a source once (a .csv is parsed once): ``list()`` and
+  ``load(name)`` share that work; ``load_tensor`` / ``list_tensors`` are one-call wrappers.
 - With ``name=None``, a file holding exactly one tensor gives that tensor; a file holding
   several raises :class:`TensorFileError` listing their names (use ``list_tensors`` and pass
   ``name=``). Single-tensor formats (.npy, .csv) call their tensor by the file's stem.
 - .csv is numeric text, comma / semicolon / tab / whitespace separated, with or without one
-  header row, ``#`` comments allowed; parsed as float32 (the operators' input type). One column
-  or one row gives a 1-D array, otherwise 2-D (rows, columns).
+  header row, ``#`` comments allowed; parsed as float32 (the operators' input type) by pandas'
+  C parser in chunks into one preallocated array (rows wider than 4096 cells piece by piece), so
+  memory is the output plus a bounded chunk. One column or one row gives a 1-D array,
+  otherwise 2-D (rows, columns).
 - .onnx needs the optional ``onnx`` package; initializers are read by name from the main graph
   and external data is never loaded.
 - Every problem (missing, empty, truncated, corrupt, oversized, pickled, non-numeric, zero
