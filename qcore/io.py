@@ -10,13 +10,20 @@ Policy:
 
 - Nothing is ever unpickled: ``allow_pickle`` is never set and object arrays are refused.
 - A file larger than ``max_bytes`` (default 256 MiB) is refused before it is read; so is an
-  .npz whose members would decompress to more than that.
+  .npz whose members would decompress to more than that. An .npz member is inflated only as
+  far as its .npy header promises, so a member that inflates further costs nothing.
+- ``max_elements`` (default: none) refuses a tensor with more elements before its data is
+  decompressed or converted; a .csv is counted (rows x columns) before it is parsed.
+- :class:`TensorFile` reads and indexes a source once (a .csv is parsed once): ``list()`` and
+  ``load(name)`` share that work; ``load_tensor`` / ``list_tensors`` are one-call wrappers.
 - With ``name=None``, a file holding exactly one tensor gives that tensor; a file holding
   several raises :class:`TensorFileError` listing their names (use ``list_tensors`` and pass
   ``name=``). Single-tensor formats (.npy, .csv) call their tensor by the file's stem.
 - .csv is numeric text, comma / semicolon / tab / whitespace separated, with or without one
-  header row, ``#`` comments allowed; parsed as float32 (the operators' input type). One column
-  or one row gives a 1-D array, otherwise 2-D (rows, columns).
+  header row, ``#`` comments allowed; parsed as float32 (the operators' input type) by pandas'
+  C parser in chunks into one preallocated array (rows wider than 4096 cells piece by piece), so
+  memory is the output plus a bounded chunk. One column or one row gives a 1-D array,
+  otherwise 2-D (rows, columns).
 - .onnx needs the optional ``onnx`` package; initializers are read by name from the main graph
   and external data is never loaded.
 - Every problem (missing, empty, truncated, corrupt, oversized, pickled, non-numeric, zero
@@ -699,6 +706,8 @@ def _csv_entry(label: str, data: bytes, max_elements: int | None = None) -> _Ent
     """Parse a .csv once into float32, refusing it before any array is built when its rows x
     columns exceed max_elements. Memory: the output plus a bounded chunk."""
     _check_utf8(label, data)
+    if b"\n" not in data and b"\r" in data:  # old Mac line ends: CR only
+        data = data.replace(b"\r", b"\n")
     start = len(_BOM) if data.startswith(_BOM) else 0
     lines = _data_lines(data, start)
     first = next(lines, None)
@@ -713,10 +722,8 @@ def _csv_entry(label: str, data: bytes, max_elements: int | None = None) -> _Ent
     cols = _count_fields(data, top[1], top[2], delimiter)
     # rows: an upper bound counted without parsing (blank and comment lines at the start of a
     # line are not rows; indented ones are counted, which only overestimates)
-    newline = b"\n" if b"\n" in data[top[1]:top[2] + 2] or top[2] == len(data) else b"\r"
-    breaks = data.count(newline, top[1])
-    rows = (breaks + (not data.endswith(newline)) - data.count(newline * 2, top[1])
-            - data.count(newline + b"#", top[1]))
+    rows = (data.count(b"\n", top[1]) + (not data.endswith(b"\n"))
+            - data.count(b"\n\n", top[1]) - data.count(b"\n#", top[1]))
     rows = max(rows, 1)
     if max_elements is not None and rows * cols > max_elements:
         exact = "" if rows == 1 else "up to "

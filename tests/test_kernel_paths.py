@@ -83,9 +83,13 @@ def test_float_target_without_zero_point_keeps_negative_zero():
     x = np.array([-0.0, 0.0, -1e-30, 1.0], np.float32)
     y = qcore.quantize_linear(x, np.float32(1), output_dtype="float8e4m3fn")
     assert list(y.view(np.uint8)) == [0x80, 0x00, 0x80, 0x38]
-    # with a given zero point the formula x/scale + 0 makes -0 into +0
+    # a float8 zero point is ignored (as the onnx reference and onnxruntime do): -0 stays -0
     y = qcore.quantize_linear(x, np.float32(1), np.zeros((), ml_dtypes.float8_e4m3fn))
-    assert list(y.view(np.uint8)) == [0x00, 0x00, 0x80, 0x38]
+    assert list(y.view(np.uint8)) == [0x80, 0x00, 0x80, 0x38]
+    # a float4 zero point is added: the formula x/scale + 0 makes -0 into +0 (-1e-30 + 0 stays
+    # negative and rounds to -0)
+    y = qcore.quantize_linear(x, np.float32(1), np.zeros((), ml_dtypes.float4_e2m1fn))
+    assert list(y.view(np.uint8)) == [0x00, 0x00, 0x08, 0x02]
 
 
 def test_parallel_and_serial_kernels_have_their_own_cache_entries():
