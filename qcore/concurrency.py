@@ -18,6 +18,8 @@ import contextlib
 import threading
 from collections.abc import Iterator
 
+from . import config
+
 THREAD_SAFE_LAYERS = frozenset({"tbb", "omp"})
 
 _lock = threading.RLock()
@@ -25,9 +27,7 @@ _safe: bool | None = None  # None: numba has not chosen its layer yet
 
 
 def _parallel_threshold() -> int:
-    from .kernels import cpu
-
-    return int(getattr(cpu, "PARALLEL_THRESHOLD", 0))
+    return config.PARALLEL_THRESHOLD
 
 
 def layer_is_thread_safe() -> bool | None:
