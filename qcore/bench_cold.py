@@ -76,8 +76,12 @@ def _spawn(names: list[str], cache: Path, shape: tuple[int, int], timeout: float
 
 
 def measure(names=COLD_CASES, shape: tuple[int, int] = (1024, 1024), *, timeout: float = 900,
-            spawn=_spawn, progress=None) -> dict:
-    """Cold (empty cache) and primed first-call seconds, each case alone and all together."""
+            spawn=None, progress=None) -> dict:
+    """Cold (empty cache) and primed first-call seconds, each case alone and all together.
+
+    `spawn(names, cache_dir, shape, timeout)` runs one timed process (default: a fresh Python
+    running ``python -m qcore.bench --cold-child``) and returns its JSON."""
+    spawn = spawn or _spawn
     names = list(names)
     root = Path(tempfile.mkdtemp(prefix="qcore-cold-"))
     result: dict = {"shape": list(shape), "cold_each": {}, "primed_each": {}}

@@ -168,10 +168,6 @@ def test_cold_report_runs_every_phase_with_fresh_caches(capsys, monkeypatch):
     assert "≤ 5 s: met" in report and "≤ 12 s: NOT met" not in report
     assert "| all four in one process | 4.00 | ≤ 12 s: met |" in report
     monkeypatch.setattr(bench_cold, "_spawn", spawn)
-    monkeypatch.setattr(bench_cold.measure, "__defaults__",
-                        (bench_cold.COLD_CASES, (1024, 1024)))
-    monkeypatch.setattr(bench_cold.measure, "__kwdefaults__",
-                        {"timeout": 900, "spawn": spawn, "progress": None})
     assert bench.main(["--cold", "--size", "8x64"]) == 0
     out = capsys.readouterr().out
     assert "cold start" in out and "target" in out and "primed" in out
