@@ -77,9 +77,8 @@ def test_backend_cuda_without_gpu_raises_quantization_error():
 
 
 def _gpu_signatures():
-    from numba import types as t
-
     from numba import typeof
+    from numba import types as t
 
     from qcore.kernels import cuda as ck
     from qcore.kernels.params import DequantizeParams, LayoutParams, QuantizeParams
