@@ -38,9 +38,9 @@ from .scalar import (
     encode_f32_bits,
     f16_to_f32,
     half_bits,
+    int_code,
     load_x,
     round_to_precision,
-    saturate_int,
 )
 from .walk import locate, next_segment
 
@@ -72,9 +72,10 @@ def _build_encode_table(ebits, mbits, bias, max_code, has_inf, nan_style, satura
 
 
 @njit(**_INLINE)
-def _int_code(q, zf, lo, hi, mask):
-    """Integer code of a float32 quotient: round half to even, add the zero point, saturate."""
-    return saturate_int(np.rint(q), zf, lo, hi) & mask
+def _int_code(q, zf, lo, hi, wrap):
+    """Stored integer code of a float32 quotient: round half to even, add the zero point,
+    saturate, two's complement in the target's bits."""
+    return int_code(np.rint(q), zf, lo, hi, wrap)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -90,10 +91,10 @@ def _seg_int(xs, ys, sv, zv, block, first, qp, enc, buf):
     n = xs.size
     lo = np.float32(qp.lo)
     hi = np.float32(qp.hi)
-    mask = np.int32(qp.mask)
+    wrap = np.float32(qp.mask + 1)
     if block == 0:
         for j in range(n):
-            ys[j] = _int_code(xs[j] / sv[j], np.float32(zv[j]), lo, hi, mask)
+            ys[j] = _int_code(xs[j] / sv[j], np.float32(zv[j]), lo, hi, wrap)
         return
     b = 0
     j0 = 0
@@ -102,7 +103,7 @@ def _seg_int(xs, ys, sv, zv, block, first, qp, enc, buf):
         s0 = sv[b]
         z0 = np.float32(zv[b])
         for j in range(np.uint64(j0), np.uint64(j1)):
-            ys[j] = _int_code(xs[j] / s0, z0, lo, hi, mask)
+            ys[j] = _int_code(xs[j] / s0, z0, lo, hi, wrap)
         j0 = j1
         b += 1
 
@@ -148,7 +149,7 @@ def _seg_float(xs, ys, sv, zv, block, first, qp, enc, buf):
 def quantize_value(q, z, qp):
     """Code of one quotient q = x / scale (already rounded to the precision type)."""
     if qp.tkind == TKind.INT:
-        return saturate_int(np.rint(q), z, qp.lo, qp.hi) & qp.mask
+        return int_code(np.rint(q), z, qp.lo, qp.hi, qp.mask + 1)
     if qp.has_zp == 1:
         q = round_to_precision(q + np.float32(z), qp.pkind)
     return encode_f32_bits(f32_as_u32(q), qp.ebits, qp.mbits, qp.bias, qp.max_code,
@@ -202,7 +203,7 @@ def _seg_generic(xs, ys, sv, zv, block, first, qp, enc, buf):
     is_int = qp.tkind == TKind.INT
     lo = np.float32(qp.lo)
     hi = np.float32(qp.hi)
-    mask = np.int32(qp.mask)
+    wrap = np.float32(qp.mask + 1)
     has_zp = qp.has_zp == 1
     b = 0
     j0 = 0
@@ -215,7 +216,7 @@ def _seg_generic(xs, ys, sv, zv, block, first, qp, enc, buf):
         if is_int:
             z0 = np.float32(zv[b])
             for j in range(np.uint64(j0), np.uint64(j1)):
-                ys[j] = _int_code(v[j], z0, lo, hi, mask)
+                ys[j] = _int_code(v[j], z0, lo, hi, wrap)
         else:
             if has_zp:
                 za = np.float32(zv[b])
