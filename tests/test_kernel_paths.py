@@ -1,6 +1,6 @@
 """Every path through the CPU kernels' index-map walk, against the onnx reference evaluator.
 
-The walk (qcore.kernels.cpu._next_segment) splits each chunk into runs with one scale, a slice
+The walk (qcore.kernels.walk.next_segment) splits each chunk into runs with one scale, a slice
 of scales (per-axis on the last axis), or whole rows of blocks along the last axis that the
 segment loops process block by block. These tests cross chunk and block boundaries (blocks
 that straddle chunks, short last blocks) on both the serial and the parallel kernels.
@@ -101,9 +101,7 @@ def test_parallel_and_serial_kernels_have_their_own_cache_entries():
     # starts a thread). Each variant is compiled from a renamed copy.
     from qcore import metrics
 
-    pairs = [(cpu.quantize_parallel, cpu.quantize_serial),
-             (cpu.dequantize_parallel, cpu.dequantize_serial),
-             (cpu.minmax_parallel, cpu.minmax_serial),
+    pairs = [*cpu.FAMILIES.values(),
              (metrics._error_par, metrics._error_ser),
              (metrics._histogram_par, metrics._histogram_ser)]
     for par, ser in pairs:
