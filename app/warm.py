@@ -1,8 +1,10 @@
-"""Kernel warm-up at server start (one cached resource per server)."""
+"""Kernel warm-up in the background, once per server (no page waits for it)."""
 
 from __future__ import annotations
 
 import logging
+import os
+import threading
 import time
 
 import numpy as np
@@ -12,18 +14,28 @@ import qcore
 
 
 @st.cache_resource(show_spinner=False)
-def warm() -> dict[str, float]:
-    """Compile (or load) every numba kernel once per server, before the first click."""
-    with st.spinner("Preparing the kernels (once per server start)…"):
-        try:
-            timings = qcore.warmup()
-            t0 = time.perf_counter()
-            _warm_analysis()
-            timings["app"] = time.perf_counter() - t0
-            return timings
-        except Exception:  # noqa: BLE001 - a kernel that fails here fails later with a message
-            logging.getLogger("qcore.app").exception("warming up the kernels failed")
-            return {}
+def warm() -> threading.Thread:
+    """Compile (or load) the numba kernels in a background thread, once per server.
+
+    No page waits for it: a kernel a click needs compiles on that call (seconds, once per
+    machine thanks to numba's cache); this thread only makes the later clicks instant. It runs
+    at low priority and pauses between kernels so that pages keep rendering meanwhile.
+    """
+    thread = threading.Thread(target=_warm_in_background, name="qcore-warmup", daemon=True)
+    thread.start()
+    return thread
+
+
+def _warm_in_background() -> None:
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)  # this thread only
+    except (AttributeError, OSError):
+        pass  # not Linux: keep the normal priority
+    try:
+        qcore.warmup(progress=lambda *_: time.sleep(0.05))
+        _warm_analysis()
+    except Exception:  # noqa: BLE001 - a kernel that fails here fails later with a message
+        logging.getLogger("qcore.app").exception("warming up the kernels failed")
 
 
 def _warm_analysis() -> None:

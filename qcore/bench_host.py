@@ -92,9 +92,11 @@ def target_problem(cpu_name: str, features: dict[str, bool] | None = None) -> st
         return None
     name = cpu_name.lower()
     if name in AVX512_TARGETS and not features.get("avx512f"):
-        return (f"--cpu {cpu_name}: code compiled for {cpu_name} uses AVX-512, which this CPU "
-                f"({vector_isa(features)}) lacks; it would die of an illegal instruction. "
-                f"Run that column on an AVX-512 host (or pass an AVX2 target such as haswell)")
+        return (f"--cpu {cpu_name}: code compiled for {cpu_name} may use AVX-512, which this "
+                f"CPU ({vector_isa(features)}) lacks: a kernel that does dies of an illegal "
+                f"instruction (SIGILL), and one that happens not to would not measure AVX-512 "
+                f"code. Run that column on an AVX-512 host (or pass an AVX2 target such as "
+                f"haswell)")
     if name in AVX2_TARGETS and not features.get("avx2"):
         return (f"--cpu {cpu_name}: code compiled for {cpu_name} uses AVX2, which this CPU "
                 f"({vector_isa(features)}) lacks")

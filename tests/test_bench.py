@@ -57,3 +57,122 @@ def test_cuda_backend_without_gpu_says_why(capsys):
         pytest.skip("a GPU is present")
     assert bench.main(["--backend", "cuda", "--size", "8x64"]) == 2
     assert "no usable GPU" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- host, targets, --cpu, --cold
+
+def test_header_names_the_host_and_the_compile_target(capsys, monkeypatch):
+    import llvmlite.binding as llvm
+
+    from qcore import bench_host
+
+    monkeypatch.setenv("NUMBA_CPU_NAME", "haswell")  # only read for the header here
+    assert bench.main(["--size", "8x64", "--no-peers", "--no-warmup", "--only",
+                       "Q int8 per-tensor"]) == 0
+    out = capsys.readouterr().out
+    info = bench_host.host_info()
+    assert f"host CPU {llvm.get_host_cpu_name()} ({info['host_isa']})" in out
+    assert "compiled for haswell" in out and "threading layer" in out
+    assert f"{info['threads']} threads" in out
+
+
+def test_vector_isa_summary():
+    from qcore.bench_host import vector_isa
+
+    assert vector_isa({"avx2": True, "avx512f": True}) == "AVX-512"
+    assert vector_isa({"avx2": True, "avx512f": False}) == "AVX2"
+    assert vector_isa({"sse2": True}) == "SSE2"
+
+
+def test_cpu_target_needing_avx512_fails_clearly_on_an_avx2_host():
+    from qcore.bench_host import target_problem
+
+    avx2_host = {"avx": True, "avx2": True, "avx512f": False}
+    msg = target_problem("skylake-avx512", avx2_host)
+    assert msg and "AVX-512" in msg and "illegal instruction" in msg
+    assert target_problem("haswell", avx2_host) is None
+    assert target_problem("haswell", {"avx": True, "avx512f": False})  # no AVX2 either
+    assert target_problem("skylake-avx512", {"avx2": True, "avx512f": True}) is None
+
+
+def test_cpu_option_refuses_an_unrunnable_target(capsys, monkeypatch):
+    from qcore import bench_host
+
+    monkeypatch.setattr(bench_host, "host_features", lambda: {"avx2": True, "avx512f": False})
+    assert bench.main(["--cpu", "icelake-server", "--size", "8x64", "--no-peers"]) == 2
+    assert "AVX-512" in capsys.readouterr().err
+
+
+def test_cpu_option_merges_the_other_column(capsys, monkeypatch):
+    # the subprocess itself is covered by its own parts; here its JSON is stood in for
+    monkeypatch.setattr(bench, "_run_other_target", lambda name, args, shape: {
+        "cpu": name, "info": {"threading_layer": "omp", "threads": 2}, "cache_dir": "/tmp/x",
+        "rates": {"Q int8 per-tensor": 2.5e9}})
+    assert bench.main(["--cpu", "haswell", "--size", "8x64", "--no-peers", "--no-warmup",
+                       "--only", "Q int8 per-tensor"]) == 0
+    out = capsys.readouterr().out
+    assert "qcore[haswell] Gelem/s" in out and "| 2.50 |" in out
+
+
+def test_sigill_in_the_child_is_reported(monkeypatch):
+    import signal
+    import subprocess
+
+    from qcore import bench_host
+
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(
+        a, -signal.SIGILL, "", ""))
+    with pytest.raises(RuntimeError, match="illegal instruction"):
+        bench_host.run_for_target("znver4", ["--quick"])
+
+
+def test_targets_are_judged_against_the_same_run():
+    case = bench.Case("Q int8 per-tensor", "quantize", "int8")
+    case.results = {"qcore": 1.0e9, "onnxruntime": 1.0e9}
+    assert bench.target_verdicts(case, [case]) == ["≥0.9× onnxruntime: met"]
+    case.results["onnxruntime"] = 2.0e9
+    assert bench.target_verdicts(case, [case]) == ["≥0.9× onnxruntime: NOT met"]
+    f16 = bench.Case("Q int8 per-tensor, float16 x", "quantize", "int8", x_dtype="float16")
+    f16.results = {"qcore": 0.6e9}
+    assert bench.target_verdicts(f16, [case, f16]) == ["≥0.5× the float32 case: met"]
+    f8 = bench.Case("Q float8e4m3fn saturate", "quantize", "float8e4m3fn")
+    f8.results = {"qcore": 1e9}
+    assert bench.target_verdicts(f8, [f8]) == ["≥10× onnxruntime: not measured",
+                                               "≥20× ml_dtypes: not measured"]
+
+
+def test_cold_child_times_each_first_call(capsys):
+    # in-process (kernels may be cached already): the child's JSON line is well formed
+    assert bench.main(["--cold-child", "Q int8 per-tensor,DQ int8 per-tensor",
+                       "--size", "8x64"]) == 0
+    data = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert set(data["calls"]) == {"Q int8 per-tensor", "DQ int8 per-tensor"}
+    assert all(v >= 0 for v in data["calls"].values()) and data["import_s"] >= 0
+
+
+def test_cold_report_runs_every_phase_with_fresh_caches(capsys, monkeypatch):
+    from qcore import bench_cold
+
+    seen = []
+
+    def spawn(names, cache, shape, timeout):
+        seen.append((tuple(names), cache.name))
+        return {"import_s": 0.1, "calls": {n: 1.0 for n in names}}
+
+    result = bench_cold.measure(bench_cold.COLD_CASES, (8, 64), spawn=spawn)
+    each = [c for n, c in seen[:4]]
+    assert len(set(each)) == 4 and "together" not in each  # a fresh empty cache per case
+    assert seen[4] == (bench_cold.COLD_CASES, "together")
+    assert all(c == "together" for _, c in seen[5:]) and len(seen) == 10  # primed
+    report = bench_cold.format_report(result)
+    assert "≤ 5 s: met" in report and "≤ 12 s: NOT met" not in report
+    assert "| all four in one process | 4.00 | ≤ 12 s: met |" in report
+    monkeypatch.setattr(bench_cold, "_spawn", spawn)
+    assert bench.main(["--cold", "--size", "8x64"]) == 0
+    out = capsys.readouterr().out
+    assert "cold start" in out and "target" in out and "primed" in out
+
+
+def test_cold_refuses_an_unknown_case(capsys):
+    assert bench.main(["--cold", "--cold-cases", "Q int3"]) == 2
+    assert "valid:" in capsys.readouterr().err

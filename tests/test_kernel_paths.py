@@ -1,6 +1,6 @@
 """Every path through the CPU kernels' index-map walk, against the onnx reference evaluator.
 
-The walk (qcore.kernels.cpu._next_segment) splits each chunk into runs with one scale, a slice
+The walk (qcore.kernels.walk.next_segment) splits each chunk into runs with one scale, a slice
 of scales (per-axis on the last axis), or whole rows of blocks along the last axis that the
 segment loops process block by block. These tests cross chunk and block boundaries (blocks
 that straddle chunks, short last blocks) on both the serial and the parallel kernels.
@@ -98,9 +98,7 @@ def test_parallel_and_serial_kernels_have_their_own_cache_entries():
     # starts a thread). Each variant is compiled from a renamed copy.
     from qcore import reductions
 
-    pairs = [(cpu.quantize_parallel, cpu.quantize_serial),
-             (cpu.dequantize_parallel, cpu.dequantize_serial),
-             (cpu.minmax_parallel, cpu.minmax_serial),
+    pairs = [*cpu.FAMILIES.values(),
              (reductions._error_par, reductions._error_ser),
              (reductions._histogram_par, reductions._histogram_ser),
              (reductions._group_sse_par, reductions._group_sse_ser),

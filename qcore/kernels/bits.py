@@ -36,3 +36,20 @@ def u32_as_f32(typingctx, value):
         return builder.bitcast(v, ir.FloatType())
 
     return sig, codegen
+
+
+@intrinsic
+def fetch_add(typingctx, counter, value):
+    """Atomically add `value` to counter[0] (a writable int64 array) and return the old value:
+    the work counter threads draw chunks from (dynamic scheduling)."""
+    if not (isinstance(counter, types.Array) and counter.dtype == types.int64
+            and counter.mutable and isinstance(value, types.Integer)):
+        return None
+    sig = types.int64(counter, value)
+
+    def codegen(context, builder, signature, args):
+        ary = context.make_array(signature.args[0])(context, builder, args[0])
+        v = context.cast(builder, args[1], signature.args[1], types.int64)
+        return builder.atomic_rmw("add", ary.data, v, "monotonic")
+
+    return sig, codegen

@@ -1,37 +1,61 @@
 """numba CPU kernels: one streaming pass over x in chunks, parallel over chunks.
 
-Each chunk runs in small phases over cache-resident buffers: gather the chunk's scales and zero
-points through the layout's index map, load x as float32 (decoding float16/bfloat16/int32),
-divide (or multiply), round to the precision type, then round/saturate/encode into the output.
-Every rule lives in :mod:`qcore.kernels.scalar`; this module only moves data.
+A chunk is cut into runs by the layout's walk (:mod:`qcore.kernels.walk`); each run is converted
+by a *segment* function with plain loops (one scale per block, or one per element) that LLVM
+vectorises on AVX2 and AVX-512 alike. Every element rule lives in :mod:`qcore.kernels.scalar`;
+this module only moves data.
 
-Parameters are the NamedTuples of :mod:`qcore.kernels.params` (int64 fields), so one compiled
-kernel per (input dtype, output dtype) pair serves every format and granularity.
+Kernels come in small families, each compiled only when a call needs it (a cold start compiles
+one family, not every path):
+
+- quantize, float32 x divided in float32, to an integer target (``_seg_int``)
+- quantize, float32 x divided in float32, to a small float target (``_seg_float``: a code table)
+- quantize, anything else (16-bit or int32 x, another precision): ``_seg_generic``, in phases
+  over a chunk buffer (decode x, divide and round to the precision, encode)
+- dequantize, 8/16-bit integers to float32 (``_dseg_numeric``), and everything else
+  (``_dseg_generic``: decode tables, int32, 16-bit outputs)
+
+Each family has a parallel and a serial driver. Parameters are the NamedTuples of
+:mod:`qcore.kernels.params` (int64 fields), so one compiled kernel per (family, input dtype,
+output dtype) serves every format and granularity. Array arguments are passed read-only (a
+view, no copy) so that the app's read-only arrays and writable ones share one compilation.
 """
 
 from __future__ import annotations
 
+import types
+
+import numba
 import numpy as np
 from numba import njit, prange
 
 from ..config import CHUNK, PARALLEL_THRESHOLD
 from . import renamed
-from .bits import f32_as_u32, u32_as_f32
+from .bits import f32_as_u32, fetch_add, u32_as_f32
 from .params import DXKind, PKind, QuantizeParams, TKind, XKind
 from .scalar import (
+    bf16_to_f32,
     encode_f32_bits,
     f16_to_f32,
     half_bits,
+    int_code,
     load_x,
     round_to_precision,
-    saturate_int,
 )
 from .walk import locate, next_segment
 
 __all__ = ["CHUNK", "PARALLEL_THRESHOLD", "quantize", "dequantize", "minmax", "encode_table"]
 
+_JIT = {"cache": True, "nogil": True, "error_model": "numpy"}
+_INLINE = {"inline": "always", **_JIT}
 
-@njit(cache=True, nogil=True, error_model="numpy")
+
+# ---------------------------------------------------------------------------------------------
+# Small-float code table
+# ---------------------------------------------------------------------------------------------
+
+
+@njit(**_JIT)
 def _build_encode_table(ebits, mbits, bias, max_code, has_inf, nan_style, saturate, out):
     """out[2*h + sticky] = code of the float32 whose top 16 bits are h and whose low 16 bits are
     zero (sticky=0) or not (sticky=1).
@@ -47,132 +71,187 @@ def _build_encode_table(ebits, mbits, bias, max_code, has_inf, nan_style, satura
                                          has_inf, nan_style, saturate)
 
 
-@njit(**{"inline": "always", "cache": True, "nogil": True, "error_model": "numpy"})
-def _table_encode(q, enc):
+@njit(**_INLINE)
+def _int_code(q, zf, lo, hi, wrap):
+    """Stored integer code of a float32 quotient: round half to even, add the zero point,
+    saturate, two's complement in the target's bits."""
+    return int_code(np.rint(q), zf, lo, hi, wrap)
+
+
+# ---------------------------------------------------------------------------------------------
+# Quantize segments: xs -> ys with scales sv and zero points zv. block == 0: element j has
+# sv[j], zv[j]; block > 0: element j has sv[(first + j) // block]. Unsigned loop indices: numba
+# then emits no negative-index wraparound, and LLVM vectorises.
+# ---------------------------------------------------------------------------------------------
+
+
+@njit(**_JIT)
+def _seg_int(xs, ys, sv, zv, block, first, qp, enc, buf):
+    """float32 x, float32 division, integer target."""
+    n = xs.size
+    lo = np.float32(qp.lo)
+    hi = np.float32(qp.hi)
+    wrap = np.float32(qp.mask + 1)
+    if block == 0:
+        for j in range(n):
+            ys[j] = _int_code(xs[j] / sv[j], np.float32(zv[j]), lo, hi, wrap)
+        return
+    b = 0
+    j0 = 0
+    while j0 < n:
+        j1 = min(n, (b + 1) * block - first)
+        s0 = sv[b]
+        z0 = np.float32(zv[b])
+        for j in range(np.uint64(j0), np.uint64(j1)):
+            ys[j] = _int_code(xs[j] / s0, z0, lo, hi, wrap)
+        j0 = j1
+        b += 1
+
+
+@njit(**_INLINE)
+def _table_key(q):
+    """Index into the code table of a float32 (its top 16 bits, and whether the rest is 0)."""
     b = f32_as_u32(q)
-    return enc[((b >> np.uint32(15)) & np.uint32(0x1FFFE)) | np.uint32((b & np.uint32(0xFFFF)) != 0)]
+    return ((b >> np.uint32(15)) & np.uint32(0x1FFFE)) | np.uint32((b & np.uint32(0xFFFF)) != 0)
 
 
-_JIT = {"cache": True, "nogil": True, "error_model": "numpy"}
+@njit(**_JIT)
+def _seg_float(xs, ys, sv, zv, block, first, qp, enc, buf):
+    """float32 x, float32 division, small float target through the code table. A given zero
+    point is added even when 0; without one, adding -0.0 is the identity (-0 included).
 
-
-_INLINE = {"inline": "always", **_JIT}
+    Two loops per block: the table keys (vectorised), then the lookups (a gather, which only
+    AVX-512 does fast)."""
+    n = xs.size
+    has_zp = qp.has_zp == 1
+    neg_zero = np.float32(-0.0)
+    keys = buf.view(np.uint32)
+    if block == 0:
+        for j in range(n):
+            za = np.float32(zv[j]) if has_zp else neg_zero
+            ys[j] = enc[_table_key(xs[j] / sv[j] + za)]
+        return
+    b = 0
+    j0 = 0
+    while j0 < n:
+        j1 = min(n, (b + 1) * block - first)
+        s0 = sv[b]
+        za = np.float32(zv[b]) if has_zp else neg_zero
+        for j in range(np.uint64(j0), np.uint64(j1)):
+            keys[j] = _table_key(xs[j] / s0 + za)
+        for j in range(np.uint64(j0), np.uint64(j1)):
+            ys[j] = enc[keys[j]]
+        j0 = j1
+        b += 1
 
 
 @njit(**_JIT)
 def quantize_value(q, z, qp):
     """Code of one quotient q = x / scale (already rounded to the precision type)."""
     if qp.tkind == TKind.INT:
-        return saturate_int(np.rint(q), np.int64(z), qp.lo, qp.hi) & qp.mask
+        return int_code(np.rint(q), z, qp.lo, qp.hi, qp.mask + 1)
     if qp.has_zp == 1:
-        q = q + np.float32(z)
-        q = round_to_precision(q, qp.pkind)
-    return encode_f32_bits(f32_as_u32(q), qp.ebits, qp.mbits, qp.bias,
-                           qp.max_code, qp.has_inf == 1, qp.nan_style,
-                           qp.saturate == 1)
+        q = round_to_precision(q + np.float32(z), qp.pkind)
+    return encode_f32_bits(f32_as_u32(q), qp.ebits, qp.mbits, qp.bias, qp.max_code,
+                           qp.has_inf == 1, qp.nan_style, qp.saturate == 1)
 
 
 @njit(**_INLINE)
-def _int_code(q, z, lo, hi, mask):
-    return saturate_int(np.rint(q), z, lo, hi) & mask
+def _load_block(xs, v, j0, j1, xkind, pkind):
+    """v[j] = x[j] as float32, rounded to the precision type. One loop per kind."""
+    if xkind == XKind.F32:
+        for j in range(np.uint64(j0), np.uint64(j1)):
+            v[j] = np.float32(xs[j])
+    elif xkind == XKind.F16:
+        for j in range(np.uint64(j0), np.uint64(j1)):
+            v[j] = f16_to_f32(xs[j])
+    elif xkind == XKind.BF16:
+        for j in range(np.uint64(j0), np.uint64(j1)):
+            v[j] = bf16_to_f32(xs[j])
+    else:  # int32: rounded to the precision type directly (one rounding)
+        for j in range(np.uint64(j0), np.uint64(j1)):
+            v[j] = load_x(xs[j], xkind, pkind)
+        return
+    if pkind != xkind:
+        _round_block(v, j0, j1, pkind)
+
+
+@njit(**_INLINE)
+def _round_block(v, j0, j1, pkind):
+    if pkind == PKind.F16:
+        for j in range(np.uint64(j0), np.uint64(j1)):
+            v[j] = round_to_precision(v[j], PKind.F16)
+    elif pkind == PKind.BF16:
+        for j in range(np.uint64(j0), np.uint64(j1)):
+            v[j] = round_to_precision(v[j], PKind.BF16)
 
 
 @njit(**_JIT)
-def _quantize_segment(xs, ys, sv, zv, block, first, qp, enc):
-    """Quantize xs into ys. block == 0: element j has scale sv[j] and zero point zv[j];
-    block > 0: element j has sv[(first + j) // block] (one scale for the whole segment when
-    block >= first + n).
-
-    The common configurations get their own loops, constant-scale loops over each block, so that
-    LLVM vectorises them; the rest share a generic loop. Every loop computes the same thing
-    through the same inlined helpers.
-    """
+def _seg_generic(xs, ys, sv, zv, block, first, qp, enc, buf):
+    """Any x kind, precision and target: per block, in phases over the buffer `buf` (decode x,
+    divide, round to the precision, then encode), each phase a plain loop."""
     n = xs.size
     xkind = qp.xkind
     pkind = qp.pkind
-    tkind = qp.tkind
-    lo = qp.lo
-    hi = qp.hi
-    mask = qp.mask
-    has_zp = qp.has_zp == 1
-    neg_zero = np.float32(-0.0)  # adding -0.0 is the identity, -0 included
-    fast_int = tkind == TKind.INT and pkind == PKind.F32 and xkind == XKind.F32
-    fast_float = tkind == TKind.FLOAT and pkind == PKind.F32 and xkind == XKind.F32 and enc.size > 1
     if block == 0:
-        if fast_int:
-            for j in range(n):
-                ys[j] = _int_code(np.float32(xs[j]) / sv[j], np.int64(zv[j]), lo, hi, mask)
-        elif fast_float:
-            for j in range(n):
-                za = np.float32(zv[j]) if has_zp else neg_zero
-                ys[j] = _table_encode(np.float32(xs[j]) / sv[j] + za, enc)
-        else:
-            for j in range(n):
-                q = round_to_precision(load_x(xs[j], xkind, pkind) / sv[j], pkind)
-                ys[j] = quantize_value(q, zv[j], qp)
+        for j in range(n):
+            q = round_to_precision(load_x(xs[j], xkind, pkind) / sv[j], pkind)
+            ys[j] = quantize_value(q, zv[j], qp)
         return
-    # unsigned loop indices: numba then emits no negative-index wraparound, and LLVM vectorises
+    v = buf
+    _load_block(xs, v, 0, n, xkind, pkind)
+    is_int = qp.tkind == TKind.INT
+    lo = np.float32(qp.lo)
+    hi = np.float32(qp.hi)
+    wrap = np.float32(qp.mask + 1)
+    has_zp = qp.has_zp == 1
     b = 0
     j0 = 0
     while j0 < n:
         j1 = min(n, (b + 1) * block - first)
         s0 = sv[b]
-        z0 = np.int64(zv[b])
-        if fast_int:
+        for j in range(np.uint64(j0), np.uint64(j1)):
+            v[j] = v[j] / s0
+        _round_block(v, j0, j1, pkind)
+        if is_int:
+            z0 = np.float32(zv[b])
             for j in range(np.uint64(j0), np.uint64(j1)):
-                ys[j] = _int_code(np.float32(xs[j]) / s0, z0, lo, hi, mask)
-        elif fast_float:
-            za = np.float32(zv[b]) if has_zp else neg_zero
-            for j in range(np.uint64(j0), np.uint64(j1)):
-                ys[j] = _table_encode(np.float32(xs[j]) / s0 + za, enc)
-        elif tkind == TKind.INT and pkind == PKind.F16 and xkind == XKind.F16:
-            for j in range(np.uint64(j0), np.uint64(j1)):
-                q = round_to_precision(f16_to_f32(xs[j]) / s0, PKind.F16)
-                ys[j] = _int_code(q, z0, lo, hi, mask)
-        elif tkind == TKind.INT and pkind == PKind.BF16 and xkind == XKind.BF16:
-            for j in range(np.uint64(j0), np.uint64(j1)):
-                v = u32_as_f32(np.uint32(xs[j]) << np.uint32(16))
-                ys[j] = _int_code(round_to_precision(v / s0, PKind.BF16), z0, lo, hi, mask)
-        elif tkind == TKind.FLOAT and pkind == xkind and (xkind == XKind.F16 or xkind == XKind.BF16) and (
-                enc.size > 1):
-            za = round_to_precision(np.float32(zv[b]), pkind) if has_zp else neg_zero
-            if xkind == XKind.F16:
-                for j in range(np.uint64(j0), np.uint64(j1)):
-                    q = round_to_precision(f16_to_f32(xs[j]) / s0, PKind.F16)
-                    ys[j] = _table_encode(round_to_precision(q + za, PKind.F16), enc)
-            else:
-                for j in range(np.uint64(j0), np.uint64(j1)):
-                    v = u32_as_f32(np.uint32(xs[j]) << np.uint32(16))
-                    q = round_to_precision(v / s0, PKind.BF16)
-                    ys[j] = _table_encode(round_to_precision(q + za, PKind.BF16), enc)
+                ys[j] = _int_code(v[j], z0, lo, hi, wrap)
         else:
+            if has_zp:
+                za = np.float32(zv[b])
+                for j in range(np.uint64(j0), np.uint64(j1)):
+                    v[j] = v[j] + za
+                _round_block(v, j0, j1, pkind)
             for j in range(np.uint64(j0), np.uint64(j1)):
-                q = round_to_precision(load_x(xs[j], xkind, pkind) / s0, pkind)
-                ys[j] = quantize_value(q, zv[b], qp)
+                ys[j] = enc[_table_key(v[j])]
         j0 = j1
         b += 1
 
 
+# ---------------------------------------------------------------------------------------------
+# Dequantize segments: (x - zero_point) * scale in float32, rounded once to the output type
+# ---------------------------------------------------------------------------------------------
+
+
 @njit(**_JIT)
-def _quantize_chunk(c, x, s, z, y, lp, qp, enc):
-    i0 = c * CHUNK
-    n = min(CHUNK, x.size - i0)
-    if lp.uniform == 1:
-        _quantize_segment(x[i0:i0 + n], y[i0:i0 + n], s, z, n, 0, qp, enc)
+def _dseg_numeric(xs, ys, sv, zv, block, first, dp, tab, buf):
+    """8/16-bit integers to float32: the difference is exact in float32."""
+    n = xs.size
+    if block == 0:
+        for j in range(n):
+            ys[j] = (np.float32(xs[j]) - np.float32(zv[j])) * sv[j]
         return
-    p, d, q = locate(i0, lp)
-    j = 0
-    while j < n:
-        run, k, m, block, first, p, d, q = next_segment(p, d, q, n - j, lp)
-        _quantize_segment(x[i0 + j:i0 + j + run], y[i0 + j:i0 + j + run], s[k:k + m],
-                          z[k:k + m], block, first, qp, enc)
-        j += run
-
-
-def _quantize_driver(x, s, z, y, lp, qp, enc):
-    nchunks = (x.size + CHUNK - 1) // CHUNK
-    for c in prange(nchunks):
-        _quantize_chunk(c, x, s, z, y, lp, qp, enc)
+    b = 0
+    j0 = 0
+    while j0 < n:
+        j1 = min(n, (b + 1) * block - first)
+        s0 = sv[b]
+        z0 = np.float32(zv[b])
+        for j in range(np.uint64(j0), np.uint64(j1)):
+            ys[j] = (np.float32(xs[j]) - z0) * s0
+        j0 = j1
+        b += 1
 
 
 @njit(**_INLINE)
@@ -191,8 +270,8 @@ def dequantize_value(xv, z, s, xkind, okind, tab):
 
 
 @njit(**_JIT)
-def _dequantize_segment(xs, ys, sv, zv, block, first, dp, tab):
-    """Dequantize xs into ys; scales and zero points as in :func:`_quantize_segment`."""
+def _dseg_generic(xs, ys, sv, zv, block, first, dp, tab, buf):
+    """Decode tables (sub-byte integers, small floats), int32 and 16-bit outputs."""
     xkind = dp.xkind
     okind = dp.okind
     n = xs.size
@@ -222,59 +301,134 @@ def _dequantize_segment(xs, ys, sv, zv, block, first, dp, tab):
         b += 1
 
 
+# ---------------------------------------------------------------------------------------------
+# Drivers: chunks in parallel (or serially), each chunk cut into runs by the layout's walk.
+# `_SEGMENT` and `_BUFFER` are bound per family (see _family below).
+# ---------------------------------------------------------------------------------------------
+
+_SEGMENT = _seg_generic
+_BUFFER = CHUNK
+
+
+def _driver(x, s, z, y, lp, params, table, workers):
+    """Chunks drawn from a shared counter by each worker (dynamic scheduling: a thread whose
+    core is busy takes fewer chunks instead of holding everyone up)."""
+    nchunks = (x.size + CHUNK - 1) // CHUNK
+    counter = np.zeros(1, np.int64)
+    for _ in prange(workers):
+        buf = np.empty(_BUFFER, np.float32)
+        c = fetch_add(counter, 1)
+        while c < nchunks:
+            i0 = c * CHUNK
+            n = min(CHUNK, x.size - i0)
+            if lp.uniform == 1:
+                _SEGMENT(x[i0:i0 + n], y[i0:i0 + n], s, z, n, 0, params, table, buf)
+            else:
+                p, d, q = locate(i0, lp)
+                j = 0
+                while j < n:
+                    run, k, m, block, first, p, d, q = next_segment(p, d, q, n - j, lp)
+                    _SEGMENT(x[i0 + j:i0 + j + run], y[i0 + j:i0 + j + run], s[k:k + m],
+                             z[k:k + m], block, first, params, table, buf)
+                    j += run
+            c = fetch_add(counter, 1)
+
+
+@njit(**_INLINE)
+def _order_key(b):
+    """float32 bits (as int32) -> an int32 in the same order as the floats (NaN aside), and
+    back (the map is its own inverse)."""
+    return np.int32(b ^ (np.int32(b >> np.int32(31)) & np.int32(0x7FFFFFFF)))
+
+
 @njit(**_JIT)
-def _dequantize_chunk(c, x, s, z, y, lp, dp, tab):
-    i0 = c * CHUNK
-    n = min(CHUNK, x.size - i0)
-    if lp.uniform == 1:
-        _dequantize_segment(x[i0:i0 + n], y[i0:i0 + n], s, z, n, 0, dp, tab)
-        return
-    p, d, q = locate(i0, lp)
-    j = 0
-    while j < n:
-        run, k, m, block, first, p, d, q = next_segment(p, d, q, n - j, lp)
-        _dequantize_segment(x[i0 + j:i0 + j + run], y[i0 + j:i0 + j + run], s[k:k + m],
-                          z[k:k + m], block, first, dp, tab)
-        j += run
+def _minmax_fast(xs):
+    """(min, max, any NaN/Inf) of xs; min and max are only meaningful when there is none.
+
+    Integer min/max of order keys: LLVM vectorises integer reductions (float min/max
+    reductions only under fast-math, which would also drop the NaN checks)."""
+    lo = np.int32(0x7FFFFFFF)
+    hi = np.int32(-0x80000000)
+    bad = np.int32(0)
+    for j in range(np.uint64(0), np.uint64(xs.size)):
+        b = np.int32(f32_as_u32(xs[j]))
+        k = _order_key(b)
+        lo = k if k < lo else lo
+        hi = k if k > hi else hi
+        bad |= np.int32(np.int32(b & np.int32(0x7F800000)) == np.int32(0x7F800000))
+    return u32_as_f32(_order_key(lo)), u32_as_f32(_order_key(hi)), bad
 
 
-def _dequantize_driver(x, s, z, y, lp, dp, tab):
+@njit(**_JIT)
+def _minmax_exact(xs):
+    """min and max of xs with NaNs left out and +-Inf included, and the count of NaN/Inf."""
+    lo = np.float32(np.inf)
+    hi = np.float32(-np.inf)
+    bad = 0
+    for j in range(xs.size):
+        v = xs[j]
+        bad += (v - v) != 0
+        lo = v if v < lo else lo
+        hi = v if v > hi else hi
+    return lo, hi, bad
+
+
+def _minmax_driver(x, out, workers):
+    """Per-chunk min, max and NaN/Inf count of float32 x: out[c] = (min, max, bad); chunks
+    drawn dynamically as in _driver."""
     nchunks = (x.size + CHUNK - 1) // CHUNK
-    for c in prange(nchunks):
-        _dequantize_chunk(c, x, s, z, y, lp, dp, tab)
+    counter = np.zeros(1, np.int64)
+    for _ in prange(workers):
+        c = fetch_add(counter, 1)
+        while c < nchunks:
+            i0 = c * CHUNK
+            xs = x[i0:min(x.size, i0 + CHUNK)]
+            lo, hi, flag = _minmax_fast(xs)
+            bad = 0
+            if flag:
+                lo, hi, bad = _minmax_exact(xs)
+            out[c, 0] = lo
+            out[c, 1] = hi
+            out[c, 2] = bad
+            c = fetch_add(counter, 1)
 
 
-def _minmax_driver(x, xkind, out):
-    """Per-chunk min, max and NaN/Inf count of float32 x: out[c] = (min, max, bad)."""
-    nchunks = (x.size + CHUNK - 1) // CHUNK
-    for c in prange(nchunks):
-        i0 = c * CHUNK
-        n = min(CHUNK, x.size - i0)
-        xs = x[i0:i0 + n]
-        lo = np.float32(np.inf)
-        hi = np.float32(-np.inf)
-        bad = 0
-        for j in range(n):
-            v = np.float32(xs[j])
-            bad += (v - v) != 0  # NaN or +-Inf
-            lo = v if v < lo else lo
-            hi = v if v > hi else hi
-        out[c, 0] = lo
-        out[c, 1] = hi
-        out[c, 2] = bad
+def _family(segment, name: str, buffer: int) -> tuple:
+    """(parallel, serial) drivers bound to one segment function: each its own small kernel,
+    compiled (or cache-loaded) only when first called."""
+    glob = dict(globals())
+    glob["_SEGMENT"] = segment
+    glob["_BUFFER"] = buffer
+    code = _driver.__code__
+    kernels = []
+    for suffix, flags in (("_parallel", {"parallel": True, **_JIT}), ("_serial", _JIT)):
+        fn = types.FunctionType(code, glob, f"{name}{suffix}")
+        fn.__qualname__ = f"{name}{suffix}"
+        kernels.append(njit(**flags)(fn))
+    return tuple(kernels)
 
 
-_PAR = {"parallel": True, **_JIT}
-quantize_parallel = njit(**_PAR)(renamed(_quantize_driver, "_parallel"))
-quantize_serial = njit(**_JIT)(renamed(_quantize_driver, "_serial"))
-dequantize_parallel = njit(**_PAR)(renamed(_dequantize_driver, "_parallel"))
-dequantize_serial = njit(**_JIT)(renamed(_dequantize_driver, "_serial"))
-minmax_parallel = njit(**_PAR)(renamed(_minmax_driver, "_parallel"))
+_Q_INT = _family(_seg_int, "quantize_int", 0)
+_Q_FLOAT = _family(_seg_float, "quantize_float", CHUNK)
+_Q_GENERIC = _family(_seg_generic, "quantize_generic", CHUNK)
+_DQ_NUMERIC = _family(_dseg_numeric, "dequantize_numeric", 0)
+_DQ_GENERIC = _family(_dseg_generic, "dequantize_generic", 0)
+minmax_parallel = njit(parallel=True, **_JIT)(renamed(_minmax_driver, "_parallel"))
 minmax_serial = njit(**_JIT)(renamed(_minmax_driver, "_serial"))
 
+#: Every kernel as (parallel, serial), by family (for warm-up and tests).
+FAMILIES = {"quantize int": _Q_INT, "quantize float": _Q_FLOAT, "quantize generic": _Q_GENERIC,
+            "dequantize numeric": _DQ_NUMERIC, "dequantize generic": _DQ_GENERIC,
+            "minmax": (minmax_parallel, minmax_serial)}
+
+
+# ---------------------------------------------------------------------------------------------
+# Host API
+# ---------------------------------------------------------------------------------------------
 
 _ENCODE_TABLES: dict[tuple[int, ...], np.ndarray] = {}
 _NO_TABLE = np.zeros(1, np.uint8)
+_NO_TABLE.flags.writeable = False
 
 
 def encode_table(qp: QuantizeParams) -> np.ndarray:
@@ -287,19 +441,58 @@ def encode_table(qp: QuantizeParams) -> np.ndarray:
         table = np.empty(1 << 17, np.uint8)
         eb, mb, bias, mc, has_inf, ns, sat = key
         _build_encode_table(eb, mb, bias, mc, has_inf == 1, ns, sat == 1, table)
+        table.flags.writeable = False
         _ENCODE_TABLES[key] = table
     return table
 
 
+def _readonly(a: np.ndarray) -> np.ndarray:
+    """a as a read-only view (no copy): numba compiles read-only and writable arrays apart."""
+    if a.flags.writeable:
+        a = a.view()
+        a.flags.writeable = False
+    return a
+
+
+def _workers(n: int) -> int:
+    """Workers drawing chunks: numba's thread count for the parallel kernels, else 1."""
+    return numba.get_num_threads() if n >= PARALLEL_THRESHOLD else 1
+
+
+def quantize_family(qp: QuantizeParams) -> str:
+    """Which kernel family converts with these parameters: "int", "float" or "generic"."""
+    if qp.xkind == XKind.F32 and qp.pkind == PKind.F32:
+        return "int" if qp.tkind == TKind.INT else "float"
+    return "generic"
+
+
+_QUANTIZE_FAMILIES = {"int": _Q_INT, "float": _Q_FLOAT, "generic": _Q_GENERIC}
+
+
+def quantize_kernel(qp: QuantizeParams, n: int):
+    """The compiled kernel that quantize() runs for these parameters and n elements."""
+    parallel, serial = _QUANTIZE_FAMILIES[quantize_family(qp)]
+    return parallel if n >= PARALLEL_THRESHOLD else serial
+
+
+def dequantize_kernel(dp, okind_is_f32: bool, n: int):
+    parallel, serial = (_DQ_NUMERIC if dp.xkind == DXKind.NUMERIC and okind_is_f32
+                        else _DQ_GENERIC)
+    return parallel if n >= PARALLEL_THRESHOLD else serial
+
+
 def quantize(x, s, z, y, lp, qp) -> None:
     """Run the quantize kernel: x flat input, s float32 scales, z float64 zero points, y codes."""
-    kernel = quantize_parallel if x.size >= PARALLEL_THRESHOLD else quantize_serial
-    kernel(x, s, z, y, lp, qp, encode_table(qp))
+    kernel = quantize_kernel(qp, x.size)
+    kernel(_readonly(x), _readonly(s), _readonly(z), y, lp, qp, encode_table(qp),
+           _workers(x.size))
 
 
 def dequantize(x, s, z, y, lp, dp, tab) -> None:
-    kernel = dequantize_parallel if x.size >= PARALLEL_THRESHOLD else dequantize_serial
-    kernel(x, s, z, y, lp, dp, tab)
+    """Run the dequantize kernel: x flat codes, y float32 or 16-bit float bits."""
+    kernel = dequantize_kernel(dp, dp.okind == PKind.F32, x.size)
+    kernel(_readonly(x), _readonly(s), _readonly(z), y, lp, dp, _readonly(tab),
+           _workers(x.size))
 
 
 def minmax(x, xkind) -> tuple[float, float, int]:
@@ -308,5 +501,5 @@ def minmax(x, xkind) -> tuple[float, float, int]:
     nchunks = (x.size + CHUNK - 1) // CHUNK
     out = np.empty((nchunks, 3), np.float32)
     kernel = minmax_parallel if x.size >= PARALLEL_THRESHOLD else minmax_serial
-    kernel(x, int(xkind), out)
+    kernel(_readonly(x), out, _workers(x.size))
     return float(out[:, 0].min()), float(out[:, 1].max()), int(out[:, 2].sum())

@@ -106,19 +106,36 @@ def round_int_to_float(i, mbits, max_value):
 
 
 @njit(inline="always", **_JIT)
-def saturate_int(r, zero_point, lo, hi):
-    """y = saturate(r + zero_point) for an already rounded float r; NaN gives lo.
+def saturate_float(r, zero_point, lo, hi):
+    """saturate(r + zero_point) for an already rounded float32 r, as an integral float32; NaN
+    gives lo.
 
-    r is clamped before the integer conversion so that |r| >= 2**31 and +-Inf saturate instead
-    of wrapping (the onnx reference's bug). Branch-free so the loops vectorise.
+    Computed in float32, where every value involved is exact: zero_point, lo and hi are
+    integers of at most 16 bits, and r + zero_point is exact while |r| < 2**24 (past that it
+    saturates either way). Clamping before any integer conversion makes +-Inf and |r| >= 2**31
+    saturate instead of wrapping (the onnx reference's bug); the comparisons send NaN to lo.
+    Branch-free and without float -> int64 conversion (which AVX2 lacks), so loops vectorise.
     """
-    is_nan = r != r
-    r = r if r > -1.0e6 else -1.0e6
-    r = r if r < 1.0e6 else 1.0e6
-    t = np.int64(0.0 if is_nan else r) + zero_point
-    t = t if t > lo else lo
-    t = t if t < hi else hi
-    return lo if is_nan else t
+    lo_f = np.float32(lo)
+    hi_f = np.float32(hi)
+    t = r + np.float32(zero_point)
+    t = t if t > lo_f else lo_f
+    return t if t < hi_f else hi_f
+
+
+@njit(inline="always", **_JIT)
+def saturate_int(r, zero_point, lo, hi):
+    """saturate(r + zero_point) as int32 (see :func:`saturate_float`)."""
+    return np.int32(saturate_float(r, zero_point, lo, hi))
+
+
+@njit(inline="always", **_JIT)
+def int_code(r, zero_point, lo, hi, wrap):
+    """The stored code of saturate(r + zero_point): the value in two's complement in `bits`
+    bits (wrap = 2**bits), as a non-negative int32, computed in float32 (no 64-bit lanes)."""
+    t = saturate_float(r, zero_point, lo, hi)
+    t = t + np.float32(wrap) if t < np.float32(0.0) else t
+    return np.int32(t)
 
 
 _INLINE = {"inline": "always", **_JIT}
