@@ -17,7 +17,7 @@ cfg = controls.panel(controls.shape_of(x), show_opset=False, show_target=False,
                      show_precision=False, prefix="c_")
 if not targets:
     st.info("Pick at least one format.", icon=":material/touch_app:")
-    st.stop()
+    frame.stop_page()
 df = errors.require(compute.compare, spec, tuple(targets), cfg, what="Comparing formats")
 
 left, right = st.columns([5, 4], gap="medium")
