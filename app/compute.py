@@ -18,6 +18,8 @@ import streamlit as st
 import qcore
 from qcore import versions as qversions
 
+from .text import fmt_value, short_num  # noqa: F401 - app/conformance imports fmt_value here
+
 #: Every opset qcore implements, oldest first.
 OPSETS: tuple[int, ...] = tuple(range(10, qcore.LATEST_OPSET + 1))
 #: Target types QuantizeLinear can produce (menus).
@@ -76,31 +78,6 @@ def bit_string(pattern: int, fmt: qcore.Format) -> str:
     if fmt.is_integer or fmt.kind == "scale":
         return s
     return f"{s[0]} {s[1:1 + fmt.ebits]} {s[1 + fmt.ebits:]}".rstrip()
-
-
-def short_num(v: float, digits: int = 3) -> str:
-    """A compact number for metric cards: 0.0183, 1.12e-4, 3.2e+6."""
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "—"
-    if math.isinf(v):
-        return "∞" if v > 0 else "−∞"
-    if v != 0 and (abs(v) < 1e-3 or abs(v) >= 1e6):
-        mant, exp = f"{v:.{digits - 1}e}".split("e")
-        return f"{mant}e{int(exp)}"
-    return f"{v:.{digits}g}"
-
-
-def fmt_value(v: float) -> str:
-    """A float as text that keeps -0, NaN and Inf visible."""
-    if math.isnan(v):
-        return "NaN"
-    if math.isinf(v):
-        return "+Inf" if v > 0 else "−Inf"
-    if v == 0:
-        return "−0" if math.copysign(1.0, v) < 0 else "0"
-    if float(v).is_integer() and abs(v) < 1e7:
-        return f"{v:,.0f}".replace(",", "")
-    return f"{v:.6g}"
 
 
 # --------------------------------------------------------------------------- home
@@ -492,16 +469,26 @@ def report_csv(spec, cfg, result: dict[str, Any]) -> bytes:
 
 
 def npy_bytes(y: np.ndarray) -> bytes:
-    """y as a .npy file: NumPy integer types as they are, ml_dtypes types as their stored codes
-    (uint8, one element per byte) since .npy cannot name them without pickle."""
+    """y as a .npy file: integer types by value in the smallest NumPy integer type (int4 →
+    int8), float formats as their stored codes (uint8) since .npy cannot name them."""
     import io as _io
 
-    fmt = qcore.get_format(y.dtype)
-    arr = y if fmt.dtype in (np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int16),
-                             np.dtype(np.uint16)) else y.view(fmt.storage_dtype)
+    from qcore import export
+
     buf = _io.BytesIO()
-    np.save(buf, np.ascontiguousarray(arr), allow_pickle=False)
+    np.save(buf, np.ascontiguousarray(export.as_numpy(y)), allow_pickle=False)
     return buf.getvalue()
+
+
+def npz_bytes(spec, cfg) -> bytes:
+    """y, the scale, the zero point and the attributes in one .npz (qcore.export)."""
+    from qcore import export
+
+    x, params, y, _ = _quantize(spec, cfg)
+    return export.npz_bytes(
+        y, params.scale, params.zero_point, **params.kwargs, saturate=int(cfg.saturate), opset=cfg.opset,
+        operator=qcore.resolve(qcore.QUANTIZE, cfg.opset).label,
+        precision=cfg.precision or None)
 
 
 def packed_bytes(y: np.ndarray) -> bytes:
@@ -542,9 +529,27 @@ def compare(spec, targets: tuple[str, ...], cfg) -> pd.DataFrame:
     from . import tensors
 
     x = tensors.load(spec)
-    return analysis.compare_formats(x, list(targets), granularity=cfg.granularity,
-                                    axis=cfg.axis, block_size=cfg.block_size, method=cfg.method,
-                                    opset=cfg.opset, saturate=cfg.saturate, **_calibration(cfg))
+    df = analysis.compare_formats(x, list(targets), granularity=cfg.granularity,
+                                  axis=cfg.axis, block_size=cfg.block_size, method=cfg.method,
+                                  opset=cfg.opset, saturate=cfg.saturate, **_calibration(cfg))
+    df["pareto"] = pareto(df)
+    return df
+
+
+#: The one definition of the Pareto front the page states and the chart draws.
+PARETO_RULE = ("A format is on the Pareto front when no other format costs at most as many "
+               "bits per element (to 0.1 bit: a zero point's storage does not make a format "
+               "cheaper) and has a higher SQNR.")
+PARETO_BITS_RESOLUTION = 1  # decimals of bits per element that count as a cost difference
+
+
+def pareto(df: pd.DataFrame) -> np.ndarray:
+    """The front under :data:`PARETO_RULE` (formats that failed are never on it)."""
+    from qcore import analysis
+
+    cost = df["bits_per_element"].astype(float).round(PARETO_BITS_RESOLUTION)
+    quality = df["sqnr_db"].astype(float).where(df["error"] == "", np.nan)
+    return analysis.pareto_front(cost, quality)
 
 
 @st.cache_data(max_entries=8, show_spinner=False)

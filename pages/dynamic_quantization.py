@@ -3,7 +3,18 @@
 import numpy as np
 import streamlit as st
 
-from app import charts, compute, errors, explain, frame, metrics_view, tensors, theme, widgets
+from app import (
+    charts,
+    compute,
+    errors,
+    explain,
+    frame,
+    metrics_view,
+    tensors,
+    text,
+    theme,
+    widgets,
+)
 
 frame.enter()
 
@@ -14,14 +25,14 @@ explain.intro(explain.DYNAMIC_INTRO, explain.DYNAMIC_EXACT)
 res = errors.require(compute.dynamic, spec, what="DynamicQuantizeLinear")
 st.subheader("Step by step", divider="gray")
 c = st.columns(5)
-c[0].metric("1 · min(x)", compute.short_num(res["min"], 4), border=True,
+c[0].metric("1 · min(x)", text.short_num(res["min"], 4), border=True,
             help="The smallest finite value of x.")
-c[1].metric("2 · max(x)", compute.short_num(res["max"], 4), border=True,
+c[1].metric("2 · max(x)", text.short_num(res["max"], 4), border=True,
             help="The largest finite value of x.")
-c[2].metric("3 · range with 0", compute.short_num(res["wmax"] - res["wmin"], 4), border=True,
+c[2].metric("3 · range with 0", text.short_num(res["wmax"] - res["wmin"], 4), border=True,
             help="Width of [min(0, min x), max(0, max x)]: the range is widened so that zero "
                  "is represented exactly.")
-c[3].metric("4 · scale", compute.short_num(res["scale"], 4), border=True,
+c[3].metric("4 · scale", text.short_num(res["scale"], 4), border=True,
             help=f"(max − min) / 255 in float32 = {res['scale']:.9g}.")
 c[4].metric("5 · zero point", f"{res['zero_point']}", border=True,
             help="round(clip(−min / scale, 0, 255)), half to even.")

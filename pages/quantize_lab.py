@@ -54,6 +54,7 @@ with c4:
 st.subheader("Step by step", divider="gray")
 st.caption("Sample elements through every step of QuantizeLinear and back — the same numbers "
            "qcore computes on the whole tensor.")
-st.dataframe(res["walk"], hide_index=True, column_config=metrics_view.WALK_COLUMNS)
+st.dataframe(metrics_view.walk_table(res["walk"]), hide_index=True,
+             column_config=metrics_view.WALK_COLUMNS)
 
 metrics_view.downloads(spec, cfg, res)

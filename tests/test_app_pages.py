@@ -242,3 +242,102 @@ def test_invalid_url_values_are_reported():
     notes = " ".join(w.value for w in at.sidebar.get("alert") if hasattr(w, "value")) or \
         " ".join(w.value for w in at.warning)
     assert "rows='banana'" in notes and "target='int99'" in notes, notes
+
+
+# --------------------------------------------------------------------------- honest numbers
+
+
+def _all_text(at: AppTest) -> str:
+    parts = [m.value for m in at.metric] + [str(m.proto.delta) for m in at.metric]
+    parts += [e.value for kind in ("markdown", "caption", "info", "warning", "error")
+              for e in at.get(kind)]
+    return " ".join(parts)
+
+
+def test_exact_round_trip_shows_infinite_sqnr_explained():
+    """A 1×1 tensor comes back exactly: SQNR ∞ dB everywhere, no 'nan dB', no empty chart."""
+    at = AppTest.from_file(APP, default_timeout=300)
+    at.session_state["rows"], at.session_state["cols"] = 1, 1
+    go(at, "round_trip_sweeps")
+    shown = shown_metrics(at)
+    assert shown["Best SQNR"] == "∞ dB" and shown["SQNR without clipping"] == "∞ dB", shown
+    delta = [m.proto.delta for m in at.metric if m.label == "SQNR without clipping"][0]
+    assert delta == "exact either way", delta
+    if at.get("plotly_chart"):  # ranges below max|x| clip; the exact ones are not drawn
+        captions = " ".join(c.value for c in at.caption)
+        assert "zero error are not drawn" in captions, captions
+    else:
+        assert any("reproduces this tensor exactly" in i.value for i in at.info)
+    go(at, "quantize_lab")
+    assert shown_metrics(at)["SQNR"] == "∞ dB"
+    for page in ("format_compare", "dynamic_quantization"):
+        go(at, page)
+        text = _all_text(at)
+        assert "nan dB" not in text.lower() and "inf dB" not in text, (page, text)
+
+
+def test_nan_producing_settings_say_what_the_metrics_cover():
+    """float8e4m3fn, saturate off, a tiny manual scale: most of x̂ is NaN. The page says how
+    many became NaN and that SQNR & co. cover only the finite rest (share checked against
+    qcore); the step table spells NaN out."""
+    from qcore import calibration, metrics
+
+    x = synthetic.generate("normal", (24, 40), seed=0)
+    at = AppTest.from_file(APP, default_timeout=300)
+    for k, v in {"rows": 24, "cols": 40, "target": "float8e4m3fn", "sat": False,
+                 "method": "manual", "mscale": 0.001, "mzp": 0.0}.items():
+        at.session_state[k] = v
+    go(at, "quantize_lab")
+    p = calibration.choose_params(x, "float8e4m3fn", method="manual", manual_scale=0.001,
+                                  manual_zero_point=0.0)
+    y = p.quantize(x, saturate=False)
+    x_hat = p.dequantize(y)
+    nan_count = int(np.isnan(x_hat.astype(np.float32)).sum())
+    finite = int(np.isfinite(x_hat.astype(np.float32)).sum())
+    assert nan_count > 0
+    m = metrics.error_metrics(x, x_hat, y=y, params=p)
+    assert m["n_compared"] == finite
+    warning = " ".join(w.value for w in at.warning)
+    assert f"{nan_count:,} element(s)" in warning and "saturate is off" in warning, warning
+    share = f"{100 * finite / x.size:.3g} %"
+    sqnr = [mm for mm in at.metric if mm.label == "SQNR"][0]
+    assert share in sqnr.proto.delta, (share, sqnr.proto.delta)
+    walk = at.dataframe[0].value
+    assert not walk.isna().any().any()
+    assert "None" not in walk.to_string()
+
+
+def test_pareto_front_is_the_stated_one():
+    """int8 and float8e4m3fn both cost 8 bits per element (to 0.1 bit): the one with the
+    lower SQNR is not on the front, in the table, the caption's list and the chart."""
+    at = AppTest.from_file(APP, default_timeout=300)
+    for k, v in {"rows": 24, "cols": 40, "c_formats": ["int4", "int8", "float8e4m3fn"]}.items():
+        at.session_state[k] = v
+    go(at, "format_compare")
+    table = at.dataframe[0].value.set_index("format")
+    assert table.loc["int8", "sqnr_db"] > table.loc["float8e4m3fn", "sqnr_db"]
+    assert round(table.loc["int8", "bits_per_element"], 1) == \
+        round(table.loc["float8e4m3fn", "bits_per_element"], 1)
+    assert not table.loc["float8e4m3fn", "pareto"] and table.loc["int8", "pareto"]
+    front = [m.value for m in at.markdown if m.value.startswith("**Pareto front:**")][0]
+    assert "float8e4m3fn" not in front and "int8" in front, front
+
+
+def test_block_size_forced_down_by_a_short_axis_comes_back():
+    at = AppTest.from_file(APP, default_timeout=300)
+    for k, v in {"rows": 24, "cols": 40, "gran": qcore.BLOCKED, "block": 32, "axis": 1,
+                 "src": "dataset", "ds": "layer0.attn.probs"}.items():
+        at.session_state[k] = v
+    go(at, "quantize_lab")
+    dim = datasets.load("layer0.attn.probs").shape[1]
+    assert dim < 32
+    assert at.number_input(key="block").value == dim
+    assert at.query_params["block"] == str(dim)
+    assert any(f"Block size 32 is longer than axis 1 ({dim} elements)" in c.value
+               for c in at.caption), [c.value for c in at.caption]
+    at.session_state["src"] = "synthetic"
+    check(at.run())
+    assert at.number_input(key="block").value == 32
+    assert at.query_params["block"] == "32"
+    assert_lab_matches(at, synthetic.generate("normal", (24, 40), seed=0),
+                       granularity=qcore.BLOCKED, axis=1, block_size=32)
