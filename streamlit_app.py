@@ -1,4 +1,4 @@
-"""The Quantization Explorer: ``pip install -e . && streamlit run streamlit_app.py``."""
+"""The Quantization Explorer: ``pip install -e ".[app]" && streamlit run streamlit_app.py``."""
 
 import os
 import time

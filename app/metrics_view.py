@@ -101,28 +101,28 @@ def warn_non_finite(m: dict[str, Any]) -> None:
                    "larger scale.", icon=":material/warning:")
 
 
-def params_line(res: dict[str, Any]) -> None:
+def params_line(res: compute.LabResult) -> None:
     """One line about the chosen scale / zero point and the operator versions."""
-    n = res["n_scales"]
-    shape = "×".join(map(str, res["scale_shape"])) or "scalar"
+    n = res.n_scales
+    shape = "×".join(map(str, res.scale_shape)) or "scalar"
     if n == 1:
-        s = f"scale **{res['scale_min']:.6g}**"
+        s = f"scale **{res.scale_min:.6g}**"
     else:
-        s = f"{n:,} scales ({shape}) from **{res['scale_min']:.4g}** to **{res['scale_max']:.4g}**"
-    if res["zp_min"] is None:
+        s = f"{n:,} scales ({shape}) from **{res.scale_min:.4g}** to **{res.scale_max:.4g}**"
+    if res.zp_min is None:
         z = "no zero point"
-    elif res["zp_min"] == res["zp_max"]:
-        z = f"zero point **{text.fmt_value(res['zp_min'])}**"
+    elif res.zp_min == res.zp_max:
+        z = f"zero point **{text.fmt_value(res.zp_min)}**"
     else:
-        z = f"zero points {text.fmt_value(res['zp_min'])}…{text.fmt_value(res['zp_max'])}"
-    st.caption(f"{s} ({res['scale_type']}) · {z} · y is **{res['y_dtype']}** · "
-               f"x̂ is {res['out_dtype']} · ran **{res['version']}** and **{res['dq_version']}**")
+        z = f"zero points {text.fmt_value(res.zp_min)}…{text.fmt_value(res.zp_max)}"
+    st.caption(f"{s} ({res.scale_type}) · {z} · y is **{res.y_dtype}** · "
+               f"x̂ is {res.out_dtype} · ran **{res.version}** and **{res.dq_version}**")
 
 
-def error_map(res: dict[str, Any]) -> None:
+def error_map(res: compute.LabResult) -> None:
     """The error heat map: tiles (per-tensor), channels (per-axis) or blocks (blocked)."""
-    heat, kind = res["heat"], res["heat_kind"]
-    tr, tc = res["heat_tiles"]
+    heat, kind = res.heat, res.heat_kind
+    tr, tc = res.heat_tiles
     if kind == "channels":
         charts.show(charts.channel_bars(heat, title="RMSE per channel", x_title="channel",
                                         y_title="RMSE"))
@@ -161,7 +161,7 @@ def walk_table(walk) -> Any:
     return text.values_table(walk, WALK_VALUES)
 
 
-def downloads(spec, cfg, res: dict[str, Any]) -> None:
+def downloads(spec, cfg, res: compute.LabResult) -> None:
     """Download buttons: y (.npy), packed bytes for sub-byte types, the report (.csv)."""
     name = f"{spec.label.split()[0]}_{cfg.target}".replace("/", "_").replace(" ", "_")
     fmt = qcore.get_format(cfg.target)
