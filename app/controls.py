@@ -89,6 +89,7 @@ def granularity_panel(shape: tuple[int, ...], where=None, *, prefix: str = "",
                            help=f"Consecutive elements along axis {axis} that share a scale "
                                 f"(1…{dim}); the last block is short when {dim} is not a "
                                 f"multiple.")
+    want = want or int(block)
     _remember_block(prefix + "block", want, int(block))
     if want > block and gran == qcore.BLOCKED:
         where.caption(f"Block size {want} is longer than axis {axis} ({dim} elements): using "
@@ -97,14 +98,15 @@ def granularity_panel(shape: tuple[int, ...], where=None, *, prefix: str = "",
 
 
 def _wanted_block(key: str, dim: int) -> int:
-    """The block size the user asked for (kept when a short axis forces a smaller one), and
-    the value to show now: set before the widget is drawn."""
+    """The block size the user asked for (kept when a short axis forces a smaller one; 0 when
+    the widget has not been drawn yet), and the value to show now: set before the widget is
+    drawn."""
     wished = st.session_state.get("_qx_want_" + key)
     shown = st.session_state.get("_qx_shown_" + key)
     current = st.session_state.get(key) if state.on_screen_before(key) else \
         state.value(key, None)
-    if current is None:
-        return int(wished or 32)
+    if current is None:  # first drawing: the URL or the default decides, nothing is wished yet
+        return 0
     if wished is None or current != shown:  # the user (or a link) changed it: the new wish
         wished = int(current)
     use = min(int(wished), max(dim, 1))

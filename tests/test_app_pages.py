@@ -341,3 +341,19 @@ def test_block_size_forced_down_by_a_short_axis_comes_back():
     assert at.query_params["block"] == "32"
     assert_lab_matches(at, synthetic.generate("normal", (24, 40), seed=0),
                        granularity=qcore.BLOCKED, axis=1, block_size=32)
+
+
+def test_settings_from_a_link_survive_page_moves():
+    """A link's values (not preset in the session) hold after leaving the page and coming
+    back (the block size among them: no remembered wish overrides the link's value)."""
+    at = AppTest.from_file(APP, default_timeout=300)
+    at.query_params.update({"rows": "24", "cols": "160", "gran": "blocked", "block": "16",
+                            "target": "int4", "opset": "23"})
+    at.switch_page("pages/quantize_lab.py")
+    check(at.run())
+    for page in ("operator_versions", "format_compare", "quantize_lab"):
+        go(at, page)
+    assert at.number_input(key="block").value == 16 and at.query_params["block"] == "16"
+    assert at.selectbox(key="target").value == "int4" and at.query_params["opset"] == "23"
+    assert_lab_matches(at, synthetic.generate("normal", (24, 160), seed=0), target="int4",
+                       opset=23, granularity=qcore.BLOCKED, axis=1, block_size=16)
