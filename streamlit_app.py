@@ -1,18 +1,18 @@
-"""The Quantization Explorer: ``pip install -e . && streamlit run streamlit_app.py``."""
+"""The Quantization Explorer: ``pip install -e ".[app]" && streamlit run streamlit_app.py``."""
 
 import os
 import time
 
 import streamlit as st
 
-st.set_page_config(page_title="Quantization Explorer", page_icon=":material/grid_on:",
+st.set_page_config(page_title="Quantization Explorer", page_icon="🔢",
                    layout="wide", initial_sidebar_state="expanded")
 
 from app import errors, frame, nav, state, warm  # noqa: E402 - after set_page_config
 
 _t0 = time.perf_counter()
-state.begin_run()
 page = nav.navigation()
+state.begin_run(page.url_path)
 frame.set_inside(True)
 try:
     warm.warm()
@@ -21,6 +21,7 @@ except Exception as exc:  # noqa: BLE001 - no traceback ever reaches the user
     errors.show(exc)
 finally:
     frame.set_inside(False)
+    state.show_url_notes()
     state.sync_url()
     if os.environ.get("QCORE_APP_TIMING"):
         print(f"[qcore.app] {page.title}: script ran {time.perf_counter() - _t0:.3f} s",

@@ -7,8 +7,7 @@ The few helpers qcore lacks are small pure functions written here.
 
 from __future__ import annotations
 
-import math
-import warnings
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -17,6 +16,10 @@ import streamlit as st
 
 import qcore
 from qcore import versions as qversions
+from qcore.codes import bit_string, code_bits, code_classes, special_inputs, zero_point_array
+from qcore.tiles import pool_max, sample_indices, tile_rmse
+
+from .text import fmt_value, short_num  # noqa: F401 - app/conformance imports fmt_value here
 
 #: Every opset qcore implements, oldest first.
 OPSETS: tuple[int, ...] = tuple(range(10, qcore.LATEST_OPSET + 1))
@@ -38,69 +41,6 @@ def cuda_ok() -> bool:
 def version_label(op: str, opset: int) -> str:
     """'QuantizeLinear-21' for the version in force at `opset`."""
     return qcore.resolve(op, opset).label
-
-
-def zero_point_array(value: float, target: str, shape: tuple[int, ...] = ()) -> np.ndarray:
-    """A zero point of the target's type (integers rounded and clipped into range)."""
-    fmt = qcore.get_format(target)
-    if fmt.is_integer:
-        v = int(np.clip(round(value), fmt.min, fmt.max))
-        return np.full(shape, v, dtype=np.int64).astype(fmt.dtype)
-    return np.full(shape, value, dtype=np.float32).astype(fmt.dtype)
-
-
-def scale_shape(x_shape: tuple[int, ...], granularity: str, axis: int,
-                block_size: int) -> tuple[int, ...]:
-    """The y_scale shape a granularity needs for x of `x_shape` (as ONNX lays it out)."""
-    if granularity == qcore.PER_TENSOR or not x_shape:
-        return ()
-    ax = axis % len(x_shape)
-    if granularity == qcore.PER_AXIS:
-        return (x_shape[ax],)
-    shape = list(x_shape)
-    shape[ax] = math.ceil(x_shape[ax] / max(1, block_size))
-    return tuple(shape)
-
-
-def code_bits(fmt: qcore.Format, codes: np.ndarray) -> np.ndarray:
-    """The stored bit pattern of each element as an unsigned integer (for display)."""
-    a = np.asarray(codes)
-    if fmt.is_integer:
-        return a.astype(np.int64) & ((1 << fmt.bits) - 1)
-    return a.view(fmt.storage_dtype).astype(np.int64) & ((1 << fmt.bits) - 1)
-
-
-def bit_string(pattern: int, fmt: qcore.Format) -> str:
-    """'0 1011 010': the bits of a code with its sign/exponent/mantissa fields separated."""
-    s = format(int(pattern), f"0{fmt.bits}b")
-    if fmt.is_integer or fmt.kind == "scale":
-        return s
-    return f"{s[0]} {s[1:1 + fmt.ebits]} {s[1 + fmt.ebits:]}".rstrip()
-
-
-def short_num(v: float, digits: int = 3) -> str:
-    """A compact number for metric cards: 0.0183, 1.12e-4, 3.2e+6."""
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "—"
-    if math.isinf(v):
-        return "∞" if v > 0 else "−∞"
-    if v != 0 and (abs(v) < 1e-3 or abs(v) >= 1e6):
-        mant, exp = f"{v:.{digits - 1}e}".split("e")
-        return f"{mant}e{int(exp)}"
-    return f"{v:.{digits}g}"
-
-
-def fmt_value(v: float) -> str:
-    """A float as text that keeps -0, NaN and Inf visible."""
-    if math.isnan(v):
-        return "NaN"
-    if math.isinf(v):
-        return "+Inf" if v > 0 else "−Inf"
-    if v == 0:
-        return "−0" if math.copysign(1.0, v) < 0 else "0"
-    if float(v).is_integer() and abs(v) < 1e7:
-        return f"{v:,.0f}".replace(",", "")
-    return f"{v:.6g}"
 
 
 # --------------------------------------------------------------------------- home
@@ -130,36 +70,7 @@ def home_example(scale: float, zero_point: float, target: str) -> pd.DataFrame:
     })
 
 
-def grid_levels(scale: float, zero_point: float, target: str, lo: float,
-                hi: float) -> np.ndarray:
-    """The values x̂ can take, (code − zp)·scale, inside [lo, hi] (at most ~600 of them)."""
-    fmt = qcore.get_format(target)
-    values = np.unique(fmt.all_values())
-    values = values[np.isfinite(values)]
-    levels = (values - zero_point) * scale
-    return levels[(levels >= lo) & (levels <= hi)][:600]
-
-
 # --------------------------------------------------------------------------- number formats
-
-
-def format_classes(fmt: qcore.Format) -> np.ndarray:
-    """For each code of a <= 16-bit format: zero, subnormal, normal, NaN, Inf or integer."""
-    values = fmt.all_values()
-    out = np.full(values.shape, "normal", dtype=object)
-    if fmt.is_integer:
-        out[:] = "integer"
-        out[values == 0] = "zero"
-        return out
-    patterns = np.arange(values.size)
-    exponent = (patterns >> fmt.mbits) & ((1 << fmt.ebits) - 1)
-    out[(exponent == 0) & (values != 0)] = "subnormal"
-    out[values == 0] = "zero"
-    out[np.isnan(values)] = "NaN"
-    out[np.isinf(values)] = "Inf"
-    if fmt.kind == "scale":
-        out[np.isfinite(values)] = "power of two"
-    return out
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
@@ -170,7 +81,7 @@ def format_codes(name: str) -> pd.DataFrame:
     patterns = code_bits(fmt, codes)
     order = np.argsort(patterns, kind="stable")
     patterns, values = patterns[order], fmt.all_values()[order]
-    classes = format_classes(fmt)[order]
+    classes = code_classes(fmt)[order]
     df = pd.DataFrame({
         "code": [f"0x{int(p):0{max(1, (fmt.bits + 3) // 4)}X}" for p in patterns],
         "bits": [bit_string(p, fmt) for p in patterns],
@@ -197,24 +108,6 @@ def format_spacing(name: str) -> pd.DataFrame:
     v = v[np.isfinite(v) & (v > 0)]
     gap = np.diff(v)
     return pd.DataFrame({"value": v[:-1], "gap": gap, "relative gap": gap / v[:-1]})
-
-
-def special_inputs(fmt: qcore.Format) -> list[tuple[str, float]]:
-    """Inputs that show a format's edge behaviour (with scale 1)."""
-    if fmt.is_integer:
-        return [("0", 0.0), ("−0", -0.0), ("0.5 (tie → even)", 0.5), ("1.5 (tie → even)", 1.5),
-                ("2.5 (tie → even)", 2.5), ("−2.5 (tie → even)", -2.5), ("max", fmt.max),
-                ("max + 1", fmt.max + 1), ("min − 1", fmt.min - 1), ("1e10", 1e10),
-                ("+Inf", math.inf), ("−Inf", -math.inf), ("NaN", math.nan)]
-    spacing = format_spacing(fmt.name)
-    top_gap = float(spacing["gap"].iloc[-1]) if len(spacing) else 0.0
-    tiny = fmt.min_positive
-    return [("0", 0.0), ("−0", -0.0), ("smallest subnormal", tiny),
-            ("half the smallest (tie → 0)", tiny / 2), ("0.75 × smallest", tiny * 0.75),
-            ("max", fmt.max), ("max + ½ step (tie)", fmt.max + top_gap / 2),
-            ("max + 1 step", fmt.max + top_gap), ("2 × max", 2 * fmt.max),
-            ("−2 × max", -2 * fmt.max), ("+Inf", math.inf), ("−Inf", -math.inf),
-            ("NaN", math.nan)]
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
@@ -312,7 +205,6 @@ def check_everywhere(op: str, config: dict[str, Any]) -> pd.DataFrame:
 
 HIST_BINS = 121
 TRANSFER_POINTS = 2000
-HEAT_CELLS = 96  # a heat map is at most HEAT_CELLS x HEAT_CELLS cells
 
 
 def _quantize(spec, cfg) -> tuple[np.ndarray, Any, np.ndarray, np.ndarray]:
@@ -348,71 +240,37 @@ def level_values(params, target: str, group: int = 0, limit: int = 4096) -> np.n
     return v[:limit]
 
 
-def tile_rmse(x: np.ndarray, x_hat: np.ndarray,
-              cells: int = HEAT_CELLS) -> tuple[np.ndarray, int, int]:
-    """RMSE of x̂ − x over a grid of at most cells × cells tiles of x viewed as 2-D (rows =
-    first axis); NaN/Inf pairs are left out. Returns (grid, rows per tile, columns per tile).
-    (A small pure helper qcore does not have.)"""
-    a = np.asarray(x, np.float32)
-    b = np.asarray(x_hat, np.float32)
-    a2 = a.reshape(a.shape[0], -1) if a.ndim > 1 else a.reshape(1, -1)
-    b2 = b.reshape(a2.shape)
-    rows, cols = a2.shape
-    tr, tc = max(1, -(-rows // cells)), max(1, -(-cols // cells))
-    nr, nc = -(-rows // tr), -(-cols // tc)
-    with np.errstate(all="ignore"):
-        e = (b2 - a2).astype(np.float32)
-        ok = np.isfinite(e)
-        e2 = np.where(ok, e * e, 0).astype(np.float64)
-    pad = ((0, nr * tr - rows), (0, nc * tc - cols))
-    sse = np.pad(e2, pad).reshape(nr, tr, nc, tc).sum(axis=(1, 3))
-    cnt = np.pad(ok, pad).reshape(nr, tr, nc, tc).sum(axis=(1, 3))
-    with np.errstate(all="ignore"):
-        return np.where(cnt > 0, np.sqrt(sse / np.maximum(cnt, 1)), np.nan), tr, tc
+@dataclass(frozen=True)
+class LabResult:
+    """Everything the Quantize Lab shows, reduced to plot-sized arrays."""
 
-
-def pool_max(grid: np.ndarray, cells: int = HEAT_CELLS) -> tuple[np.ndarray, int, int]:
-    """A 2-D grid reduced to at most cells × cells by taking the max of each tile; returns
-    (pooled grid, rows per tile, columns per tile)."""
-    g = np.asarray(grid, np.float64)
-    g = g.reshape(g.shape[0], -1) if g.ndim > 1 else g.reshape(1, -1)
-    rows, cols = g.shape
-    tr, tc = max(1, -(-rows // cells)), max(1, -(-cols // cells))
-    nr, nc = -(-rows // tr), -(-cols // tc)
-    padded = np.full((nr * tr, nc * tc), np.nan)
-    padded[:rows, :cols] = g
-    with np.errstate(all="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        return np.nanmax(padded.reshape(nr, tr, nc, tc), axis=(1, 3)), tr, tc
-
-
-def sample_indices(x: np.ndarray, x_hat: np.ndarray, k: int = 10) -> np.ndarray:
-    """Elements worth walking through: the extremes, the largest error, NaN/Inf, random ones."""
-    a = np.asarray(x, np.float32).reshape(-1)
-    b = np.asarray(x_hat, np.float32).reshape(-1)
-    picks: list[int] = []
-    finite = np.isfinite(a)
-    if finite.any():
-        fa = np.where(finite, a, 0)
-        picks += [int(np.argmin(np.where(finite, a, np.inf))),
-                  int(np.argmax(np.where(finite, a, -np.inf))),
-                  int(np.argmin(np.abs(np.where(finite, fa, np.inf))))]
-        with np.errstate(all="ignore"):
-            err = np.where(finite & np.isfinite(b), np.abs(b - a), -1)
-        picks.append(int(np.argmax(err)))
-    bad = np.flatnonzero(~finite)
-    picks += [int(i) for i in bad[:2]]
-    rng = np.random.default_rng(0)
-    picks += [int(i) for i in rng.choice(a.size, size=min(a.size, k), replace=False)]
-    out: list[int] = []
-    for i in picks:
-        if i not in out:
-            out.append(i)
-    return np.array(out[:k], np.int64)
+    metrics: dict[str, Any]  # qcore.metrics.error_metrics
+    shape: tuple[int, ...]
+    x_dtype: str
+    y_dtype: str
+    out_dtype: str
+    hist: tuple[np.ndarray, np.ndarray]  # counts, edges of x
+    err_hist: tuple[np.ndarray, np.ndarray]  # counts, edges of x̂ − x
+    transfer: tuple[np.ndarray, np.ndarray]  # downsampled (x, x̂)
+    heat: np.ndarray
+    heat_kind: str  # tiles, channels or blocks
+    heat_tiles: tuple[int, int]
+    walk: pd.DataFrame
+    levels: np.ndarray
+    n_scales: int
+    scale_shape: tuple[int, ...]
+    scale_type: str
+    scale_min: float
+    scale_max: float
+    zp_min: float | None
+    zp_max: float | None
+    clip_ratio: float
+    version: str
+    dq_version: str
 
 
 @st.cache_data(max_entries=12, show_spinner="Quantizing…")
-def lab(spec, cfg) -> dict[str, Any]:
+def lab(spec, cfg) -> LabResult:
     """Everything the Quantize Lab shows, reduced to plot-sized arrays."""
     from qcore import metrics
 
@@ -448,60 +306,70 @@ def lab(spec, cfg) -> dict[str, Any]:
     zp = params.zero_point
     z64 = None if zp is None else np.asarray(zp).astype(np.float64).reshape(-1)
     lo_level = level_values(params, cfg.target, int(np.argmax(s64)) if s64.size else 0)
-    return {
-        "metrics": m,
-        "shape": tuple(x.shape),
-        "x_dtype": str(x.dtype),
-        "y_dtype": qcore.get_format(y.dtype).name,
-        "out_dtype": qcore.get_format(x_hat.dtype).name,
-        "hist": (counts, edges),
-        "err_hist": (e_counts, e_edges),
-        "transfer": (tx, ty),
-        "heat": heat,
-        "heat_kind": heat_kind,
-        "heat_tiles": tiles,
-        "walk": walk,
-        "levels": lo_level,
-        "n_scales": int(scale.size),
-        "scale_shape": tuple(scale.shape),
-        "scale_type": qcore.get_format(scale.dtype).name,
-        "scale_min": float(s64.min()),
-        "scale_max": float(s64.max()),
-        "zp_min": None if z64 is None else float(z64.min()),
-        "zp_max": None if z64 is None else float(z64.max()),
-        "clip_ratio": float(params.clip_ratio),
-        "version": qcore.resolve(qcore.QUANTIZE, cfg.opset).label,
-        "dq_version": qcore.resolve(qcore.DEQUANTIZE, cfg.opset).label,
-    }
+    return LabResult(
+        metrics=m,
+        shape=tuple(x.shape),
+        x_dtype=str(x.dtype),
+        y_dtype=qcore.get_format(y.dtype).name,
+        out_dtype=qcore.get_format(x_hat.dtype).name,
+        hist=(counts, edges),
+        err_hist=(e_counts, e_edges),
+        transfer=(tx, ty),
+        heat=heat,
+        heat_kind=heat_kind,
+        heat_tiles=tiles,
+        walk=walk,
+        levels=lo_level,
+        n_scales=int(scale.size),
+        scale_shape=tuple(scale.shape),
+        scale_type=qcore.get_format(scale.dtype).name,
+        scale_min=float(s64.min()),
+        scale_max=float(s64.max()),
+        zp_min=None if z64 is None else float(z64.min()),
+        zp_max=None if z64 is None else float(z64.max()),
+        clip_ratio=float(params.clip_ratio),
+        version=qcore.resolve(qcore.QUANTIZE, cfg.opset).label,
+        dq_version=qcore.resolve(qcore.DEQUANTIZE, cfg.opset).label,
+    )
 
 
-def report_csv(spec, cfg, result: dict[str, Any]) -> bytes:
+def report_csv(spec, cfg, result: LabResult) -> bytes:
     """Settings and metrics as a two-column CSV."""
-    rows = [("tensor", spec.label), ("shape", "×".join(map(str, result["shape"]))),
-            ("x type", result["x_dtype"]), ("operator", result["version"]),
-            ("dequantize operator", result["dq_version"])]
+    rows = [("tensor", spec.label), ("shape", "×".join(map(str, result.shape))),
+            ("x type", result.x_dtype), ("operator", result.version),
+            ("dequantize operator", result.dq_version)]
     rows += [(k, v) for k, v in vars(cfg).items()]
-    rows += [("scale shape", result["scale_shape"]), ("scale type", result["scale_type"]),
-             ("scale min", result["scale_min"]), ("scale max", result["scale_max"]),
-             ("zero point min", result["zp_min"]), ("zero point max", result["zp_max"])]
-    rows += list(result["metrics"].items())
+    rows += [("scale shape", result.scale_shape), ("scale type", result.scale_type),
+             ("scale min", result.scale_min), ("scale max", result.scale_max),
+             ("zero point min", result.zp_min), ("zero point max", result.zp_max)]
+    rows += list(result.metrics.items())
     df = pd.DataFrame(rows, columns=["quantity", "value"])
     text = df.to_csv(index=False)
-    text += "\n" + result["walk"].to_csv(index=False)
+    text += "\n" + result.walk.to_csv(index=False)
     return text.encode()
 
 
 def npy_bytes(y: np.ndarray) -> bytes:
-    """y as a .npy file: NumPy integer types as they are, ml_dtypes types as their stored codes
-    (uint8, one element per byte) since .npy cannot name them without pickle."""
+    """y as a .npy file: integer types by value in the smallest NumPy integer type (int4 →
+    int8), float formats as their stored codes (uint8) since .npy cannot name them."""
     import io as _io
 
-    fmt = qcore.get_format(y.dtype)
-    arr = y if fmt.dtype in (np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int16),
-                             np.dtype(np.uint16)) else y.view(fmt.storage_dtype)
+    from qcore import export
+
     buf = _io.BytesIO()
-    np.save(buf, np.ascontiguousarray(arr), allow_pickle=False)
+    np.save(buf, np.ascontiguousarray(export.as_numpy(y)), allow_pickle=False)
     return buf.getvalue()
+
+
+def npz_bytes(spec, cfg) -> bytes:
+    """y, the scale, the zero point and the attributes in one .npz (qcore.export)."""
+    from qcore import export
+
+    x, params, y, _ = _quantize(spec, cfg)
+    return export.npz_bytes(
+        y, params.scale, params.zero_point, **params.kwargs, saturate=int(cfg.saturate), opset=cfg.opset,
+        operator=qcore.resolve(qcore.QUANTIZE, cfg.opset).label,
+        precision=cfg.precision or None)
 
 
 def packed_bytes(y: np.ndarray) -> bytes:
@@ -542,9 +410,27 @@ def compare(spec, targets: tuple[str, ...], cfg) -> pd.DataFrame:
     from . import tensors
 
     x = tensors.load(spec)
-    return analysis.compare_formats(x, list(targets), granularity=cfg.granularity,
-                                    axis=cfg.axis, block_size=cfg.block_size, method=cfg.method,
-                                    opset=cfg.opset, saturate=cfg.saturate, **_calibration(cfg))
+    df = analysis.compare_formats(x, list(targets), granularity=cfg.granularity,
+                                  axis=cfg.axis, block_size=cfg.block_size, method=cfg.method,
+                                  opset=cfg.opset, saturate=cfg.saturate, **_calibration(cfg))
+    df["pareto"] = pareto(df)
+    return df
+
+
+#: The one definition of the Pareto front the page states and the chart draws.
+PARETO_RULE = ("A format is on the Pareto front when no other format costs at most as many "
+               "bits per element (to 0.1 bit: a zero point's storage does not make a format "
+               "cheaper) and has a higher SQNR.")
+PARETO_BITS_RESOLUTION = 1  # decimals of bits per element that count as a cost difference
+
+
+def pareto(df: pd.DataFrame) -> np.ndarray:
+    """The front under :data:`PARETO_RULE` (formats that failed are never on it)."""
+    from qcore import analysis
+
+    cost = df["bits_per_element"].astype(float).round(PARETO_BITS_RESOLUTION)
+    quality = df["sqnr_db"].astype(float).where(df["error"] == "", np.nan)
+    return analysis.pareto_front(cost, quality)
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
@@ -657,8 +543,27 @@ def chain(spec, steps: tuple[str, ...], cfg) -> pd.DataFrame:
 # --------------------------------------------------------------------------- dynamic
 
 
+@dataclass(frozen=True)
+class DynamicResult:
+    """DynamicQuantizeLinear step by step: range, scale, zero point, result."""
+
+    min: float  # smallest finite x
+    max: float
+    n: int
+    scale: float
+    zero_point: int
+    wmin: float  # the range widened to include 0
+    wmax: float
+    metrics: dict[str, Any]
+    codes: np.ndarray  # count of each code 0..255
+    hist: tuple[np.ndarray, np.ndarray]
+    err_hist: tuple[np.ndarray, np.ndarray]
+    levels: np.ndarray
+    x_dtype: str
+
+
 @st.cache_data(max_entries=8, show_spinner="Running DynamicQuantizeLinear…")
-def dynamic(spec) -> dict[str, Any]:
+def dynamic(spec) -> DynamicResult:
     """DynamicQuantizeLinear-11 on the spec's tensor, step by step."""
     from qcore import calibration, metrics
 
@@ -677,7 +582,7 @@ def dynamic(spec) -> dict[str, Any]:
         err = x_hat.astype(np.float32) - xf
     e_counts, e_edges = metrics.histogram(err, bins=HIST_BINS)
     levels = qcore.dequantize_linear(np.arange(256, dtype=np.uint8), scale, zp).astype(np.float64)
-    return {"min": lo, "max": hi, "n": int(x.size), "scale": float(scale), "zero_point": int(zp),
-            "wmin": min(0.0, lo), "wmax": max(0.0, hi), "metrics": m, "codes": codes,
-            "hist": (counts, edges), "err_hist": (e_counts, e_edges), "levels": levels,
-            "x_dtype": str(x.dtype)}
+    return DynamicResult(min=lo, max=hi, n=int(x.size), scale=float(scale),
+                         zero_point=int(zp), wmin=min(0.0, lo), wmax=max(0.0, hi), metrics=m,
+                         codes=codes, hist=(counts, edges), err_hist=(e_counts, e_edges),
+                         levels=levels, x_dtype=str(x.dtype))

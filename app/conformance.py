@@ -8,7 +8,6 @@ constant folder, computes the result.
 
 from __future__ import annotations
 
-import math
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
@@ -432,10 +431,3 @@ NOTES: dict[str, str] = {
     "f16_inf": "±Inf must saturate to the type's range. On its float16 path onnxruntime "
                "follows the zero point's sign instead; the onnx reference wraps.",
 }
-
-
-def is_finite_number(text: str) -> bool:
-    try:
-        return math.isfinite(float(text))
-    except ValueError:
-        return False

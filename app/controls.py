@@ -12,7 +12,7 @@ import streamlit as st
 import qcore
 from qcore import calibration
 
-from . import compute, widgets
+from . import compute, state, widgets
 
 METHOD_LABELS = {"minmax": "min–max (asymmetric)", "absmax": "abs-max (symmetric)",
                  "percentile": "percentile clipping", "mse": "MSE-optimal search",
@@ -83,12 +83,41 @@ def granularity_panel(shape: tuple[int, ...], where=None, *, prefix: str = "",
                           help="The dimension that gets its own scales (per-axis) or is cut "
                                "into blocks (blocked).")
     dim = int(shape[axis]) if shape else 1
+    want = _wanted_block(prefix + "block", dim)
     block = widgets.number("Block size", prefix + "block", 32, min_value=1,
                            max_value=max(dim, 1), where=c3, disabled=gran != qcore.BLOCKED,
                            help=f"Consecutive elements along axis {axis} that share a scale "
                                 f"(1…{dim}); the last block is short when {dim} is not a "
                                 f"multiple.")
+    want = want or int(block)
+    _remember_block(prefix + "block", want, int(block))
+    if want > block and gran == qcore.BLOCKED:
+        where.caption(f"Block size {want} is longer than axis {axis} ({dim} elements): using "
+                      f"{block}. {want} comes back on a tensor whose axis is long enough.")
     return gran, int(axis), int(block)
+
+
+def _wanted_block(key: str, dim: int) -> int:
+    """The block size the user asked for (kept when a short axis forces a smaller one; 0 when
+    the widget has not been drawn yet), and the value to show now: set before the widget is
+    drawn."""
+    wished = st.session_state.get("_qx_want_" + key)
+    shown = st.session_state.get("_qx_shown_" + key)
+    current = st.session_state.get(key) if state.on_screen_before(key) else \
+        state.value(key, None)
+    if current is None:  # first drawing: the URL or the default decides, nothing is wished yet
+        return 0
+    if wished is None or current != shown:  # the user (or a link) changed it: the new wish
+        wished = int(current)
+    use = min(int(wished), max(dim, 1))
+    if use != current:
+        state.set_values(**{key: use})
+    return int(wished)
+
+
+def _remember_block(key: str, wished: int, used: int) -> None:
+    st.session_state["_qx_want_" + key] = max(wished, used)
+    st.session_state["_qx_shown_" + key] = used
 
 
 def granularity_caption(shape: tuple[int, ...], gran: str, axis: int, block: int) -> str:

@@ -15,6 +15,8 @@ import streamlit as st
 
 import qcore
 
+from . import frame
+
 T = TypeVar("T")
 _log = logging.getLogger("qcore.app")
 
@@ -48,5 +50,5 @@ def require(fn: Callable[..., T], *args: Any, what: str = "", **kwargs: Any) -> 
         return fn(*args, **kwargs)
     except Exception as exc:  # noqa: BLE001
         show(exc, what=what)
-        st.stop()
-        raise  # unreachable: st.stop() raises
+        frame.stop_page()
+        raise  # unreachable: stop_page() raises

@@ -65,8 +65,8 @@ LAB_EXACT = """
 COMPARE_INTRO = """
 The same tensor quantized to several formats at the same granularity. **SQNR** (signal to
 quantization-noise ratio, in dB) says how far the error is below the signal: every extra bit is
-worth about 6 dB for integers. A format on the **Pareto front** is not beaten by any other
-format that costs the same or fewer bits per element. Integers spread their codes evenly; float
+worth about 6 dB for integers. A format is on the **Pareto front** when no other format
+costs at most as many bits per element (to 0.1 bit) and has a higher SQNR. Integers spread their codes evenly; float
 formats put more codes near zero and fewer far away, which suits bell-shaped and heavy-tailed
 tensors.
 """

@@ -11,23 +11,24 @@ than showing "Page not found" to the first visitor of a shared link.)
 from __future__ import annotations
 
 import runpy
+import threading
 
 import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
-_IN_FRAME = "_qx_in_frame"
+# A plain thread-local flag, not session state: a run ended by st.stop() does not keep the
+# session-state writes of its `finally` blocks, which left the flag set for the next run (so
+# that run skipped the entry point: no navigation, no URL sync).
+_FLAG = threading.local()
 
 
 def inside() -> bool:
-    """True while streamlit_app.py is running a page."""
-    return bool(st.session_state.get(_IN_FRAME))
+    """True while streamlit_app.py is running a page (in this script thread)."""
+    return bool(getattr(_FLAG, "inside", False))
 
 
 def set_inside(value: bool) -> None:
-    if value:
-        st.session_state[_IN_FRAME] = True
-    else:
-        st.session_state.pop(_IN_FRAME, None)
+    _FLAG.inside = bool(value)
 
 
 def enter() -> None:
@@ -37,4 +38,14 @@ def enter() -> None:
     ctx = get_script_run_ctx()
     main = ctx.pages_manager.main_script_path if ctx is not None else "streamlit_app.py"
     runpy.run_path(str(main), run_name="__main__")
+    st.stop()
+
+
+def stop_page() -> None:
+    """End this page's run early (like ``st.stop()``) with the URL and the notes up to date:
+    after a stop, writes made in the entry point's ``finally`` are not kept."""
+    from . import state
+
+    state.show_url_notes()
+    state.sync_url()
     st.stop()

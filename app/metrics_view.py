@@ -11,7 +11,7 @@ import streamlit as st
 
 import qcore
 
-from . import charts, compute
+from . import charts, compute, text
 
 #: (key of qcore.metrics.error_metrics, label, help) in display order.
 METRICS: tuple[tuple[str, str, str], ...] = (
@@ -36,57 +36,93 @@ def fmt_metric(key: str, value: Any) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "—"
     if key == "sqnr_db":
-        return "∞ dB" if value == math.inf else f"{value:.2f} dB"
+        return text.db(value)
     if key == "clipped_fraction":
-        return f"{100 * value:.3g} %"
+        return text.percent(value)
     if key in ("nan_out", "inf_out", "nan_in", "inf_in", "n"):
         return f"{int(value):,}"
     if key == "bits_per_element":
         return f"{value:.3f}"
     if key == "mean_rel_error":
-        return f"{100 * value:.3g} %"
-    return compute.short_num(value)
+        return text.percent(value)
+    return text.short_num(value)
+
+
+#: Metrics computed over the elements whose x and x̂ are both finite.
+ERROR_KEYS = ("sqnr_db", "rmse", "mse", "max_abs_error", "mean_abs_error", "mean_rel_error")
+
+
+def coverage(m: dict[str, Any]) -> str:
+    """'' when the error metrics cover every element, else which share they cover."""
+    n, ncmp = int(m.get("n", 0)), int(m.get("n_compared", m.get("n", 0)))
+    if n == 0 or ncmp == n:
+        return ""
+    if ncmp == 0:
+        return "no element has a finite x and x̂"
+    return f"over the {text.percent(ncmp / n)} with finite x and x̂"
 
 
 def metric_grid(m: dict[str, Any], *, per_row: int = 5) -> None:
-    """The error metrics as a grid of st.metric cards."""
+    """The error metrics as a grid of st.metric cards. When NaN/Inf in x or x̂ leave elements
+    out, the error cards say over which share they were computed."""
+    part = coverage(m)
     for start in range(0, len(METRICS), per_row):
         cols = st.columns(per_row)
         for col, (key, label, help_) in zip(cols, METRICS[start:start + per_row]):
-            col.metric(label, fmt_metric(key, m.get(key)), help=help_, border=True)
+            value = fmt_metric(key, m.get(key))
+            if key == "sqnr_db" and value == "∞ dB":
+                help_ += " ∞: x̂ equals x everywhere (no error at all)."
+            if part and key in ERROR_KEYS:
+                col.metric(label, value, part, delta_color="off", delta_arrow="off",
+                           help=help_ + f" Computed {part}: elements whose x or x̂ is NaN "
+                                        "or ±Inf have no finite error.", border=True)
+            else:
+                col.metric(label, value, help=help_, border=True)
 
 
 def warn_non_finite(m: dict[str, Any]) -> None:
-    """Report NaN/Inf in the input (they are quantized, not crashed on)."""
+    """Report NaN/Inf in the input (they are quantized, not crashed on) and NaN/Inf produced
+    by the quantization (float8 overflow with saturate off), with the share the error
+    statistics still cover."""
     if m.get("nan_in") or m.get("inf_in"):
         st.warning(f"x contains {m['nan_in']:,} NaN and {m['inf_in']:,} ±Inf value(s). They "
                    "are quantized as qcore decides (NaN → the type's minimum for integers, "
                    "±Inf saturate) and left out of the error statistics.",
                    icon=":material/warning:")
+    made = int(m.get("nan_out", 0)) + int(m.get("inf_out", 0)) - int(m.get("nan_in", 0)) \
+        - int(m.get("inf_in", 0))
+    if made > 0:
+        n = max(int(m.get("n", 1)), 1)
+        st.warning(f"{made:,} element(s) ({text.percent(made / n)}) became NaN or ±Inf in "
+                   "x̂: they overflowed the format's range and saturate is off, so "
+                   "QuantizeLinear gave NaN/Inf instead of ±max. SQNR, RMSE and the other "
+                   f"error figures are computed {coverage(m) or 'over the rest'}; they say "
+                   "nothing about the elements that were lost. Turn saturate on, or choose a "
+                   "larger scale.", icon=":material/warning:")
 
 
-def params_line(res: dict[str, Any]) -> None:
+def params_line(res: compute.LabResult) -> None:
     """One line about the chosen scale / zero point and the operator versions."""
-    n = res["n_scales"]
-    shape = "×".join(map(str, res["scale_shape"])) or "scalar"
+    n = res.n_scales
+    shape = "×".join(map(str, res.scale_shape)) or "scalar"
     if n == 1:
-        s = f"scale **{res['scale_min']:.6g}**"
+        s = f"scale **{res.scale_min:.6g}**"
     else:
-        s = f"{n:,} scales ({shape}) from **{res['scale_min']:.4g}** to **{res['scale_max']:.4g}**"
-    if res["zp_min"] is None:
+        s = f"{n:,} scales ({shape}) from **{res.scale_min:.4g}** to **{res.scale_max:.4g}**"
+    if res.zp_min is None:
         z = "no zero point"
-    elif res["zp_min"] == res["zp_max"]:
-        z = f"zero point **{compute.fmt_value(res['zp_min'])}**"
+    elif res.zp_min == res.zp_max:
+        z = f"zero point **{text.fmt_value(res.zp_min)}**"
     else:
-        z = f"zero points {compute.fmt_value(res['zp_min'])}…{compute.fmt_value(res['zp_max'])}"
-    st.caption(f"{s} ({res['scale_type']}) · {z} · y is **{res['y_dtype']}** · "
-               f"x̂ is {res['out_dtype']} · ran **{res['version']}** and **{res['dq_version']}**")
+        z = f"zero points {text.fmt_value(res.zp_min)}…{text.fmt_value(res.zp_max)}"
+    st.caption(f"{s} ({res.scale_type}) · {z} · y is **{res.y_dtype}** · "
+               f"x̂ is {res.out_dtype} · ran **{res.version}** and **{res.dq_version}**")
 
 
-def error_map(res: dict[str, Any]) -> None:
+def error_map(res: compute.LabResult) -> None:
     """The error heat map: tiles (per-tensor), channels (per-axis) or blocks (blocked)."""
-    heat, kind = res["heat"], res["heat_kind"]
-    tr, tc = res["heat_tiles"]
+    heat, kind = res.heat, res.heat_kind
+    tr, tc = res.heat_tiles
     if kind == "channels":
         charts.show(charts.channel_bars(heat, title="RMSE per channel", x_title="channel",
                                         y_title="RMSE"))
@@ -103,33 +139,48 @@ def error_map(res: dict[str, Any]) -> None:
     charts.show(fig)
 
 
+#: The step table's numeric columns, shown as text so NaN, ±Inf and −0 read as such.
+WALK_VALUES = ("x", "scale", "x/scale", "rounded", "+zero point", "saturated", "x̂", "error")
 WALK_COLUMNS = {
     "index": None,
     "position": st.column_config.TextColumn("position"),
-    "x": st.column_config.NumberColumn("x", format="%.6g"),
-    "scale": st.column_config.NumberColumn("scale", format="%.6g"),
-    "x/scale": st.column_config.NumberColumn("x / scale", format="%.6g"),
-    "rounded": st.column_config.NumberColumn("rounded", format="%.6g"),
-    "+zero point": st.column_config.NumberColumn("+ zero point", format="%.6g"),
-    "saturated": st.column_config.NumberColumn("saturated = y", format="%.6g"),
+    "x": st.column_config.TextColumn("x"),
+    "scale": st.column_config.TextColumn("scale"),
+    "x/scale": st.column_config.TextColumn("x / scale"),
+    "rounded": st.column_config.TextColumn("rounded"),
+    "+zero point": st.column_config.TextColumn("+ zero point"),
+    "saturated": st.column_config.TextColumn("saturated = y"),
     "stored bits": st.column_config.TextColumn("stored bits"),
-    "x̂": st.column_config.NumberColumn("x̂", format="%.6g"),
-    "error": st.column_config.NumberColumn("x̂ − x", format="%.3g"),
+    "x̂": st.column_config.TextColumn("x̂"),
+    "error": st.column_config.TextColumn("x̂ − x"),
 }
 
 
-def downloads(spec, cfg, res: dict[str, Any]) -> None:
+def walk_table(walk) -> Any:
+    """The step-by-step table as shown (values as text: NaN stays 'NaN', not 'None')."""
+    return text.values_table(walk, WALK_VALUES)
+
+
+def downloads(spec, cfg, res: compute.LabResult) -> None:
     """Download buttons: y (.npy), packed bytes for sub-byte types, the report (.csv)."""
     name = f"{spec.label.split()[0]}_{cfg.target}".replace("/", "_").replace(" ", "_")
     fmt = qcore.get_format(cfg.target)
-    cols = st.columns(3 if fmt.is_subbyte else 2)
+    cols = st.columns(4 if fmt.is_subbyte else 3)
     cols[0].download_button(
         "Quantized tensor (.npy)", lambda: compute.npy_bytes(compute.quantized_codes(spec, cfg)),
         file_name=f"{name}.npy", mime="application/octet-stream", icon=":material/download:",
-        help="NumPy integer types as they are; the other types as their stored codes (uint8)."
+        help="Integer types by value in the smallest NumPy integer type (int4 → int8, "
+             "−8…7); float8/6/4 as their stored codes (uint8)."
     )
+    cols[1].download_button(
+        "y + scale + zero point (.npz)", lambda: compute.npz_bytes(spec, cfg),
+        file_name=f"{name}_quantized.npz", mime="application/octet-stream",
+        icon=":material/download:",
+        help="y, y_type, scale, scale_type, zero_point, zero_point_type and the attributes "
+             "(axis, block_size, saturate, opset, operator): everything needed to dequantize "
+             "or to write the node's initializers.")
     if fmt.is_subbyte:
-        cols[1].download_button(
+        cols[2].download_button(
             "Packed bytes (ONNX layout)",
             lambda: compute.packed_bytes(compute.quantized_codes(spec, cfg)),
             file_name=f"{name}.bin", mime="application/octet-stream",

@@ -9,9 +9,12 @@ Every setting widget is created through :mod:`app.widgets`, which calls :func:`s
 - the setting is recorded as used by this run, and :func:`sync_url` (called by
   ``streamlit_app.py`` after the page) writes exactly the used settings into the URL.
 
-Values are also kept in a plain session-state dict (the *store*), because Streamlit drops a
-widget's state when a page without it runs; from the store a widget gets its value back, so
-the tensor chosen on one page is the tensor of the next.
+Values are also kept in a plain session-state dict (the *store*). Streamlit keys a widget by
+its page, and forgets (or, after ``st.stop()``, keeps only on the server) the state of a widget
+that a run did not draw; the browser then shows the widget's *default* while the server still
+holds the old value. So a widget that was not on screen in the previous run of the same page
+gets its value from the store, written into session state before it is drawn: the browser is
+sent that value, and the tensor and settings chosen on one page are those of the next.
 """
 
 from __future__ import annotations
@@ -24,11 +27,22 @@ import streamlit as st
 _USED = "_qx_used"  # settings drawn in this run, in order
 _NOTES = "_qx_url_notes"  # URL values that could not be used
 _STORE = "_qx_store"  # the last value of every setting, across pages
+_PAGE = "_qx_page"  # the page of this run
+_PREV = "_qx_prev"  # (page, settings drawn) of the previous run
 
 
-def begin_run() -> None:
-    """Forget the settings of the previous run (call once at the top of the app)."""
+def begin_run(page: str = "") -> None:
+    """Start a run of `page` (call once, before the page draws any setting)."""
+    st.session_state[_PREV] = (st.session_state.get(_PAGE), st.session_state.get(_USED, {}))
+    st.session_state[_PAGE] = page
     st.session_state[_USED] = {}
+
+
+def on_screen_before(name: str) -> bool:
+    """Whether the previous run drew setting `name` on this same page (then the browser holds
+    its current value; otherwise the store does)."""
+    page, used = st.session_state.get(_PREV, (None, {}))
+    return page == st.session_state.get(_PAGE) and name in used
 
 
 def _parse(raw: str, default: Any) -> Any:
@@ -67,7 +81,7 @@ def setting(name: str, default: Any, fix: Callable[[Any], Any] | None = None) ->
     the setting to `default`).
     """
     store = st.session_state.setdefault(_STORE, {})
-    if name not in st.session_state and name in store:
+    if name in store and (name not in st.session_state or not on_screen_before(name)):
         st.session_state[name] = store[name]
     if name not in st.session_state:
         value = default
@@ -76,9 +90,14 @@ def setting(name: str, default: Any, fix: Callable[[Any], Any] | None = None) ->
             try:
                 value = _parse(raw, default)
                 if fix is not None:
-                    fix(value)
+                    fixed = fix(value)
+                    if encode(fixed) != encode(value):
+                        st.session_state.setdefault(_NOTES, []).append(
+                            f"{name}={raw!r} → {encode(fixed)!r}")
+                        value = fixed
             except (TypeError, ValueError):
-                st.session_state.setdefault(_NOTES, []).append(f"{name}={raw!r}")
+                st.session_state.setdefault(_NOTES, []).append(
+                    f"{name}={raw!r} → {encode(default)!r}")
                 value = default
         st.session_state[name] = value
     if fix is not None:
@@ -91,6 +110,11 @@ def setting(name: str, default: Any, fix: Callable[[Any], Any] | None = None) ->
             st.session_state[name] = fixed
     st.session_state.setdefault(_USED, {})[name] = None
     return name
+
+
+def mark_drawn(name: str) -> None:
+    """Record that a widget outside the settings (no URL) was drawn in this run."""
+    st.session_state.setdefault(_USED, {})[name] = None
 
 
 def remember(name: str, value: Any) -> Any:
@@ -114,6 +138,15 @@ def set_values(**values: Any) -> None:
 def url_notes() -> list[str]:
     """URL values that were ignored because they were invalid (and forget them)."""
     return st.session_state.pop(_NOTES, [])
+
+
+def show_url_notes(where: Any = None) -> None:
+    """Say which URL values were ignored (invalid), once, in the sidebar."""
+    notes = url_notes()
+    if notes:
+        (where if where is not None else st.sidebar).warning(
+            "Not valid here, so replaced (link value → value used): " + ", ".join(notes),
+            icon="⚠️")
 
 
 def current_url_params() -> dict[str, str]:

@@ -18,7 +18,7 @@ import streamlit as st
 import qcore
 from qcore import datasets, io, synthetic
 
-from . import errors, widgets
+from . import errors, frame, state, widgets
 
 MAX_ELEMENTS = 16 * 2**20  # 16 Mi elements (4096 x 4096)
 SOURCES = ("synthetic", "dataset", "upload")
@@ -29,6 +29,7 @@ DIST_LABELS = {"normal": "normal", "laplace": "Laplace", "uniform": "uniform",
                "student_t": "Student-t", "lognormal": "log-normal", "bimodal": "bimodal",
                "outliers": "normal + outliers", "sparse": "sparse"}
 UPLOAD_TYPES = ["npy", "npz", "safetensors", "onnx", "csv"]
+_LAST_UPLOAD = "_qx_last_upload"  # (key, label) of the upload in use, kept across pages
 
 
 @dataclass(frozen=True)
@@ -108,14 +109,35 @@ def _upload_file(digest: str, filename: str, _data: bytes) -> io.TensorFile:
     return io.TensorFile(_data, filename=filename, max_elements=MAX_ELEMENTS)
 
 
+def _kept_upload() -> tuple[str, str] | None:
+    """The upload chosen earlier in this session, while the server still holds it."""
+    kept = st.session_state.get(_LAST_UPLOAD)
+    return kept if kept and kept[0] in _uploads() else None
+
+
 def _upload(where) -> str:
-    """Upload widget; returns the key of the chosen uploaded tensor ('' when none)."""
+    """Upload widget; returns the key of the chosen uploaded tensor ('' when none).
+
+    Streamlit's uploader belongs to one page: on another page it starts empty. The tensor
+    chosen last is kept (the session remembers its key), so every page goes on using it until
+    another file is uploaded or the file is removed from the uploader it was uploaded with."""
     f = where.file_uploader("Tensor file", type=UPLOAD_TYPES, key="upload_file",
                             help=".npy / .npz / .safetensors / .onnx (an initializer) / .csv; "
                                  "never unpickled; at most 256 MiB and 16 Mi elements.")
+    removed = f is None and state.on_screen_before("upload_file") \
+        and st.session_state.get("_qx_upload_shown")
+    state.mark_drawn("upload_file")
+    st.session_state["_qx_upload_shown"] = f is not None
     if f is None:
-        where.info("Upload a .npy, .npz, .safetensors, .onnx or .csv file.", icon=":material/upload:")
-        return ""
+        kept = None if removed else _kept_upload()
+        if kept is None:
+            st.session_state.pop(_LAST_UPLOAD, None)
+            where.info("Upload a .npy, .npz, .safetensors, .onnx or .csv file.",
+                       icon=":material/upload:")
+            return ""
+        where.caption(f"Using **{kept[1]}**, uploaded earlier in this session. Upload another "
+                      "file to replace it.")
+        return kept[0]
     data = f.getvalue()
     digest = hashlib.sha1(data).hexdigest()[:16]
     try:
@@ -144,12 +166,29 @@ def _upload(where) -> str:
             where.error(f"{name} has {a.size:,} elements; the app handles at most "
                         f"{MAX_ELEMENTS:,} (16 Mi). Slice it before uploading.")
             return ""
-        if a.dtype.kind not in "f" and a.dtype != ml_dtypes.bfloat16:
-            where.caption(f"{name} is {a.dtype}; it is converted to the input type.")
         if len(store) >= 4:
             store.pop(next(iter(store)))
         store[key] = _readonly(np.asarray(a))
+    label = f.name if len(names) == 1 else f"{f.name} → {name}"
+    st.session_state[_LAST_UPLOAD] = (key, label)
     return key
+
+
+def conversion_note(spec: TensorSpec, x: np.ndarray) -> str:
+    """What happened to an uploaded tensor's type on the way to x ('' when nothing)."""
+    if spec.source != "upload":
+        return ""
+    raw = _uploads().get(spec.upload)
+    if raw is None or raw.dtype == x.dtype:
+        return ""
+    target = X_TYPE_LABELS.get(spec.x_type, spec.x_type)
+    if raw.dtype.kind == "f" or raw.dtype == ml_dtypes.bfloat16:
+        how = f"each value rounded to the nearest {target}"
+    elif raw.dtype.kind in "iub":
+        how = f"integers converted to {target}; exact up to the type's integer precision"
+    else:
+        how = f"converted to {target}"
+    return f"The upload is **{raw.dtype}**; it is used as {target} ({how})."
 
 
 def _dataset_label(name: str) -> str:
@@ -164,6 +203,15 @@ def _dataset_infos() -> dict[str, dict]:
         return {e["name"]: e for e in datasets.list()}
     except qcore.QuantizationError:
         return {}
+
+
+def _datasets_problem() -> str:
+    """Why no shipped tensor can be listed (qcore's message, which names where it looked)."""
+    try:
+        datasets.list()
+    except qcore.QuantizationError as exc:
+        return str(exc)
+    return "the manifest lists none."
 
 
 def picker(where=None) -> TensorSpec | None:
@@ -194,7 +242,7 @@ def picker(where=None) -> TensorSpec | None:
     if source == "dataset":
         names = list(_dataset_infos())
         if not names:
-            where.error("No dataset tensors found (datasets/manifest.json is missing).")
+            where.error("No dataset tensors found: " + _datasets_problem())
             return None
         name = widgets.select("Tensor", names, "ds", names[0], where=where,
                               format_func=_dataset_label)
@@ -214,11 +262,12 @@ def page_tensor(show_type: bool = False) -> tuple[TensorSpec, np.ndarray]:
     """The sidebar's tensor for a page: pick it, load it (errors shown), caption it."""
     spec = picker()
     if spec is None:
-        st.stop()
+        frame.stop_page()
     x = errors.require(load, spec, what="Loading the tensor")
     caption = (f"Tensor **{spec.label}** · shape {' × '.join(map(str, x.shape))} · "
                f"{x.size:,} elements")
     if show_type:
         caption += f" · {X_TYPE_LABELS.get(spec.x_type, spec.x_type)}"
-    st.caption(caption)
+    note = conversion_note(spec, x)
+    st.caption(caption + (f"  \n{note}" if note else ""))
     return spec, x

@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from app import charts, compute, controls, errors, explain, frame, tensors, widgets
+from app import charts, compute, controls, errors, explain, frame, tensors, text, widgets
 
 frame.enter()
 
@@ -17,7 +17,7 @@ cfg = controls.panel(controls.shape_of(x), show_opset=False, show_target=False,
                      show_precision=False, prefix="c_")
 if not targets:
     st.info("Pick at least one format.", icon=":material/touch_app:")
-    st.stop()
+    frame.stop_page()
 df = errors.require(compute.compare, spec, tuple(targets), cfg, what="Comparing formats")
 
 left, right = st.columns([5, 4], gap="medium")
@@ -28,7 +28,7 @@ with right:
     if len(best):
         top = best.iloc[0]
         c1, c2 = st.columns(2)
-        c1.metric("Best SQNR", f"{top['sqnr_db']:.2f} dB", help="Among the chosen formats.",
+        c1.metric("Best SQNR", text.db(top["sqnr_db"]), help="Among the chosen formats.",
                   border=True)
         c2.metric("…with", str(top["format"]), f"{top['bits_per_element']:.3f} bits/element",
                   delta_color="off", border=True)
@@ -36,8 +36,7 @@ with right:
         st.markdown(f"**Pareto front:** {front}")
     for _, row in df[df["error"] != ""].iterrows():
         st.error(f"**{row['format']}**: {row['error']}", icon=":material/block:")
-    st.caption("A point on the front has no other format that is both cheaper (fewer bits per "
-               "element) and better (higher SQNR).")
+    st.caption(compute.PARETO_RULE)
 
 table = df.drop(columns=["error"]).copy()
 table["clipped_fraction"] = 100 * table["clipped_fraction"]

@@ -3,6 +3,7 @@
 import streamlit as st
 
 from app import charts, compute, errors, explain, frame, nav, widgets
+from qcore import codes
 
 frame.enter()
 
@@ -26,7 +27,7 @@ with right:
     scale = widgets.slider("Scale", "h_scale", 0.25, min_value=0.01, max_value=1.0, step=0.01,
                            where=c2, help="The step between neighbouring codes.")
     df = errors.require(compute.home_example, scale, float(zp), target)
-    levels = compute.grid_levels(scale, float(zp), target, -2.2, 2.2)
+    levels = codes.grid_levels(scale, float(zp), target, -2.2, 2.2)
     charts.show(charts.home_number_line(df, levels))
     st.dataframe(df, hide_index=True, column_config={
         c: st.column_config.NumberColumn(format="%.4g") for c in df.columns if c != "bits"})

@@ -5,7 +5,7 @@ import math
 import streamlit as st
 
 import qcore
-from app import charts, compute, errors, explain, frame, widgets
+from app import charts, compute, errors, explain, frame, text, widgets
 
 frame.enter()
 
@@ -24,17 +24,17 @@ c = st.columns(6)
 c[0].metric("Bits", fmt.bits, border=True)
 c[1].metric("Distinct values", f"{fmt.levels:,}", border=True,
             help="Finite values, zero counted once.")
-c[2].metric("Largest", compute.short_num(fmt.max, 4), border=True)
-c[3].metric("Smallest", compute.short_num(fmt.min, 4), border=True)
+c[2].metric("Largest", text.short_num(fmt.max, 4), border=True)
+c[3].metric("Smallest", text.short_num(fmt.min, 4), border=True)
 if fmt.is_integer:
     c[4].metric("Step", "1", border=True, help="Integers are evenly spaced.")
     c[5].metric("Zero", "exact", border=True)
 else:
-    c[4].metric("Min normal", compute.short_num(fmt.min_normal), border=True,
+    c[4].metric("Min normal", text.short_num(fmt.min_normal), border=True,
                 help=f"Smallest positive normal value: {fmt.min_normal!r} = "
                      f"2^{int(math.log2(fmt.min_normal))}.")
     c[5].metric("Min subnormal" if fmt.mbits else "Min positive",
-                compute.short_num(fmt.min_positive), border=True,
+                text.short_num(fmt.min_positive), border=True,
                 help=f"{fmt.min_positive!r} = 2^{int(math.log2(fmt.min_positive))}. Dynamic "
                      f"range: {math.log2(fmt.max / fmt.min_positive):.1f} binades.")
 

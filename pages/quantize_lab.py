@@ -23,7 +23,7 @@ explain.intro(explain.LAB_INTRO, explain.LAB_EXACT)
 
 cfg = controls.panel(controls.shape_of(x))
 res = errors.require(compute.lab, spec, cfg, what="Quantizing")
-m = res["metrics"]
+m = res.metrics
 
 metrics_view.warn_non_finite(m)
 metrics_view.metric_grid(m)
@@ -33,19 +33,19 @@ log_y = widgets.toggle("Logarithmic counts", "logy", False,
                        help="Show rare values (tails, outliers) in the histograms.")
 c1, c2 = st.columns(2)
 with c1:
-    counts, edges = res["hist"]
+    counts, edges = res.hist
     fig = charts.histogram(counts, edges, title="Input x, with the values x̂ can take",
-                           x_title="x", name="x", log_y=log_y, levels=res["levels"])
+                           x_title="x", name="x", log_y=log_y, levels=res.levels)
     charts.show(fig)
-    if res["n_scales"] > 1:
+    if res.n_scales > 1:
         st.caption("Grid lines: the representable values of the group with the largest scale.")
 with c2:
-    counts, edges = res["err_hist"]
+    counts, edges = res.err_hist
     charts.show(charts.histogram(counts, edges, title="Error x̂ − x", x_title="x̂ − x",
                                  name="error", color=theme.ERROR, log_y=log_y))
 c3, c4 = st.columns(2)
 with c3:
-    tx, ty = res["transfer"]
+    tx, ty = res.transfer
     charts.show(charts.transfer(tx, ty))
     st.caption(f"{len(tx):,} of {m['n']:,} elements drawn (extremes and largest errors kept).")
 with c4:
@@ -54,6 +54,7 @@ with c4:
 st.subheader("Step by step", divider="gray")
 st.caption("Sample elements through every step of QuantizeLinear and back — the same numbers "
            "qcore computes on the whole tensor.")
-st.dataframe(res["walk"], hide_index=True, column_config=metrics_view.WALK_COLUMNS)
+st.dataframe(metrics_view.walk_table(res.walk), hide_index=True,
+             column_config=metrics_view.WALK_COLUMNS)
 
 metrics_view.downloads(spec, cfg, res)

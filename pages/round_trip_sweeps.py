@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from app import charts, compute, controls, errors, explain, frame, tensors, widgets
+from app import charts, compute, controls, errors, explain, frame, tensors, text, widgets
 
 frame.enter()
 
@@ -20,17 +20,30 @@ def clipping_tab() -> None:
     if df is None:
         return
     best = df.iloc[int(df.attrs.get("optimum", df["mse"].idxmin()))]
+    full = df.iloc[-1]
+    exact = bool((df["mse"] == 0).all())
+    gain = text.db_gain(best["sqnr_db"], full["sqnr_db"])
     c1, c2, c3, c4 = st.columns(4)
     c1.metric("Best clipping range", f"{best['clip_ratio']:.2f} × max|x|", border=True)
-    c2.metric("Threshold", compute.short_num(best["threshold"], 4), border=True)
-    c3.metric("Best SQNR", f"{best['sqnr_db']:.2f} dB", border=True)
-    full = df.iloc[-1]
-    c4.metric("SQNR without clipping", f"{full['sqnr_db']:.2f} dB",
-              f"{best['sqnr_db'] - full['sqnr_db']:+.2f} dB by clipping", border=True)
+    c2.metric("Threshold", text.short_num(best["threshold"], 4), border=True)
+    c3.metric("Best SQNR", text.db(best["sqnr_db"]), border=True,
+              help="∞ dB: the round trip reproduces x exactly." if exact else None)
+    c4.metric("SQNR without clipping", text.db(full["sqnr_db"]),
+              gain if gain.startswith("exact") else gain + " by clipping",
+              delta_color="off" if gain.startswith("exact") else "normal",
+              delta_arrow="off" if gain.startswith("exact") else "auto", border=True)
+    if exact:
+        st.info("Every clipping range reproduces this tensor exactly (the error is 0 "
+                "everywhere, SQNR ∞): each value already sits on a code, as for a constant, "
+                "all-zero or 1-element tensor. There is no error curve to draw.",
+                icon=":material/check_circle:")
+        return
     log_y = widgets.toggle("Logarithmic error axis", "s_logy", True)
     charts.show(charts.clipping(df, log_y=log_y))
     st.caption("Left: a narrow range clips many elements (red). Right: a wide range rounds "
-               "coarsely (blue). The black total has its minimum in between.")
+               "coarsely (blue). The black total has its minimum in between"
+               + (" (points with zero error are not drawn on the log axis)."
+                  if log_y and bool((df["mse"] == 0).any()) else "."))
 
 
 def block_tab_body() -> None:

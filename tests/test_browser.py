@@ -2,7 +2,9 @@
 
 The app is started with the README's command (``streamlit run streamlit_app.py``) and driven
 with Playwright's Python package on Debian's ``/usr/bin/chromium``. Screenshots of every page
-go to ``docs/screenshots/<page>.png``. Skipped only when Chromium is absent.
+go to a temporary folder (printed), or to ``docs/screenshots/<page>.png`` when
+``QCORE_SCREENSHOTS=docs`` is set (regenerating the README's pictures is a deliberate act, never
+a side effect of the tests). Skipped only when Chromium is absent.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import pytest
 
 CHROMIUM = "/usr/bin/chromium"
 ROOT = Path(__file__).resolve().parent.parent
-SHOTS = ROOT / "docs" / "screenshots"
+DOC_SHOTS = ROOT / "docs" / "screenshots"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 #: (screenshot name, URL path and query) of every page, in the app's order. The queries pick
@@ -161,20 +163,30 @@ def choose(page, label: str, value: str, param: str) -> float:
     raise AssertionError("unreachable")
 
 
-def screenshot(page, name: str) -> None:
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory) -> Path:
+    """Where screenshots go: docs/screenshots only when asked (QCORE_SCREENSHOTS=docs)."""
+    if os.environ.get("QCORE_SCREENSHOTS") == "docs":
+        return DOC_SHOTS
+    folder = tmp_path_factory.mktemp("screenshots")
+    print(f"\nscreenshots in {folder}")
+    return folder
+
+
+def screenshot(page, name: str, folder: Path) -> None:
     """Full-length screenshot (the main area scrolls inside the window, so grow the window)."""
     height = page.evaluate(
         "() => { const m = document.querySelector('[data-testid=\"stMain\"]');"
         " return m ? m.scrollHeight : document.body.scrollHeight; }")
     page.set_viewport_size({"width": 1440, "height": int(min(max(height, 900), 7000))})
     page.wait_for_timeout(800)
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+    folder.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(folder / f"{name}.png"), full_page=True)
     page.set_viewport_size({"width": 1440, "height": 900})
 
 
 @pytest.mark.parametrize("name,path", PAGES, ids=[p[0] for p in PAGES])
-def test_page_renders(server, browser, name, path):
+def test_page_renders(server, browser, shots, name, path):
     page = browser.new_page(viewport={"width": 1440, "height": 900})
     try:
         page.goto(f"{server}/{path}", timeout=120_000)
@@ -191,7 +203,7 @@ def test_page_renders(server, browser, name, path):
             assert chart.locator(".js-plotly-plot").count() == 1, f"chart {i} of {name}"
             assert chart.locator(".js-plotly-plot svg.main-svg").count() >= 1, \
                 f"chart {i} of {name} drew no svg"
-        screenshot(page, name)
+        screenshot(page, name, shots)
     finally:
         page.close()
 
@@ -249,5 +261,133 @@ def test_rerender_time_on_1mi_elements(server, browser):
               f"change of the page) {', '.join(f'{t:.2f}' for t in times)} s, median "
               f"{median:.2f} s; script runs on the server {', '.join(f'{t:.3f}' for t in runs)} s")
         assert median < 2.0, times  # target < 1 s; slack for a shared 2-core machine
+    finally:
+        page.close()
+
+
+# --------------------------------------------------------------------------- across pages
+
+TITLES = {"home": "Home", "quantize_lab": "Quantize Lab", "format_compare": "Format Compare",
+          "round_trip_sweeps": "Round Trip & Sweeps",
+          "dynamic_quantization": "Dynamic Quantization", "number_formats": "Number Formats",
+          "operator_versions": "Operator Versions", "conformance": "Conformance"}
+PICKER_PAGES = ("quantize_lab", "format_compare", "round_trip_sweeps", "dynamic_quantization")
+#: The tensor and the Quantize Lab settings chosen at the start (all non-default).
+CHOSEN = {"dist": "laplace", "rows": "96", "cols": "160", "seed": "5", "target": "int4",
+          "opset": "23", "gran": "blocked", "block": "16"}
+
+
+def euler_circuit(nodes: list[str]) -> list[str]:
+    """A walk through every ordered pair of distinct nodes exactly once (Hierholzer)."""
+    out = {n: [m for m in nodes if m != n] for n in nodes}
+    stack, walk = [nodes[0]], []
+    while stack:
+        if out[stack[-1]]:
+            stack.append(out[stack[-1]].pop())
+        else:
+            walk.append(stack.pop())
+    return walk[::-1]
+
+
+def go_to(page, name: str) -> None:
+    """Click the page's link in the sidebar navigation; wait for its run to finish."""
+    page.locator('[data-testid="stSidebarNav"] a', has_text=TITLES[name]).first.click()
+    page.wait_for_function(f"() => location.pathname.endsWith('/{'' if name == 'home' else name}')"
+                           f" || {'true' if name == 'home' else 'false'}", timeout=60_000)
+    page.wait_for_timeout(300)
+    wait_idle(page, charts=name != "conformance")
+
+
+def field(page, testid: str, label: str) -> str:
+    """The text a labelled number input or selectbox shows."""
+    box = page.locator(f'[data-testid="{testid}"]', has_text=label).first
+    return box.locator("input").first.input_value()
+
+
+def selected(page, label: str) -> str:
+    """The selectbox's shown option (its visible text)."""
+    box = page.locator('[data-testid="stSelectbox"]', has_text=label).first
+    return box.locator("input").first.input_value().strip()
+
+
+def active_segment(page, label: str) -> str:
+    group = page.locator('[data-testid="stButtonGroup"]', has_text=label).first
+    return group.locator('button[aria-checked="true"]').first.inner_text().strip()
+
+
+def main_text(page) -> str:
+    return page.locator('[data-testid="stMain"]').inner_text()
+
+
+def assert_page_agrees(page, name: str, where: str, *, upload: str = "") -> None:
+    """The sidebar, the panel, the results and the URL agree with what was chosen."""
+    assert page.locator('[data-testid="stException"]').count() == 0, where
+    url = page.url
+    if name not in PICKER_PAGES:
+        return
+    text = main_text(page)
+    if upload:
+        assert active_segment(page, "Source") == "Upload", where
+        assert f"Tensor {upload}" in text, (where, text[:300])
+    else:
+        assert active_segment(page, "Source") == "Synthetic", where
+        assert field(page, "stNumberInput", "Rows") == CHOSEN["rows"], where
+        assert field(page, "stNumberInput", "Columns") == CHOSEN["cols"], where
+        assert field(page, "stNumberInput", "Seed") == CHOSEN["seed"], where
+        assert selected(page, "Distribution").lower().startswith(CHOSEN["dist"]), where
+        assert f"Tensor Laplace {CHOSEN['rows']}×{CHOSEN['cols']}" in text, (where, text[:300])
+        for key in ("rows", "cols", "seed", "dist"):
+            assert f"{key}={CHOSEN[key]}" in url, (where, url)
+    if name == "quantize_lab":
+        assert selected(page, "Target type").startswith(CHOSEN["target"]), where
+        assert selected(page, "Opset").startswith(CHOSEN["opset"]), where
+        assert active_segment(page, "Granularity") == "blocked", where
+        assert field(page, "stNumberInput", "Block size") == CHOSEN["block"], where
+        assert f"y is {CHOSEN['target']}" in text and "ran QuantizeLinear-23" in text, where
+        for key in ("target", "opset", "gran", "block"):
+            assert f"{key}={CHOSEN[key]}" in url, (where, url)
+
+
+def test_choices_hold_across_every_pair_of_pages_and_an_upload(server, browser, shots,
+                                                               tmp_path):
+    """Click through every ordered pair of pages in the sidebar navigation, then upload a file
+    and visit the pages again: every control shows what was chosen, the results and the URL
+    agree with it."""
+    import numpy as np
+
+    page = browser.new_page(viewport={"width": 1440, "height": 900})
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    try:
+        query = "&".join(f"{k}={v}" for k, v in CHOSEN.items())
+        page.goto(f"{server}/quantize_lab?{query}", timeout=120_000)
+        wait_idle(page)
+        assert_page_agrees(page, "quantize_lab", "start")
+        tour = euler_circuit(list(TITLES))
+        # start at the Quantize Lab: rotate the circuit (it is closed)
+        i = tour.index("quantize_lab")
+        tour = tour[i:-1] + tour[:i] + ["quantize_lab"]
+        for a, b in zip(tour, tour[1:]):
+            go_to(page, b)
+            assert_page_agrees(page, b, f"{a} → {b}")
+        # through an upload: float64 values, noted as converted
+        path = tmp_path / "upload64.npy"
+        np.save(path, np.random.default_rng(1).standard_normal((40, 72)))
+        page.locator('[data-testid="stButtonGroup"]', has_text="Source").first \
+            .get_by_role("radio", name="Upload").click()
+        wait_idle(page, charts=False)
+        page.locator('[data-testid="stFileUploaderDropzoneInput"]').set_input_files(str(path))
+        page.wait_for_function("() => document.body.innerText.includes('Tensor upload64')",
+                               timeout=120_000)
+        wait_idle(page)
+        assert_page_agrees(page, "quantize_lab", "upload", upload="upload64")
+        assert "float64" in main_text(page)
+        screenshot(page, "quantize_lab_upload", shots)
+        for a, b in zip(["quantize_lab", *PICKER_PAGES[1:], "home"],
+                        [*PICKER_PAGES[1:], "home", "quantize_lab"]):
+            go_to(page, b)
+            assert_page_agrees(page, b, f"{a} → {b} (upload)", upload="upload64")
+        offline = [e for e in errors if "fonts.g" in e or "ERR_NAME" in e or "ERR_INTERNET" in e]
+        assert not offline, offline
     finally:
         page.close()

@@ -1,0 +1,94 @@
+"""Plot-sized views of a round trip: RMSE per tile, max-pooling of a per-group grid, the
+elements worth walking through, and the scale shape of a granularity. Pure NumPy, no UI."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+
+from .layout import PER_AXIS, PER_TENSOR
+
+__all__ = ["HEAT_CELLS", "pool_max", "sample_indices", "scale_shape", "tile_rmse"]
+
+HEAT_CELLS = 96  # a heat map is at most HEAT_CELLS x HEAT_CELLS cells
+
+
+def scale_shape(x_shape: tuple[int, ...], granularity: str, axis: int,
+                block_size: int) -> tuple[int, ...]:
+    """The y_scale shape a granularity needs for x of `x_shape` (as ONNX lays it out).
+
+    One small function so that it can become a call to ``Layout.scale_shape()`` when the
+    layout module owns the rule."""
+    if granularity == PER_TENSOR or not x_shape:
+        return ()
+    ax = axis % len(x_shape)
+    if granularity == PER_AXIS:
+        return (x_shape[ax],)
+    shape = list(x_shape)
+    shape[ax] = math.ceil(x_shape[ax] / max(1, block_size))
+    return tuple(shape)
+
+
+def tile_rmse(x: np.ndarray, x_hat: np.ndarray,
+              cells: int = HEAT_CELLS) -> tuple[np.ndarray, int, int]:
+    """RMSE of x̂ − x over a grid of at most cells × cells tiles of x viewed as 2-D (rows =
+    first axis); NaN/Inf pairs are left out. Returns (grid, rows per tile, columns per tile).
+"""
+    a = np.asarray(x, np.float32)
+    b = np.asarray(x_hat, np.float32)
+    a2 = a.reshape(a.shape[0], -1) if a.ndim > 1 else a.reshape(1, -1)
+    b2 = b.reshape(a2.shape)
+    rows, cols = a2.shape
+    tr, tc = max(1, -(-rows // cells)), max(1, -(-cols // cells))
+    nr, nc = -(-rows // tr), -(-cols // tc)
+    with np.errstate(all="ignore"):
+        e = (b2 - a2).astype(np.float32)
+        ok = np.isfinite(e)
+        e2 = np.where(ok, e * e, 0).astype(np.float64)
+    pad = ((0, nr * tr - rows), (0, nc * tc - cols))
+    sse = np.pad(e2, pad).reshape(nr, tr, nc, tc).sum(axis=(1, 3))
+    cnt = np.pad(ok, pad).reshape(nr, tr, nc, tc).sum(axis=(1, 3))
+    with np.errstate(all="ignore"):
+        return np.where(cnt > 0, np.sqrt(sse / np.maximum(cnt, 1)), np.nan), tr, tc
+
+
+def pool_max(grid: np.ndarray, cells: int = HEAT_CELLS) -> tuple[np.ndarray, int, int]:
+    """A 2-D grid reduced to at most cells × cells by taking the max of each tile; returns
+    (pooled grid, rows per tile, columns per tile)."""
+    g = np.asarray(grid, np.float64)
+    g = g.reshape(g.shape[0], -1) if g.ndim > 1 else g.reshape(1, -1)
+    rows, cols = g.shape
+    tr, tc = max(1, -(-rows // cells)), max(1, -(-cols // cells))
+    nr, nc = -(-rows // tr), -(-cols // tc)
+    padded = np.full((nr * tr, nc * tc), np.nan)
+    padded[:rows, :cols] = g
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.nanmax(padded.reshape(nr, tr, nc, tc), axis=(1, 3)), tr, tc
+
+
+def sample_indices(x: np.ndarray, x_hat: np.ndarray, k: int = 10) -> np.ndarray:
+    """Elements worth walking through: the extremes, the largest error, NaN/Inf, random ones."""
+    a = np.asarray(x, np.float32).reshape(-1)
+    b = np.asarray(x_hat, np.float32).reshape(-1)
+    picks: list[int] = []
+    finite = np.isfinite(a)
+    if finite.any():
+        fa = np.where(finite, a, 0)
+        picks += [int(np.argmin(np.where(finite, a, np.inf))),
+                  int(np.argmax(np.where(finite, a, -np.inf))),
+                  int(np.argmin(np.abs(np.where(finite, fa, np.inf))))]
+        with np.errstate(all="ignore"):
+            err = np.where(finite & np.isfinite(b), np.abs(b - a), -1)
+        picks.append(int(np.argmax(err)))
+    bad = np.flatnonzero(~finite)
+    picks += [int(i) for i in bad[:2]]
+    rng = np.random.default_rng(0)
+    picks += [int(i) for i in rng.choice(a.size, size=min(a.size, k), replace=False)]
+    out: list[int] = []
+    for i in picks:
+        if i not in out:
+            out.append(i)
+    return np.array(out[:k], np.int64)

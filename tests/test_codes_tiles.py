@@ -1,0 +1,60 @@
+"""qcore.codes and qcore.tiles: the format knowledge and plot reductions the Explorer shows,
+checked against ml_dtypes / the spec's layout rule / NumPy written out."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import qcore
+from qcore import codes, tiles
+
+
+@pytest.mark.parametrize("name", ["int4", "uint8", "float8e4m3fn", "float8e5m2", "float4e2m1",
+                                  "float6e3m2"])
+def test_code_bits_and_fields(name):
+    fmt = qcore.get_format(name)
+    all_codes = fmt.all_codes()
+    pats = codes.code_bits(fmt, all_codes)
+    assert sorted(pats.tolist()) == list(range(1 << fmt.bits))
+    s = codes.bit_string(pats[-1], fmt)
+    assert s.replace(" ", "") == format(int(pats[-1]), f"0{fmt.bits}b")
+    if fmt.is_float:
+        assert len(s.split(" ")[1]) == fmt.ebits
+
+
+def test_code_classes_of_e4m3fn_match_ml_dtypes():
+    fmt = qcore.get_format("float8e4m3fn")
+    classes = codes.code_classes(fmt)
+    values = np.arange(256, dtype=np.uint8).view(ml_dtypes.float8_e4m3fn).astype(np.float64)
+    order = np.argsort(codes.code_bits(fmt, fmt.all_codes()))
+    got = classes[order]
+    assert (got[np.isnan(values)] == "NaN").all() and (np.isnan(values).sum() == 2)
+    sub = (np.abs(values) < 2.0 ** -6) & (values != 0)
+    assert (got[sub] == "subnormal").all() and sub.sum() == 14
+
+
+@pytest.mark.parametrize("gran,block,expected", [(qcore.PER_TENSOR, 0, ()),
+                                                 (qcore.PER_AXIS, 0, (6,)),
+                                                 (qcore.BLOCKED, 4, (2, 2, 5))])
+def test_scale_shape_is_what_qcore_accepts(gran, block, expected):
+    shape = (2, 6, 5)
+    sshape = tiles.scale_shape(shape, gran, 1, block)
+    assert sshape == expected
+    plan = qcore.plan_quantize("float", shape, "float", sshape, "int8", sshape, axis=1,
+                               block_size=block)
+    assert plan.layout.granularity == gran
+
+
+def test_tile_rmse_is_the_rmse_of_each_tile():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((10, 7)).astype(np.float32)
+    x_hat = x + rng.standard_normal((10, 7)).astype(np.float32) * 0.1
+    x_hat[0, 0] = np.nan  # left out
+    grid, tr, tc = tiles.tile_rmse(x, x_hat, cells=3)
+    assert (tr, tc) == (4, 3) and grid.shape == (3, 3)
+    e = (x_hat - x).astype(np.float64)
+    tile = e[0:4, 0:3].reshape(-1)[1:]
+    assert grid[0, 0] == pytest.approx(np.sqrt(np.mean(tile ** 2)), rel=1e-6)
+    assert grid[2, 2] == pytest.approx(np.sqrt(np.mean(e[8:10, 6:7] ** 2)), rel=1e-6)
