@@ -40,7 +40,7 @@ def test_defaults_run_the_shipped_tensors_and_match_the_library():
     shown = {m.label: m for m in at.metric}
     assert shown["Best recipe (element-weighted SQNR)"].value == best["recipe"]
     assert len(at.get("download_button")) >= 1
-    assert at.query_params["mr_source"] == ["datasets"]
+    assert at.query_params["mr_source"] == "datasets"
 
 
 def test_url_settings_synthetic_checkpoint_and_worst_table():
@@ -50,8 +50,8 @@ def test_url_settings_synthetic_checkpoint_and_worst_table():
     assert charts(at) == 2
     worst = at.dataframe[1].value
     assert len(worst) == 3 and set(worst["recipe"]) == {"mxfp4"}
-    assert at.query_params["mr_recipes"] == ["int8:per-axis,mxfp4"]
-    assert at.query_params["mr_mb"] == ["1"]
+    assert at.query_params["mr_recipes"] == "int8:per-axis,mxfp4"
+    assert at.query_params["mr_mb"] == "1"
 
 
 def test_finished_report_file(tmp_path):
