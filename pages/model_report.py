@@ -133,6 +133,7 @@ if rows is None:
 # ---------------------------------------------------------------------------------------------
 # results
 
+rows = rows.assign(label=core.tensor_labels(rows))
 ok = rows[rows["error"] == ""]
 summary = core.summarize(rows, top=10)
 per = summary["recipes"]
@@ -148,7 +149,7 @@ else:
         r = cheapest_good.iloc[0]
         m2.metric("Fewest bits with ≥ 30 dB", str(r["recipe"]),
                   f"{r['bits_per_element']:.3f} bits/element", delta_color="off", border=True)
-    m3.metric("Model", f"{ok['tensor'].nunique()} tensors",
+    m3.metric("Model", f"{ok['label'].nunique()} tensors",
               f"{int(per['elements'].iloc[0]):,} elements", delta_color="off", border=True)
 
 metric = widgets.select("Colour by", ["sqnr_db", "clipped_fraction", "bits_per_element"],
@@ -160,8 +161,10 @@ metric = widgets.select("Colour by", ["sqnr_db", "clipped_fraction", "bits_per_e
 def heatmap(matrix: pd.DataFrame, value: str) -> go.Figure:
     z = matrix.to_numpy(np.float64)
     finite = np.where(np.isfinite(z), z, np.nan)
-    fig = charts.figure(f"{value} of every tensor × recipe", "recipe", "tensor",
-                        height=max(360, min(1600, 18 * len(matrix) + 140)))
+    title = {"sqnr_db": "SQNR (dB) of every tensor × recipe (dark = worst)",
+             "clipped_fraction": "Share of elements clipped, every tensor × recipe",
+             "bits_per_element": "Bits per element (scales included), every tensor × recipe"}
+    fig = charts.figure(title[value], "", "", height=max(380, min(1600, 18 * len(matrix) + 190)))
     reverse = value == "sqnr_db"  # low SQNR is bad: dark
     text = [[("" if np.isnan(v) else f"{v:.1f}" if value != "clipped_fraction"
               else f"{100 * v:.2g}%") for v in row] for row in finite]
@@ -169,16 +172,17 @@ def heatmap(matrix: pd.DataFrame, value: str) -> go.Figure:
         z=finite, x=list(matrix.columns), y=list(matrix.index), colorscale=theme.HEAT,
         reversescale=reverse, text=text, texttemplate="%{text}" if z.size <= 1200 else None,
         hovertemplate="%{y}<br>%{x}<br>%{z:.4g}<extra></extra>",
-        colorbar=dict(title=dict(text=value))))
-    fig.update_yaxes(autorange="reversed", tickfont=dict(size=10))
-    fig.update_xaxes(side="top")
+        colorbar=dict(thickness=12)))
+    fig.update_yaxes(autorange="reversed", tickfont=dict(size=10), showgrid=False)
+    fig.update_xaxes(tickangle=-35, showgrid=False)
     return fig
 
 
 def pareto(table: pd.DataFrame) -> go.Figure:
-    fig = charts.figure("Model level: element-weighted SQNR vs bits per element",
+    fig = charts.figure("Whole model: SQNR vs bits per element",
                         "bits per element (total bytes × 8 / elements)",
                         "SQNR (dB, element-weighted)", height=420)
+    fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.18, x=0, xanchor="left"))
     front = table[table["pareto"]].sort_values("bits_per_element")
     fig.add_trace(go.Scatter(x=front["bits_per_element"], y=front["sqnr_db_weighted"],
                              mode="lines", name="Pareto front", hoverinfo="skip",
@@ -186,8 +190,9 @@ def pareto(table: pd.DataFrame) -> go.Figure:
     for on, color, name in ((True, theme.GOOD, "on the front"), (False, theme.INPUT, "dominated")):
         part = table[table["pareto"] == on]
         fig.add_trace(go.Scatter(
-            x=part["bits_per_element"], y=part["sqnr_db_weighted"], mode="markers+text",
-            text=part["recipe"], textposition="top center", name=name, cliponaxis=False,
+            x=part["bits_per_element"], y=part["sqnr_db_weighted"],
+            mode="markers+text" if on else "markers", text=part["recipe"],
+            textposition="middle left", name=name, cliponaxis=False,
             marker=dict(size=11, color=color, line=dict(color="white", width=1.5)),
             customdata=np.stack([part["bytes"] / 2**20, part["sqnr_db_model"]], axis=-1)
             if len(part) else None,
@@ -228,9 +233,10 @@ recipe_pick = widgets.select("Recipe", ["all recipes"] + list(dict.fromkeys(ok["
                              "mr_worst_recipe", "all recipes")
 pool = ok if recipe_pick == "all recipes" else ok[ok["recipe"] == recipe_pick]
 worst = pool.replace([math.inf], np.nan).nsmallest(int(n_worst), "sqnr_db")
-st.dataframe(worst[["tensor", "recipe", "shape", "dtype", "sqnr_db", "rmse", "max_abs_error",
+st.dataframe(worst[["label", "recipe", "shape", "dtype", "sqnr_db", "rmse", "max_abs_error",
                     "clipped_fraction", "bits_per_element", "absmax", "excess_kurtosis"]],
              hide_index=True, column_config={
+                 "label": st.column_config.TextColumn("tensor", pinned=True),
                  "sqnr_db": st.column_config.NumberColumn("SQNR dB", format="%.2f"),
                  "clipped_fraction": st.column_config.NumberColumn("clipped", format="%.2e"),
                  "bits_per_element": st.column_config.NumberColumn("bits/elem", format="%.3f"),
@@ -243,6 +249,7 @@ if len(bad):
         for msg in dict.fromkeys(bad["error"]):
             st.error(msg, icon=":material/block:")
 
+rows = rows.drop(columns=["label"])
 buf = io.StringIO()
 rows.to_csv(buf, index=False)
 d1, d2 = st.columns(2)
