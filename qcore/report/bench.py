@@ -101,11 +101,12 @@ def _worker_peak() -> int:
     return 0
 
 
-def bench_synthetic(gb: float, recipes: list[str], tmp: str, workers: int, hidden: int) -> dict:
+def bench_synthetic(gb: float, recipes: list[str], tmp: str, workers: int, hidden: int,
+                    vocab: int) -> dict:
     folder = Path(tempfile.mkdtemp(prefix="qcore-report-bench-", dir=tmp))
     try:
         t = time.perf_counter()
-        index = write_checkpoint(folder / "ckpt", int(gb * 1e9), hidden=hidden)
+        index = write_checkpoint(folder / "ckpt", int(gb * 1e9), hidden=hidden, vocab=vocab)
         written = sum(f.stat().st_size for f in (folder / "ckpt").glob("*.safetensors"))
         gen_s = time.perf_counter() - t
         # warm the numba cache on a tiny checkpoint of the same kind
@@ -129,7 +130,15 @@ def bench_synthetic(gb: float, recipes: list[str], tmp: str, workers: int, hidde
         dask_s = time.perf_counter() - t
         from .core import read_rows
 
-        same = read_rows(folder / "local.csv").equals(read_rows(folder / "dask.csv"))
+        a, b = read_rows(folder / "local.csv"), read_rows(folder / "dask.csv")
+        same = a.equals(b)
+        differ = {}
+        if not same and a.shape == b.shape:
+            for c in a.columns:
+                ne = ~((a[c] == b[c]) | (a[c].isna() & b[c].isna()))
+                if ne.any():
+                    differ[c] = [int(ne.sum()), str(a[c][ne].iloc[0]), str(b[c][ne].iloc[0]),
+                                 str(a["tensor"][ne].iloc[0]), str(a["recipe"][ne].iloc[0])]
         return {"bytes": written, "elements": elements, "recipes": len(recipes),
                 "generate_s": gen_s, "local_s": local_s,
                 "local_elem_per_s": elements * len(recipes) / local_s,
@@ -137,7 +146,8 @@ def bench_synthetic(gb: float, recipes: list[str], tmp: str, workers: int, hidde
                 "dask_workers": workers, "dask_s": dask_s,
                 "dask_elem_per_s": elements * len(recipes) / dask_s,
                 "dask_worker_peak_rss": sorted(peaks.values()),
-                "dask_vs_local": local_s / dask_s, "rows_identical": bool(same)}
+                "dask_vs_local": local_s / dask_s, "rows_identical": bool(same),
+                "rows_shape": [list(a.shape), list(b.shape)], "differ": differ}
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -150,6 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--gb", type=float, default=2.1)
     p.add_argument("--hidden", type=int, default=4096)
     p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--vocab", type=int, default=8192,
+                   help="embedding rows (the largest tensor sets the peak memory)")
     p.add_argument("--tmp", default=tempfile.gettempdir())
     p.add_argument("--json", default=None)
     a = p.parse_args(argv)
@@ -157,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.what == "minilm":
         res = bench_minilm(recipes, a.repeat)
     else:
-        res = bench_synthetic(a.gb, recipes, a.tmp, a.workers, a.hidden)
+        res = bench_synthetic(a.gb, recipes, a.tmp, a.workers, a.hidden, a.vocab)
     res = {"host_cpu": host_cpu(), "cpus": os.cpu_count(), "what": a.what,
            "recipe_names": recipes, **res}
     text = json.dumps(res, indent=1, default=float)
