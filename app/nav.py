@@ -26,6 +26,8 @@ PAGES: tuple[PageInfo, ...] = (
     PageInfo("pages/round_trip_sweeps.py", "Round Trip & Sweeps", ":material/ssid_chart:",
              "Error against clipping range and block size, repeated round trips, chains.",
              "Explore"),
+    PageInfo("pages/model_report.py", "Model Report", ":material/table_chart:",
+             "Every tensor of a checkpoint × every recipe: SQNR map, Pareto, worst.", "Explore"),
     PageInfo("pages/dynamic_quantization.py", "Dynamic Quantization", ":material/bolt:",
              "DynamicQuantizeLinear step by step.", "Explore"),
     PageInfo("pages/number_formats.py", "Number Formats", ":material/pin:",

@@ -36,6 +36,7 @@ PAGES = [
     ("format_compare", "format_compare?src=dataset&ds=layer0.ffn.out.weight&c_gran=per-axis"
                        "&c_axis=0"),
     ("round_trip_sweeps", "round_trip_sweeps?dist=laplace&s_target=int4"),
+    ("model_report", "model_report?mr_source=datasets"),
     ("dynamic_quantization", "dynamic_quantization?src=dataset&ds=layer0.ffn.act&d_logy=1"),
     ("number_formats", "number_formats"),
     ("operator_versions", "operator_versions"),

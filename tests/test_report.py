@@ -127,7 +127,7 @@ def test_npz_stored_and_compressed_and_npy(tmp_path, compressed):
     a, b = weights((8, 16)), weights((30,)).astype(np.float16)
     p = tmp_path / "t.npz"
     (np.savez_compressed if compressed else np.savez)(p, a=a, b=b)
-    np.save(tmp_path / "c.npy", a.T.copy())
+    np.save(tmp_path / "c.npy", np.ascontiguousarray(a.T).astype(">f4"))  # big-endian
     refs = {r.name: r for r in list_tensors(tmp_path)}
     np.testing.assert_array_equal(read_tensor(refs["a"]), a)
     np.testing.assert_array_equal(read_tensor(refs["b"]), b.astype(np.float32))

