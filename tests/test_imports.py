@@ -163,5 +163,7 @@ def test_readme_map_lists_every_module_in_import_order():
     g = graph()
     position = {name: i for i, name in enumerate(order)}
     for name in order[1:]:  # qcore/__init__ (first) re-exports the API from below
-        later = [t for t in g[name] if t in position and position[t] > position[name]]
+        # a package's __init__ may re-export from its own modules, listed under it
+        later = [t for t in g[name] if t in position and position[t] > position[name]
+                 and not t.startswith(name + ".")]
         assert not later, f"README lists {name} above {later}, which it imports"

@@ -8,10 +8,11 @@ memory-mapped sources), :func:`parse_recipe` and :data:`DEFAULT_RECIPES`. Dask
 does.
 """
 
-from .core import COLUMNS, Report, Task, read_rows, run_report, run_task, summarize, write_rows
+from .core import Report, read_rows, run_report, summarize, write_rows
 from .models import find_model, installed_models
 from .recipes import DEFAULT_RECIPES, MX_RECIPES, Recipe, describe, parse_recipe, parse_recipes
 from .sources import TensorRef, list_tensors, read_tensor
+from .tasks import COLUMNS, Task, run_task
 
 __all__ = [
     "COLUMNS", "DEFAULT_RECIPES", "MX_RECIPES", "Recipe", "Report", "Task", "TensorRef",

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import csv
 import fnmatch
-import functools
 import math
 import os
 import time
@@ -29,41 +28,12 @@ import pandas as pd
 
 from ..errors import QuantizationError
 from ..io import TensorFileError
-from .recipes import DEFAULT_RECIPES, Recipe, parse_recipes, run_recipe
-from .sources import TensorRef, list_tensors, read_tensor, resolve_files
-from .stats import tensor_stats
+from .recipes import DEFAULT_RECIPES, parse_recipes
+from .sources import TensorRef, list_tensors, resolve_files
+from .tasks import COLUMNS, Task, model_root, relative_file, run_task
 
 __all__ = ["COLUMNS", "Report", "Task", "model_root", "pareto_front", "read_rows", "run_report",
            "run_task", "select", "sqnr_matrix", "summarize", "tensor_labels", "write_rows"]
-
-#: Column -> type of every row, in order.
-COLUMNS: dict[str, type] = {
-    "file": str, "tensor": str, "shape": str, "dtype": str, "elements": int,
-    "absmax": float, "std": float, "excess_kurtosis": float, "nonfinite_in": int,
-    "recipe": str, "target": str, "method": str, "scale_dtype": str, "granularity": str,
-    "axis": int, "block_size": int, "opset": int,
-    "sqnr_db": float, "rmse": float, "max_abs_error": float, "clipped_fraction": float,
-    "nan_out": int, "inf_out": int, "bits_per_element": float, "bytes": int, "scales": int,
-    "error": str,
-}
-#: Tensors smaller than this run qcore's kernels on one thread (see :func:`run_task`).
-SERIAL_BELOW = 1 << 21
-_METRIC_DEFAULTS = {"granularity": "", "axis": -1, "block_size": 0, "opset": 0,
-                    "sqnr_db": math.nan, "rmse": math.nan, "max_abs_error": math.nan,
-                    "clipped_fraction": math.nan, "nan_out": 0, "inf_out": 0,
-                    "bits_per_element": math.nan, "bytes": 0, "scales": 0}
-
-
-@dataclass(frozen=True)
-class Task:
-    """One unit of work: a tensor (by file and name) and the recipes to run on it."""
-
-    file: str  # absolute path
-    name: str
-    recipes: tuple[str, ...]
-    root: str  # the model's folder: rows name files relative to it
-    elements: int = 0
-
 
 @dataclass
 class Report:
@@ -80,103 +50,6 @@ class Report:
     def errors(self) -> pd.DataFrame:
         """Rows whose tensor or recipe failed (their ``error`` says why)."""
         return self.rows[self.rows["error"] != ""]
-
-
-# ---------------------------------------------------------------------------------------------
-# one task
-
-
-def model_root(model: str | os.PathLike) -> str:
-    """The folder row file names are relative to."""
-    p = Path(model).expanduser().resolve()
-    return str(p if p.is_dir() else p.parent)
-
-
-def _rel(file: str, root: str) -> str:
-    try:
-        return os.path.relpath(file, root)
-    except ValueError:
-        return file
-
-
-def _base_row(ref: TensorRef, root: str) -> dict[str, Any]:
-    return {"file": _rel(ref.file, root), "tensor": ref.name,
-            "shape": "x".join(str(d) for d in ref.shape), "dtype": ref.dtype,
-            "elements": ref.elements if not ref.error else 0, "absmax": math.nan,
-            "std": math.nan, "excess_kurtosis": math.nan, "nonfinite_in": 0}
-
-
-def _recipe_cols(r: Recipe) -> dict[str, Any]:
-    return {"recipe": r.name, "target": r.target, "method": r.method,
-            "scale_dtype": r.scale_dtype}
-
-
-def _row(base: dict[str, Any], recipe: Recipe, metrics: dict[str, Any] | None,
-         error: str = "") -> dict[str, Any]:
-    row = {**base, **_recipe_cols(recipe), **_METRIC_DEFAULTS, **(metrics or {}), "error": error}
-    return {k: row[k] for k in COLUMNS}
-
-
-@functools.lru_cache(maxsize=16)
-def _refs_of(file: str, mtime_ns: int, size: int) -> dict[str, TensorRef]:
-    del mtime_ns, size  # cache key only
-    return {("*" if ref.error else ref.name): ref for ref in list_tensors(file)}
-
-
-def _find_ref(file: str, name: str) -> TensorRef:
-    try:
-        st = os.stat(file)
-    except OSError as exc:
-        raise TensorFileError(f"{file}: cannot be read ({exc.strerror})") from None
-    refs = _refs_of(file, st.st_mtime_ns, st.st_size)
-    if name in refs:
-        return refs[name]
-    if "*" in refs:
-        return refs["*"]
-    raise TensorFileError(f"{file}: no tensor named {name!r}")
-
-
-def run_task(task: Task, numba_threads: int = 0) -> list[dict[str, Any]]:
-    """The rows of one tensor × its recipes (never raises for a bad file or recipe: the row's
-    ``error`` says what went wrong).
-
-    ``numba_threads``: threads for qcore's parallel kernels (0: one thread below
-    :data:`SERIAL_BELOW` elements, where waking others costs more than it saves — 10x more on a
-    loaded machine — else numba's setting). The kernels' chunking does not depend on the thread
-    count, so neither do the rows.
-    """
-    import numba
-
-    before = numba.get_num_threads()
-    threads = numba_threads or (1 if task.elements < SERIAL_BELOW else before)
-    numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
-    try:
-        return _task_rows(task)
-    finally:
-        numba.set_num_threads(before)
-
-
-def _task_rows(task: Task) -> list[dict[str, Any]]:
-    recipes = parse_recipes(list(task.recipes))
-    try:
-        ref = _find_ref(task.file, task.name)
-    except TensorFileError as exc:
-        ref = TensorRef(task.file, task.name, (), "", error=str(exc))
-    base = _base_row(ref, task.root)
-    try:
-        x = read_tensor(ref)
-    except TensorFileError as exc:
-        return [_row(base, r, None, str(exc)) for r in recipes]
-    base.update(tensor_stats(x))
-    del base["mean"]
-    rows = []
-    for r in recipes:
-        try:
-            rows.append(_row(base, r, run_recipe(x, r)))
-        except QuantizationError as exc:
-            rows.append(_row(base, r, None, f"{ref.file}: tensor {ref.name!r}, recipe "
-                                            f"{r.name}: {exc}"))
-    return rows
 
 
 # ---------------------------------------------------------------------------------------------
@@ -347,7 +220,7 @@ def run_report(model: str | os.PathLike, recipes: Sequence[str] | str = DEFAULT_
     tasks: list[Task] = []
     resumed = 0
     for ref in refs:
-        todo = tuple(n for n in names if (_rel(ref.file, root), ref.name, n) not in done)
+        todo = tuple(n for n in names if (relative_file(ref.file, root), ref.name, n) not in done)
         if not todo:
             resumed += 1
             continue
@@ -382,7 +255,7 @@ def run_report(model: str | os.PathLike, recipes: Sequence[str] | str = DEFAULT_
         write_rows(rows, o)
     if journal is not None and journal.exists():
         journal.unlink()
-    return Report(rows, names, [(_rel(f, root), n, w) for f, n, w in skipped],
+    return Report(rows, names, [(relative_file(f, root), n, w) for f, n, w in skipped],
                   time.perf_counter() - t0, total_el, resumed)
 
 
@@ -411,7 +284,7 @@ def _merge_rows(previous: pd.DataFrame, new_rows: list[dict[str, Any]], refs: li
     if df.empty:
         return _frame([])
     df = df.drop_duplicates(subset=["file", "tensor", "recipe"], keep="last")
-    order = {(_rel(r.file, root), r.name): i for i, r in enumerate(refs)}
+    order = {(relative_file(r.file, root), r.name): i for i, r in enumerate(refs)}
     rorder = {n: i for i, n in enumerate(names)}
     key_t = [order.get((f, t), len(order)) for f, t in zip(df["file"], df["tensor"])]
     key_r = [rorder.get(r, len(rorder)) for r in df["recipe"]]

@@ -1,8 +1,8 @@
 """Run the report's tasks on Dask (optional: ``pip install 'qcore[report]'``).
 
-Each task is a :class:`~qcore.report.core.Task` — a file path, a tensor name and recipe names —
+Each task is a :class:`~qcore.report.tasks.Task` — a file path, a tensor name and recipe names —
 so the client never holds an array: a worker maps its own tensor with
-:func:`~qcore.report.sources.read_tensor`, runs :func:`~qcore.report.core.run_task` (the very
+:func:`~qcore.report.sources.read_tensor`, runs :func:`~qcore.report.tasks.run_task` (the very
 function the in-process run calls) and sends back only the rows. Workers need the files at the
 same paths (one machine, or a shared filesystem) and ``qcore`` importable.
 
@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import QuantizationError
-from .core import Task, run_task
+from .tasks import Task, run_task
 
 __all__ = ["run_tasks"]
 
