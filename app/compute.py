@@ -413,24 +413,15 @@ def compare(spec, targets: tuple[str, ...], cfg) -> pd.DataFrame:
     df = analysis.compare_formats(x, list(targets), granularity=cfg.granularity,
                                   axis=cfg.axis, block_size=cfg.block_size, method=cfg.method,
                                   opset=cfg.opset, saturate=cfg.saturate, **_calibration(cfg))
-    df["pareto"] = pareto(df)
     return df
 
 
-#: The one definition of the Pareto front the page states and the chart draws.
-PARETO_RULE = ("A format is on the Pareto front when no other format costs at most as many "
-               "bits per element (to 0.1 bit: a zero point's storage does not make a format "
-               "cheaper) and has a higher SQNR.")
-PARETO_BITS_RESOLUTION = 1  # decimals of bits per element that count as a cost difference
+#: The one definition of the Pareto front the pages state and the charts draw
+#: (qcore.analysis.bits_sqnr_front computes it; failed formats have no SQNR and are never on it).
+PARETO_RULE = ("A {noun} is on the Pareto front when no other {noun} costs at most as many "
+               "bits per element (to 0.1 bit, scales and zero points included: a zero point's "
+               "storage does not make a format cheaper) and has a higher SQNR.")
 
-
-def pareto(df: pd.DataFrame) -> np.ndarray:
-    """The front under :data:`PARETO_RULE` (formats that failed are never on it)."""
-    from qcore import analysis
-
-    cost = df["bits_per_element"].astype(float).round(PARETO_BITS_RESOLUTION)
-    quality = df["sqnr_db"].astype(float).where(df["error"] == "", np.nan)
-    return analysis.pareto_front(cost, quality)
 
 
 @st.cache_data(max_entries=8, show_spinner=False)

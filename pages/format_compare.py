@@ -36,7 +36,7 @@ with right:
         st.markdown(f"**Pareto front:** {front}")
     for _, row in df[df["error"] != ""].iterrows():
         st.error(f"**{row['format']}**: {row['error']}", icon=":material/block:")
-    st.caption(compute.PARETO_RULE)
+    st.caption(compute.PARETO_RULE.format(noun="format"))
 
 table = df.drop(columns=["error"]).copy()
 table["clipped_fraction"] = 100 * table["clipped_fraction"]

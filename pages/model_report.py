@@ -12,7 +12,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from app import charts, errors, frame, theme, widgets
+from app import charts, compute, errors, frame, theme, widgets
 from qcore import datasets
 from qcore.report import core, list_tensors, models, recipes, synthetic
 
@@ -211,8 +211,7 @@ with left:
 with right:
     if not per.empty:
         charts.show(pareto(per))
-    st.caption("A recipe on the front has no other recipe that is both cheaper (fewer bits per "
-               "element, scales and zero points included) and better (higher SQNR).")
+    st.caption(compute.PARETO_RULE.format(noun="recipe"))
     table = per.copy()
     table["MiB"] = table["bytes"] / 2**20
     st.dataframe(table[["recipe", "bits_per_element", "MiB", "sqnr_db_weighted",

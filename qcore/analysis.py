@@ -36,6 +36,17 @@ def pareto_front(cost: Any, quality: Any) -> np.ndarray:
     return front
 
 
+#: Bits per element are compared to this many decimals: a zero point's storage (a few bits per
+#: thousand elements) does not make a format cheaper.
+PARETO_BITS_DECIMALS = 1
+
+
+def bits_sqnr_front(bits: Any, sqnr: Any) -> np.ndarray:
+    """The Pareto front of (bits per element, SQNR dB), bits compared to
+    :data:`PARETO_BITS_DECIMALS` decimals: the one rule the app and the report state."""
+    return pareto_front(np.round(np.asarray(bits, np.float64), PARETO_BITS_DECIMALS), sqnr)
+
+
 def _round_trip(x: np.ndarray, params: QuantParams, saturate: bool, opset: int,
                 precision: Any = None) -> np.ndarray:
     y = params.quantize(x, saturate=saturate, precision=precision, opset=opset)
@@ -70,7 +81,7 @@ def compare_formats(x: Any, targets: Any, *, granularity: str = PER_TENSOR, axis
             row["error"] = str(exc)
         rows.append(row)
     df = pd.DataFrame(rows, columns=["format", "bits", *_METRIC_COLUMNS, "error"])
-    df.insert(7, "pareto", pareto_front(df["bits_per_element"], df["sqnr_db"]))
+    df.insert(7, "pareto", bits_sqnr_front(df["bits_per_element"], df["sqnr_db"]))
     return df
 
 
@@ -208,5 +219,5 @@ def chain(x: Any, steps: Any, *, method: str = "minmax", granularity: str = PER_
     return out
 
 
-__all__ = ["block_size_sweep", "chain", "clipping_sweep", "compare_formats", "pareto_front",
+__all__ = ["PARETO_BITS_DECIMALS", "bits_sqnr_front", "block_size_sweep", "chain", "clipping_sweep", "compare_formats", "pareto_front",
            "repeated_round_trips"]

@@ -9,6 +9,7 @@ import pytest
 
 import qcore
 from qcore.analysis import (
+    bits_sqnr_front,
     block_size_sweep,
     chain,
     clipping_sweep,
@@ -34,6 +35,14 @@ def test_pareto_front_on_constructed_points():
     assert pareto_front([2, 1], [math.inf, math.inf]).tolist() == [False, True]
 
 
+def test_bits_are_compared_to_a_tenth_of_a_bit():
+    # 8.0 and 8.04 bits cost the same (a zero point's storage), so the lower SQNR loses;
+    # 8.0 against 8.25 (an MX scale per 32) is a real cost difference and both stay
+    assert bits_sqnr_front([8.0, 8.04, 4.25], [30, 31, 18]).tolist() == [False, True, True]
+    assert bits_sqnr_front([8.0, 8.25], [30, 31]).tolist() == [True, True]
+    assert pareto_front([8.0, 8.04], [30, 31]).tolist() == [True, True]
+
+
 def test_compare_formats_rows_and_pareto():
     x = heavy((64, 128))
     targets = ["int4", "int8", "int16", "float8e4m3fn", "float4e2m1", "float8e5m2"]
@@ -44,7 +53,7 @@ def test_compare_formats_rows_and_pareto():
     assert df["format"].tolist() == targets
     assert df["pareto"].dtype == bool
     assert np.array_equal(df["pareto"].to_numpy(),
-                          pareto_front(df["bits_per_element"], df["sqnr_db"]))
+                          bits_sqnr_front(df["bits_per_element"], df["sqnr_db"]))
     s = dict(zip(df["format"], df["sqnr_db"]))
     assert s["int16"] > s["int8"] > s["int4"]
     assert s["float8e4m3fn"] > s["float8e5m2"]  # more mantissa at equal bits

@@ -26,13 +26,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..analysis import bits_sqnr_front
 from ..errors import QuantizationError
 from ..io import TensorFileError
 from .recipes import DEFAULT_RECIPES, parse_recipes
 from .sources import TensorRef, list_tensors, resolve_files
 from .tasks import COLUMNS, Task, model_root, relative_file, run_task
 
-__all__ = ["COLUMNS", "Report", "Task", "model_root", "pareto_front", "read_rows", "run_report",
+__all__ = ["COLUMNS", "Report", "Task", "model_root", "read_rows", "run_report",
            "run_task", "select", "sqnr_matrix", "summarize", "tensor_labels", "write_rows"]
 
 @dataclass
@@ -322,24 +323,10 @@ def summarize(rows: pd.DataFrame, top: int = 10) -> dict[str, Any]:
     table = pd.DataFrame(per, columns=["recipe", "tensors", "elements", "bytes",
                                        "bits_per_element", "sqnr_db_weighted", "sqnr_db_model",
                                        "min_sqnr_db"])
-    table["pareto"] = pareto_front(table["bits_per_element"], table["sqnr_db_weighted"])
+    table["pareto"] = bits_sqnr_front(table["bits_per_element"], table["sqnr_db_weighted"])
     return {"recipes": table, "worst": worst,
             "errors": rows[rows["error"] != ""][["file", "tensor", "recipe", "error"]]}
 
-
-def pareto_front(cost: Sequence[float], quality: Sequence[float]) -> list[bool]:
-    """Whether each point is on the Pareto front: no other point has cost <= and quality >=
-    with one of them strict (NaN points never are)."""
-    c = np.asarray(cost, np.float64)
-    q = np.asarray(quality, np.float64)
-    out = []
-    for i in range(c.size):
-        if not (np.isfinite(c[i]) and not np.isnan(q[i])):
-            out.append(False)
-            continue
-        dominated = ((c <= c[i]) & (q >= q[i]) & ((c < c[i]) | (q > q[i]))).any()
-        out.append(not bool(dominated))
-    return out
 
 
 def sqnr_matrix(rows: pd.DataFrame, value: str = "sqnr_db") -> pd.DataFrame:

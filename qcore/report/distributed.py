@@ -57,8 +57,10 @@ def run_tasks(tasks: Sequence[Task], on_rows: Callable[[Task, list[dict]], None]
     try:
         futures = {}
         for i, task in enumerate(tasks):
+            # largest tensors first: the last task to finish is a small one, so no worker sits
+            # idle while another works through a big tensor alone (longest-processing-time order)
             fut = client.submit(run_task, task, threads, key=f"qcore-report-{i}-{task.name}",
-                                pure=False)
+                                pure=False, priority=int(task.elements) * len(task.recipes))
             futures[fut] = task
         for fut in distributed.as_completed(list(futures)):
             task = futures.pop(fut)
