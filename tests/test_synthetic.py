@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import time
 
 import ml_dtypes
 import numpy as np
@@ -173,12 +172,10 @@ def test_invalid_arguments(call, word):
 
 
 @pytest.mark.slow
-def test_fast_for_16_mi_elements():
-    times = {}
+def test_16_mi_elements():
+    # sizes the app offers; timings (0.05-0.7 s each on the 2-core development machine) are a
+    # figure, not an assertion
     for distribution in DISTRIBUTIONS:
-        start = time.perf_counter()
         x = generate(distribution, (4096, 4096))
-        times[distribution] = time.perf_counter() - start
         assert x.shape == (4096, 4096) and x.dtype == np.float32
-    # About 0.05-0.7 s each on the 2-core development machine; generous for slow CI.
-    assert max(times.values()) < 5.0, times
+        assert np.isfinite(x).all(), distribution
