@@ -150,16 +150,6 @@ def target_verdicts(case: Case, cases: list[Case]) -> list[str]:
 
 # ---------------------------------------------------------------- data and parameters
 
-def _scale_shape(case: Case, shape: tuple[int, int]) -> tuple[int, ...]:
-    if case.granularity == "per-tensor":
-        return ()
-    if case.granularity == "per-axis":
-        return (shape[case.axis],)
-    s = list(shape)
-    s[case.axis] = -(-shape[case.axis] // case.block_size)
-    return tuple(s)
-
-
 def make_inputs(case: Case, shape: tuple[int, int], seed: int = 0) -> dict:
     """x, scale and zero point for a case (the same arrays go to every implementation)."""
     rng = np.random.default_rng(seed)
@@ -167,7 +157,9 @@ def make_inputs(case: Case, shape: tuple[int, int], seed: int = 0) -> dict:
     x = rng.standard_normal(shape, dtype=np.float32)
     x_dtype = get_format(case.x_dtype).dtype
     scale_value = 3.0 / fmt.max
-    scale = np.full(_scale_shape(case, shape), scale_value, np.float32)
+    scale = np.full(qcore.Layout.from_granularity(shape, case.granularity, case.axis,
+                                                 case.block_size).scale_shape(),
+                    scale_value, np.float32)
     if case.x_dtype != "float32":
         x = x.astype(x_dtype)
         scale = scale.astype(x_dtype)

@@ -1,5 +1,5 @@
 """qcore.codes and qcore.tiles: the format knowledge and plot reductions the Explorer shows,
-checked against ml_dtypes / the spec's layout rule / NumPy written out."""
+checked against ml_dtypes / NumPy written out."""
 
 from __future__ import annotations
 
@@ -33,18 +33,6 @@ def test_code_classes_of_e4m3fn_match_ml_dtypes():
     assert (got[np.isnan(values)] == "NaN").all() and (np.isnan(values).sum() == 2)
     sub = (np.abs(values) < 2.0 ** -6) & (values != 0)
     assert (got[sub] == "subnormal").all() and sub.sum() == 14
-
-
-@pytest.mark.parametrize("gran,block,expected", [(qcore.PER_TENSOR, 0, ()),
-                                                 (qcore.PER_AXIS, 0, (6,)),
-                                                 (qcore.BLOCKED, 4, (2, 2, 5))])
-def test_scale_shape_is_what_qcore_accepts(gran, block, expected):
-    shape = (2, 6, 5)
-    sshape = tiles.scale_shape(shape, gran, 1, block)
-    assert sshape == expected
-    plan = qcore.plan_quantize("float", shape, "float", sshape, "int8", sshape, axis=1,
-                               block_size=block)
-    assert plan.layout.granularity == gran
 
 
 def test_tile_rmse_is_the_rmse_of_each_tile():
