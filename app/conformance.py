@@ -147,63 +147,24 @@ def run_qcore(node: Node) -> Outcome:
         return Outcome(error=str(exc))
 
 
-def _model(node: Node):
-    """The ONNX model of the node (inputs as initializers), or raise ImportError."""
-    import onnx
-    from onnx import helper, numpy_helper
+def _model(node: Node, widen: bool = False):
+    """The ONNX model of the node (inputs as initializers), or raise ImportError.
+
+    ``widen`` casts the output exactly to int32 (integers) or float32 (floats), for a runtime
+    that cannot hand the narrow type back to NumPy."""
+    from qcore.onnx_models import node_model
 
     arrays = inputs(node)
     x, s, zp = arrays["x"], arrays["scale"], arrays["zero_point"]
-    names, inits = [], []
-    for name, arr in (("x", x), ("scale", s), ("zero_point", zp)):
-        if arr is None:
-            if name == "zero_point":
-                continue
-            break
-        inits.append(numpy_helper.from_array(np.asarray(arr), name))
-        names.append(name)
-    kw = attributes(node, zp)
-    attrs: dict[str, Any] = {}
-    for k, v in kw.items():
-        if k in ("output_dtype", "precision"):
-            attrs[k] = qcore.get_format(v).onnx_id
-        elif k == "saturate":
-            attrs[k] = int(v)
-        else:
-            attrs[k] = v
     if node.op == qcore.DYNAMIC:
-        outs = ["y", "y_scale", "y_zero_point"]
-        out_types = [onnx.TensorProto.UINT8, onnx.TensorProto.FLOAT, onnx.TensorProto.UINT8]
-        shapes = [list(x.shape), [], []]
+        out_types, shapes = ["uint8", "float32", "uint8"], [x.shape, (), ()]
     else:
-        outs = ["y"]
-        out_types = [qcore.get_format(output_type(node)).onnx_id]
-        shapes = [list(x.shape)]
-    n = helper.make_node(node.op, names, outs, **attrs)
-    graph = helper.make_graph([n], "node", [], [
-        helper.make_tensor_value_info(o, t, sh) for o, t, sh in zip(outs, out_types, shapes)],
-        initializer=inits)
-    opsets = [helper.make_opsetid("", node.opset)]
-    model = helper.make_model(graph, opset_imports=opsets)
-    try:
-        model.ir_version = helper.find_min_ir_version_for(opsets, ignore_unknown=True)
-    except Exception:  # noqa: BLE001 - keep the default IR version
-        pass
-    return model
-
-
-def _widened(model, node: Node):
-    """The model with its output cast exactly to int32 (integers) or float32 (floats)."""
-    import onnx
-    from onnx import helper
-
-    fmt = qcore.get_format(output_type(node))
-    wide = onnx.TensorProto.INT32 if fmt.is_integer else onnx.TensorProto.FLOAT
-    g = model.graph
-    g.node[0].output[0] = "y_narrow"
-    g.node.append(helper.make_node("Cast", ["y_narrow"], ["y"], to=wide))
-    g.output[0].type.tensor_type.elem_type = wide
-    return model
+        out_types, shapes = [output_type(node)], [x.shape]
+    cast = None
+    if widen:
+        cast = "int32" if qcore.get_format(output_type(node)).is_integer else "float32"
+    return node_model(node.op, node.opset, [x, s, zp], attributes(node, zp), initializers=True,
+                      output_types=out_types, output_shapes=shapes, cast_output_to=cast)
 
 
 def _expected_dtype(node: Node, qc: Outcome) -> list[np.dtype | None]:
@@ -259,7 +220,7 @@ def run_onnxruntime(node: Node, expected: list[np.dtype | None]) -> Outcome:
                 raise
             # onnxruntime cannot hand int4 / float8e5m2 to NumPy: add an exact Cast to a wider
             # type and convert back (values compared, not NaN payloads)
-            outs = ort.InferenceSession(_widened(model, node).SerializeToString(), opts,
+            outs = ort.InferenceSession(_model(node, widen=True).SerializeToString(), opts,
                                         providers=["CPUExecutionProvider"]).run(None, {})
         return Outcome([_coerce(o, d) for o, d in zip(outs, expected + [None] * 3)])
     except qcore.QuantizationError as exc:
