@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 import qcore
+from qcore.codes import code_bits
 
 from .compute import fmt_value
 
@@ -238,14 +239,10 @@ def bits(a: np.ndarray) -> np.ndarray:
     """Each element's stored bit pattern as int64 (sub-byte types masked to their width)."""
     a = np.ascontiguousarray(a)
     try:
-        fmt = qcore.get_format(a.dtype)
-    except qcore.QuantizationError:
-        fmt = None
-    if fmt is not None and fmt.is_integer:
-        return a.astype(np.int64) & ((1 << fmt.bits) - 1)
-    u = a.view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize])
-    mask = (1 << fmt.bits) - 1 if fmt is not None and fmt.bits < 8 * a.dtype.itemsize else -1
-    return u.astype(np.int64) & mask
+        return code_bits(qcore.get_format(a.dtype), a)
+    except qcore.QuantizationError:  # a type qcore does not know: its raw bits
+        return a.view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[
+            a.dtype.itemsize]).astype(np.int64)
 
 
 def same(a: np.ndarray, b: np.ndarray) -> np.ndarray:
