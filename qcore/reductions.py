@@ -36,6 +36,7 @@ walker_params = LayoutParams.from_layout
 CHUNK = config.METRICS_CHUNK
 PARALLEL_THRESHOLD = config.METRICS_PARALLEL_THRESHOLD
 GROUP_RUNS_PER_THREAD = 4  # group_sse: parallel runs per thread (each has its own buffer)
+SHORT_BLOCK = 16  # group_sse: blocks shorter than this are summed in one pass
 
 TINY = float(np.finfo(np.float32).tiny)
 
@@ -225,27 +226,48 @@ def _group_spans(n, per, lp):
 
 
 @njit(cache=True, nogil=True, fastmath=_FASTMATH, error_model="numpy")
-def _segment_sse(x, xh, s0, run, blk, first, vs, vc):
+def _segment_sse(xs, hs, blk, first, vs, vc):
     """Add one walker segment's squared errors and finite counts to its groups ``vs``/``vc``:
-    element s0 + t is in group t (blk == 0) or (first + t) // blk."""
+    element t of the segment is in group t (blk == 0) or (first + t) // blk. The per-element
+    loop has unsigned indices, as in the CPU kernels: no negative-index wraparound, so LLVM
+    vectorises it (the short per-block loops are faster left as they are)."""
+    run = xs.size
     if blk == 0:
-        for t in range(run):
-            e = np.float64(xh[s0 + t]) - np.float64(x[s0 + t])
+        for t in range(np.uint64(run)):
+            e = np.float64(hs[t]) - np.float64(xs[t])
             ok = abs(e) < np.inf
             vs[t] += e * e if ok else 0.0
             vc[t] += 1.0 if ok else 0.0
         return
-    last = vs.size - 1
+    if blk < SHORT_BLOCK:  # short blocks: one pass, a group ends every blk elements
+        g = 0
+        left = blk - first
+        acc = 0.0
+        kk = 0.0
+        for t in range(run):
+            e = np.float64(hs[t]) - np.float64(xs[t])
+            ok = abs(e) < np.inf
+            acc += e * e if ok else 0.0
+            kk += 1.0 if ok else 0.0
+            left -= 1
+            if left == 0:
+                vs[g] += acc
+                vc[g] += kk
+                g += 1
+                left = blk
+                acc = 0.0
+                kk = 0.0
+        if left != blk:
+            vs[g] += acc
+            vc[g] += kk
+        return
     for g in range(vs.size):
-        a = s0 + g * blk - first
-        b = a + blk
-        if g == 0 or g == last:  # the first and last blocks may be cut by the segment
-            a = max(a, s0)
-            b = min(b, s0 + run)
+        a = max(g * blk - first, 0)
+        b = min((g + 1) * blk - first, run)
         acc = 0.0
         kk = 0.0
         for i in range(a, b):
-            e = np.float64(xh[i]) - np.float64(x[i])
+            e = np.float64(hs[i]) - np.float64(xs[i])
             ok = abs(e) < np.inf
             acc += e * e if ok else 0.0
             kk += 1.0 if ok else 0.0
@@ -272,8 +294,9 @@ def _group_sse_impl(x, xh, lp, per, spans, offsets, ng):
         j = 0
         while j < m:
             run, k, cnt, blk, first, p, d, q = walk_next_segment(p, d, q, m - j, lp)
-            _segment_sse(x, xh, i0 + j, run, blk, first, bsse[o + k:o + k + cnt],
-                         bcnt[o + k:o + k + cnt])
+            s0 = i0 + j
+            _segment_sse(x[s0:s0 + run], xh[s0:s0 + run], blk, first,
+                         bsse[o + k:o + k + cnt], bcnt[o + k:o + k + cnt])
             j += run
     sse = np.zeros(ng, np.float64)
     count = np.zeros(ng, np.float64)
