@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -80,14 +80,22 @@ def _cast(values: np.ndarray, type_name: str) -> np.ndarray:
         return values.astype(np.float32).astype(fmt.dtype)
 
 
-def inputs(node: Node) -> dict[str, np.ndarray | None]:
+class Inputs(NamedTuple):
+    """The node's input arrays, in ONNX order (None where the node has no such input)."""
+
+    x: np.ndarray
+    scale: np.ndarray | None
+    zero_point: np.ndarray | None
+
+
+def inputs(node: Node) -> Inputs:
     """The node's input arrays from its text fields."""
     if node.op == qcore.DEQUANTIZE:
         x = _cast(parse_values(node.x, "x"), node.target)
     else:
         x = _cast(parse_values(node.x, "x"), node.x_type)
     if node.op == qcore.DYNAMIC:
-        return {"x": x, "scale": None, "zero_point": None}
+        return Inputs(x, None, None)
     s = _cast(parse_values(node.scale, "scale"), node.scale_type)
     zp = None
     if node.zero_point.strip():
@@ -99,7 +107,7 @@ def inputs(node: Node) -> dict[str, np.ndarray | None]:
     if s.size == 1:
         s = s.reshape(())
         zp = None if zp is None else zp.reshape(())
-    return {"x": x, "scale": s, "zero_point": zp}
+    return Inputs(x, s, zp)
 
 
 def attributes(node: Node, zero_point: np.ndarray | None) -> dict[str, Any]:
@@ -136,8 +144,7 @@ def output_type(node: Node) -> str:
 
 def run_qcore(node: Node) -> Outcome:
     try:
-        arrays = inputs(node)
-        x, s, zp = arrays["x"], arrays["scale"], arrays["zero_point"]
+        x, s, zp = inputs(node)
         kw = attributes(node, zp)
         if node.op == qcore.DYNAMIC:
             return Outcome(list(qcore.dynamic_quantize_linear(x, opset=node.opset)))
@@ -155,8 +162,7 @@ def _model(node: Node, widen: bool = False):
     that cannot hand the narrow type back to NumPy."""
     from qcore.onnx_models import node_model
 
-    arrays = inputs(node)
-    x, s, zp = arrays["x"], arrays["scale"], arrays["zero_point"]
+    x, s, zp = inputs(node)
     if node.op == qcore.DYNAMIC:
         out_types, shapes = ["uint8", "float32", "uint8"], [x.shape, (), ()]
     else:
@@ -282,7 +288,7 @@ def table(node: Node, outcomes: dict[str, Outcome], output: int = 0) -> tuple[pd
                                                                                pd.DataFrame]:
     """(text table, agreement mask) for one output: one row per element, one column per engine
     that produced it; the mask is True where an engine agrees with qcore bit for bit."""
-    x = inputs(node)["x"].reshape(-1)
+    x = inputs(node).x.reshape(-1)
     cols: dict[str, list[str]] = {"x": [fmt_value(float(v)) for v in x.astype(np.float64)]}
     ok: dict[str, list[bool]] = {"x": [True] * x.size}
     ref = outcomes["qcore"].outputs[output] if outcomes["qcore"].outputs else None
