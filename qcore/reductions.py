@@ -275,6 +275,21 @@ def _segment_sse(xs, hs, blk, first, vs, vc):
         vc[g] += kk
 
 
+@njit(cache=True, nogil=True, fastmath=_FASTMATH, error_model="numpy")
+def _run_sse(x, xh, i0, m, lp, vs, vc, g0):
+    """Elements i0..i0+m into their groups' slots of ``vs``/``vc`` (group g at g - g0), segment
+    by segment as the walker cuts them. A function of its own, so that the parallel loop's
+    body stays a call and this compiles as plain (vectorised) code."""
+    p, d, q = walk_locate(i0, lp)
+    j = 0
+    while j < m:
+        run, k, cnt, blk, first, p, d, q = walk_next_segment(p, d, q, m - j, lp)
+        s0 = i0 + j
+        _segment_sse(x[s0:s0 + run], xh[s0:s0 + run], blk, first, vs[k - g0:k - g0 + cnt],
+                     vc[k - g0:k - g0 + cnt])
+        j += run
+
+
 def _group_sse_impl(x, xh, lp, per, spans, offsets, ng):
     """Sum of squared errors and count of finite pairs per group (scale order).
 
@@ -288,16 +303,8 @@ def _group_sse_impl(x, xh, lp, per, spans, offsets, ng):
     bcnt = np.zeros(offsets[nch], np.float64)
     for c in prange(nch):
         i0 = c * per
-        m = min(per, n - i0)
-        o = offsets[c] - spans[c, 0]  # buffer index of group g: o + g
-        p, d, q = walk_locate(i0, lp)
-        j = 0
-        while j < m:
-            run, k, cnt, blk, first, p, d, q = walk_next_segment(p, d, q, m - j, lp)
-            s0 = i0 + j
-            _segment_sse(x[s0:s0 + run], xh[s0:s0 + run], blk, first,
-                         bsse[o + k:o + k + cnt], bcnt[o + k:o + k + cnt])
-            j += run
+        _run_sse(x, xh, i0, min(per, n - i0), lp, bsse[offsets[c]:offsets[c + 1]],
+                 bcnt[offsets[c]:offsets[c + 1]], spans[c, 0])
     sse = np.zeros(ng, np.float64)
     count = np.zeros(ng, np.float64)
     for c in range(nch):
