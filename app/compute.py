@@ -16,7 +16,15 @@ import streamlit as st
 
 import qcore
 from qcore import versions as qversions
-from qcore.codes import bit_string, code_bits, code_classes, special_inputs, zero_point_array
+from qcore.codes import (
+    bit_string,
+    code_bits,
+    code_classes,
+    code_fields,
+    positive_values,
+    special_inputs,
+    zero_point_array,
+)
 from qcore.tiles import pool_max, sample_indices, tile_rmse
 
 from .text import fmt_value, short_num  # noqa: F401 - app/conformance imports fmt_value here
@@ -90,9 +98,10 @@ def format_codes(name: str) -> pd.DataFrame:
         "numeric": values,
     })
     if fmt.is_float:
-        df.insert(2, "sign", (patterns >> (fmt.ebits + fmt.mbits)) & 1)
-        df.insert(3, "exponent", (patterns >> fmt.mbits) & ((1 << fmt.ebits) - 1))
-        df.insert(4, "mantissa", patterns & ((1 << fmt.mbits) - 1))
+        sign, exponent, mantissa = code_fields(fmt, patterns)
+        df.insert(2, "sign", sign)
+        df.insert(3, "exponent", exponent)
+        df.insert(4, "mantissa", mantissa)
     elif fmt.kind == "scale":
         df.insert(2, "exponent", patterns)
     return df
@@ -101,11 +110,9 @@ def format_codes(name: str) -> pd.DataFrame:
 @st.cache_data(max_entries=32, show_spinner=False)
 def format_spacing(name: str) -> pd.DataFrame:
     """Positive finite values of a format and the gap to the next one."""
-    fmt = qcore.get_format(name)
-    if fmt.bits > 16:
+    v = positive_values(qcore.get_format(name))
+    if v.size == 0:
         return pd.DataFrame({"value": [], "gap": [], "relative gap": []})
-    v = np.unique(fmt.all_values())
-    v = v[np.isfinite(v) & (v > 0)]
     gap = np.diff(v)
     return pd.DataFrame({"value": v[:-1], "gap": gap, "relative gap": gap / v[:-1]})
 

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
 
 import qcore
+from qcore.codes import code_bits
 
 from .compute import fmt_value
 
@@ -79,14 +80,22 @@ def _cast(values: np.ndarray, type_name: str) -> np.ndarray:
         return values.astype(np.float32).astype(fmt.dtype)
 
 
-def inputs(node: Node) -> dict[str, np.ndarray | None]:
+class Inputs(NamedTuple):
+    """The node's input arrays, in ONNX order (None where the node has no such input)."""
+
+    x: np.ndarray
+    scale: np.ndarray | None
+    zero_point: np.ndarray | None
+
+
+def inputs(node: Node) -> Inputs:
     """The node's input arrays from its text fields."""
     if node.op == qcore.DEQUANTIZE:
         x = _cast(parse_values(node.x, "x"), node.target)
     else:
         x = _cast(parse_values(node.x, "x"), node.x_type)
     if node.op == qcore.DYNAMIC:
-        return {"x": x, "scale": None, "zero_point": None}
+        return Inputs(x, None, None)
     s = _cast(parse_values(node.scale, "scale"), node.scale_type)
     zp = None
     if node.zero_point.strip():
@@ -98,7 +107,7 @@ def inputs(node: Node) -> dict[str, np.ndarray | None]:
     if s.size == 1:
         s = s.reshape(())
         zp = None if zp is None else zp.reshape(())
-    return {"x": x, "scale": s, "zero_point": zp}
+    return Inputs(x, s, zp)
 
 
 def attributes(node: Node, zero_point: np.ndarray | None) -> dict[str, Any]:
@@ -135,8 +144,7 @@ def output_type(node: Node) -> str:
 
 def run_qcore(node: Node) -> Outcome:
     try:
-        arrays = inputs(node)
-        x, s, zp = arrays["x"], arrays["scale"], arrays["zero_point"]
+        x, s, zp = inputs(node)
         kw = attributes(node, zp)
         if node.op == qcore.DYNAMIC:
             return Outcome(list(qcore.dynamic_quantize_linear(x, opset=node.opset)))
@@ -147,63 +155,23 @@ def run_qcore(node: Node) -> Outcome:
         return Outcome(error=str(exc))
 
 
-def _model(node: Node):
-    """The ONNX model of the node (inputs as initializers), or raise ImportError."""
-    import onnx
-    from onnx import helper, numpy_helper
+def _model(node: Node, widen: bool = False):
+    """The ONNX model of the node (inputs as initializers), or raise ImportError.
 
-    arrays = inputs(node)
-    x, s, zp = arrays["x"], arrays["scale"], arrays["zero_point"]
-    names, inits = [], []
-    for name, arr in (("x", x), ("scale", s), ("zero_point", zp)):
-        if arr is None:
-            if name == "zero_point":
-                continue
-            break
-        inits.append(numpy_helper.from_array(np.asarray(arr), name))
-        names.append(name)
-    kw = attributes(node, zp)
-    attrs: dict[str, Any] = {}
-    for k, v in kw.items():
-        if k in ("output_dtype", "precision"):
-            attrs[k] = qcore.get_format(v).onnx_id
-        elif k == "saturate":
-            attrs[k] = int(v)
-        else:
-            attrs[k] = v
+    ``widen`` casts the output exactly to int32 (integers) or float32 (floats), for a runtime
+    that cannot hand the narrow type back to NumPy."""
+    from qcore.onnx_models import node_model
+
+    x, s, zp = inputs(node)
     if node.op == qcore.DYNAMIC:
-        outs = ["y", "y_scale", "y_zero_point"]
-        out_types = [onnx.TensorProto.UINT8, onnx.TensorProto.FLOAT, onnx.TensorProto.UINT8]
-        shapes = [list(x.shape), [], []]
+        out_types, shapes = ["uint8", "float32", "uint8"], [x.shape, (), ()]
     else:
-        outs = ["y"]
-        out_types = [qcore.get_format(output_type(node)).onnx_id]
-        shapes = [list(x.shape)]
-    n = helper.make_node(node.op, names, outs, **attrs)
-    graph = helper.make_graph([n], "node", [], [
-        helper.make_tensor_value_info(o, t, sh) for o, t, sh in zip(outs, out_types, shapes)],
-        initializer=inits)
-    opsets = [helper.make_opsetid("", node.opset)]
-    model = helper.make_model(graph, opset_imports=opsets)
-    try:
-        model.ir_version = helper.find_min_ir_version_for(opsets, ignore_unknown=True)
-    except Exception:  # noqa: BLE001 - keep the default IR version
-        pass
-    return model
-
-
-def _widened(model, node: Node):
-    """The model with its output cast exactly to int32 (integers) or float32 (floats)."""
-    import onnx
-    from onnx import helper
-
-    fmt = qcore.get_format(output_type(node))
-    wide = onnx.TensorProto.INT32 if fmt.is_integer else onnx.TensorProto.FLOAT
-    g = model.graph
-    g.node[0].output[0] = "y_narrow"
-    g.node.append(helper.make_node("Cast", ["y_narrow"], ["y"], to=wide))
-    g.output[0].type.tensor_type.elem_type = wide
-    return model
+        out_types, shapes = [output_type(node)], [x.shape]
+    cast = None
+    if widen:
+        cast = "int32" if qcore.get_format(output_type(node)).is_integer else "float32"
+    return node_model(node.op, node.opset, [x, s, zp], attributes(node, zp), initializers=True,
+                      output_types=out_types, output_shapes=shapes, cast_output_to=cast)
 
 
 def _expected_dtype(node: Node, qc: Outcome) -> list[np.dtype | None]:
@@ -259,7 +227,7 @@ def run_onnxruntime(node: Node, expected: list[np.dtype | None]) -> Outcome:
                 raise
             # onnxruntime cannot hand int4 / float8e5m2 to NumPy: add an exact Cast to a wider
             # type and convert back (values compared, not NaN payloads)
-            outs = ort.InferenceSession(_widened(model, node).SerializeToString(), opts,
+            outs = ort.InferenceSession(_model(node, widen=True).SerializeToString(), opts,
                                         providers=["CPUExecutionProvider"]).run(None, {})
         return Outcome([_coerce(o, d) for o, d in zip(outs, expected + [None] * 3)])
     except qcore.QuantizationError as exc:
@@ -277,14 +245,10 @@ def bits(a: np.ndarray) -> np.ndarray:
     """Each element's stored bit pattern as int64 (sub-byte types masked to their width)."""
     a = np.ascontiguousarray(a)
     try:
-        fmt = qcore.get_format(a.dtype)
-    except qcore.QuantizationError:
-        fmt = None
-    if fmt is not None and fmt.is_integer:
-        return a.astype(np.int64) & ((1 << fmt.bits) - 1)
-    u = a.view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize])
-    mask = (1 << fmt.bits) - 1 if fmt is not None and fmt.bits < 8 * a.dtype.itemsize else -1
-    return u.astype(np.int64) & mask
+        return code_bits(qcore.get_format(a.dtype), a)
+    except qcore.QuantizationError:  # a type qcore does not know: its raw bits
+        return a.view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[
+            a.dtype.itemsize]).astype(np.int64)
 
 
 def same(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -324,7 +288,7 @@ def table(node: Node, outcomes: dict[str, Outcome], output: int = 0) -> tuple[pd
                                                                                pd.DataFrame]:
     """(text table, agreement mask) for one output: one row per element, one column per engine
     that produced it; the mask is True where an engine agrees with qcore bit for bit."""
-    x = inputs(node)["x"].reshape(-1)
+    x = inputs(node).x.reshape(-1)
     cols: dict[str, list[str]] = {"x": [fmt_value(float(v)) for v in x.astype(np.float64)]}
     ok: dict[str, list[bool]] = {"x": [True] * x.size}
     ref = outcomes["qcore"].outputs[output] if outcomes["qcore"].outputs else None

@@ -124,7 +124,7 @@ def granularity_caption(shape: tuple[int, ...], gran: str, axis: int, block: int
     """One line saying how many scales the granularity makes (and the valid block sizes)."""
     dim = int(shape[axis]) if shape else 1
     if gran == qcore.BLOCKED:
-        nblocks = -(-dim // block)
+        nblocks = qcore.Layout.from_granularity((dim,), qcore.BLOCKED, 0, block).scale_blocks
         lo, hi = qcore.block_size_range(dim, nblocks)
         short = dim - (nblocks - 1) * block
         return (f"{nblocks:,} block(s) of {block} along axis {axis} (length {dim})"

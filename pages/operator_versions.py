@@ -4,7 +4,6 @@ import streamlit as st
 
 import qcore
 from app import charts, compute, controls, errors, explain, frame, widgets
-from qcore import tiles
 
 frame.enter()
 
@@ -61,7 +60,7 @@ rows = widgets.number("x rows", "v_rows", 64, min_value=1, max_value=1 << 20, wh
 cols = widgets.number("x columns", "v_cols", 256, min_value=1, max_value=1 << 20, where=b[1])
 gran, axis, block = controls.granularity_panel((rows, cols), prefix="v_", columns=b[2:])
 shape = (int(rows), int(cols))
-sshape = tiles.scale_shape(shape, gran, axis, block)  # Layout.scale_shape() once M lands it
+sshape = qcore.Layout.from_granularity(shape, gran, axis, block).scale_shape()
 if op == qcore.QUANTIZE:
     d1, d2, d3 = box.columns(3)
     named_by = widgets.select("Target type named by", ["zero point", "output_dtype"], "v_named",

@@ -150,16 +150,6 @@ def target_verdicts(case: Case, cases: list[Case]) -> list[str]:
 
 # ---------------------------------------------------------------- data and parameters
 
-def _scale_shape(case: Case, shape: tuple[int, int]) -> tuple[int, ...]:
-    if case.granularity == "per-tensor":
-        return ()
-    if case.granularity == "per-axis":
-        return (shape[case.axis],)
-    s = list(shape)
-    s[case.axis] = -(-shape[case.axis] // case.block_size)
-    return tuple(s)
-
-
 def make_inputs(case: Case, shape: tuple[int, int], seed: int = 0) -> dict:
     """x, scale and zero point for a case (the same arrays go to every implementation)."""
     rng = np.random.default_rng(seed)
@@ -167,7 +157,9 @@ def make_inputs(case: Case, shape: tuple[int, int], seed: int = 0) -> dict:
     x = rng.standard_normal(shape, dtype=np.float32)
     x_dtype = get_format(case.x_dtype).dtype
     scale_value = 3.0 / fmt.max
-    scale = np.full(_scale_shape(case, shape), scale_value, np.float32)
+    scale = np.full(qcore.Layout.from_granularity(shape, case.granularity, case.axis,
+                                                 case.block_size).scale_shape(),
+                    scale_value, np.float32)
     if case.x_dtype != "float32":
         x = x.astype(x_dtype)
         scale = scale.astype(x_dtype)
@@ -242,9 +234,9 @@ def ml_dtypes_impl(case: Case, inputs: dict) -> Callable[[], object] | None:
 
 def onnxruntime_impl(case: Case, inputs: dict) -> Callable[[], object] | None:
     try:
-        import onnx
         import onnxruntime as ort
-        from onnx import TensorProto, helper
+
+        from qcore.onnx_models import INPUT_NAMES, feeds, node_model
     except ImportError:
         return None
     fmt = get_format(case.target)
@@ -256,43 +248,27 @@ def onnxruntime_impl(case: Case, inputs: dict) -> Callable[[], object] | None:
     if case.block_size:
         attrs["block_size"] = case.block_size
     if case.op == "dynamic":
-        node = helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "s", "z"])
-        opset = 11
-        feeds = {"x": inputs["x"]}
-        ins = [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)]
-        outs = [helper.make_tensor_value_info(n, t, None) for n, t in
-                (("y", TensorProto.UINT8), ("s", TensorProto.FLOAT), ("z", TensorProto.UINT8))]
+        model = node_model(qcore.DYNAMIC, 11, [inputs["x"]],
+                           output_types=["uint8", "float32", "uint8"])
+        feed = feeds(qcore.DYNAMIC, inputs["x"])
     else:
-        opset = 21
-        if case.op == "quantize":
-            if fmt.kind == "float":
-                attrs["saturate"] = int(case.saturate)
-            node = helper.make_node("QuantizeLinear", ["x", "s", "z"], ["y"], **attrs)
-            feeds = {"x": inputs["x"], "s": inputs["scale"]}
-            x_type, y_type = x_fmt.onnx_id, fmt.onnx_id
-        else:
-            node = helper.make_node("DequantizeLinear", ["x", "s", "z"], ["y"], **attrs)
-            feeds = {"x": inputs["q"], "s": inputs["scale"]}
-            x_type, y_type = fmt.onnx_id, TensorProto.FLOAT
-        z = onnx.numpy_helper.from_array(inputs["zero_point"], "z")
-        ins = [helper.make_tensor_value_info("x", x_type, None),
-               helper.make_tensor_value_info("s", x_fmt.onnx_id if case.op == "quantize"
-                                             else TensorProto.FLOAT, None)]
-        outs = [helper.make_tensor_value_info("y", y_type, None)]
-        node_graph = helper.make_graph([node], "bench", ins, outs, initializer=[z])
-    if case.op == "dynamic":
-        node_graph = helper.make_graph([node], "bench", ins, outs)
-    model = helper.make_model(node_graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 10
+        op = qcore.QUANTIZE if case.op == "quantize" else qcore.DEQUANTIZE
+        x, scale = inputs["x" if op == qcore.QUANTIZE else "q"], inputs["scale"]
+        if op == qcore.QUANTIZE and fmt.kind == "float":
+            attrs["saturate"] = case.saturate
+        out = fmt.dtype if op == qcore.QUANTIZE else scale.dtype
+        model = node_model(op, 21, [x, scale, inputs["zero_point"]], attrs,
+                           initializers=[INPUT_NAMES[op][2]], output_types=[out])
+        feed = feeds(op, x, scale)
     try:
         options = ort.SessionOptions()
         options.log_severity_level = 3
         session = ort.InferenceSession(model.SerializeToString(), options,
                                        providers=["CPUExecutionProvider"])
-        session.run(None, feeds)
+        session.run(None, feed)
     except Exception:  # noqa: BLE001 - a peer without this kernel is simply not compared
         return None
-    return lambda: session.run(None, feeds)
+    return lambda: session.run(None, feed)
 
 
 def torch_impl(case: Case, inputs: dict) -> Callable[[], object] | None:

@@ -10,8 +10,8 @@ import numpy as np
 
 from .formats import Format, get_format
 
-__all__ = ["bit_string", "code_bits", "code_classes", "grid_levels", "special_inputs",
-           "zero_point_array"]
+__all__ = ["bit_string", "code_bits", "code_classes", "code_fields", "grid_levels",
+           "positive_values", "special_inputs", "zero_point_array"]
 
 
 def zero_point_array(value: float, target: str, shape: tuple[int, ...] = ()) -> np.ndarray:
@@ -39,6 +39,22 @@ def bit_string(pattern: int, fmt: Format) -> str:
     return f"{s[0]} {s[1:1 + fmt.ebits]} {s[1 + fmt.ebits:]}".rstrip()
 
 
+def code_fields(fmt: Format, patterns: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(sign, exponent, mantissa) fields of a float format's bit patterns."""
+    p = np.asarray(patterns, np.int64)
+    return ((p >> (fmt.ebits + fmt.mbits)) & 1, (p >> fmt.mbits) & ((1 << fmt.ebits) - 1),
+            p & ((1 << fmt.mbits) - 1))
+
+
+def positive_values(fmt: Format) -> np.ndarray:
+    """The distinct positive finite values of a <= 16-bit format, ascending (empty for wider
+    ones)."""
+    if fmt.bits > 16:
+        return np.zeros(0)
+    v = np.unique(fmt.all_values())
+    return v[np.isfinite(v) & (v > 0)]
+
+
 def grid_levels(scale: float, zero_point: float, target: str, lo: float,
                 hi: float) -> np.ndarray:
     """The values x̂ can take, (code − zp)·scale, inside [lo, hi] (at most ~600 of them)."""
@@ -57,8 +73,7 @@ def code_classes(fmt: Format) -> np.ndarray:
         out[:] = "integer"
         out[values == 0] = "zero"
         return out
-    patterns = np.arange(values.size)
-    exponent = (patterns >> fmt.mbits) & ((1 << fmt.ebits) - 1)
+    exponent = code_fields(fmt, np.arange(values.size))[1]
     out[(exponent == 0) & (values != 0)] = "subnormal"
     out[values == 0] = "zero"
     out[np.isnan(values)] = "NaN"
@@ -87,8 +102,5 @@ def special_inputs(fmt: Format) -> list[tuple[str, float]]:
 
 def _top_gap(fmt: Format) -> float:
     """The gap between a float format's two largest finite values (0 when it has no two)."""
-    if fmt.bits > 16:
-        return 0.0
-    v = np.unique(fmt.all_values())
-    v = v[np.isfinite(v) & (v > 0)]
+    v = positive_values(fmt)
     return float(v[-1] - v[-2]) if v.size >= 2 else 0.0

@@ -10,7 +10,7 @@ Element (p, d, q) uses scale index
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -218,7 +218,7 @@ def resolve_layout(ov: OpVersion, x_shape: tuple[int, ...], scale_shape: tuple[i
     n = int(np.prod(x_shape, dtype=np.int64))
     scale_size = int(np.prod(scale_shape, dtype=np.int64))
     if scale_size == 1 and (block_size == 0 or len(scale_shape) <= 1):
-        return Layout(PER_TENSOR, None, max(n, 1), 1, n, 1, 1, 1, 1, tuple(x_shape))
+        return Layout.from_granularity(x_shape, PER_TENSOR)
     if scale_size == 0 and n > 0:  # an empty x along the axis has no scales: that is valid
         raise QuantizationError(f"{ov.label}: {scale_name} is empty; it needs at least one value")
     if block_size == 0:
@@ -235,17 +235,15 @@ def resolve_layout(ov: OpVersion, x_shape: tuple[int, ...], scale_shape: tuple[i
                 f"{ov.label}: per-axis {scale_name} has length {scale_size} but x.shape[{ax}] is "
                 f"{x_shape[ax]} (x shape {tuple(x_shape)}, axis={axis}); they must be equal"
             )
-        pre = int(np.prod(x_shape[:ax], dtype=np.int64))
-        post = int(np.prod(x_shape[ax + 1:], dtype=np.int64))
-        return Layout(PER_AXIS, ax, 1, pre, x_shape[ax], post, 1, scale_size, 1, tuple(x_shape))
+        return Layout.from_granularity(x_shape, PER_AXIS, ax)
     check_attribute(ov, "block_size")
     check_granularity(ov, BLOCKED, f"block_size={block_size}")
     ax = normalize_axis(ov, axis, len(x_shape))
+    layout = Layout.from_granularity(x_shape, BLOCKED, ax, block_size)
+    expected = layout.scale_shape()
     if len(scale_shape) != len(x_shape) or any(
         s != d for i, (s, d) in enumerate(zip(scale_shape, x_shape)) if i != ax
     ):
-        expected = list(x_shape)
-        expected[ax] = math.ceil(x_shape[ax] / block_size) if block_size else 0
         raise QuantizationError(
             f"{ov.label}: blocked {scale_name} has shape {tuple(scale_shape)} but x has shape "
             f"{tuple(x_shape)}; with axis={axis} and block_size={block_size} it must be "
@@ -253,8 +251,6 @@ def resolve_layout(ov: OpVersion, x_shape: tuple[int, ...], scale_shape: tuple[i
         )
     lo, hi = block_size_range(x_shape[ax], scale_shape[ax])
     if hi is not None and hi < lo:  # e.g. 9 split into 4 blocks: no block size does it
-        expected = list(scale_shape)
-        expected[ax] = math.ceil(x_shape[ax] / block_size) if block_size else 0
         raise QuantizationError(
             f"{ov.label}: {scale_name} has {scale_shape[ax]} blocks along axis {ax}, but no "
             f"block size splits x.shape[{ax}]={x_shape[ax]} into {scale_shape[ax]} blocks; "
@@ -267,7 +263,6 @@ def resolve_layout(ov: OpVersion, x_shape: tuple[int, ...], scale_shape: tuple[i
             f"{scale_shape[ax]} blocks; valid block sizes: {valid} "
             f"(the spec's [ceil(Di/Si), ceil(Di/(Si-1))-1])"
         )
-    pre = int(np.prod(x_shape[:ax], dtype=np.int64))
-    post = int(np.prod(x_shape[ax + 1:], dtype=np.int64))
-    return Layout(BLOCKED, ax, int(block_size), pre, x_shape[ax], post, pre, scale_shape[ax], post,
-                  tuple(x_shape))
+    if layout.scale_blocks != scale_shape[ax]:  # only along an empty axis: keep the scale's
+        layout = replace(layout, scale_blocks=int(scale_shape[ax]))
+    return layout  # else a block size in the spec's range makes exactly scale_shape[ax] blocks

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+import numba
 import numpy as np
 from numba import njit, prange
 
@@ -34,8 +35,13 @@ walker_params = LayoutParams.from_layout
 
 CHUNK = config.METRICS_CHUNK
 PARALLEL_THRESHOLD = config.METRICS_PARALLEL_THRESHOLD
+GROUP_RUNS_PER_THREAD = 4  # group_sse: parallel runs per thread (each has its own buffer)
+SHORT_BLOCK = 16  # group_sse: blocks shorter than this are summed in one pass
 
 TINY = float(np.finfo(np.float32).tiny)
+
+#: Reductions may be reassociated (so loops vectorize); NaN/Inf semantics are kept.
+_FASTMATH = {"reassoc", "contract", "nsz"}
 
 # error-statistics slots of error_stats()
 (S_SSE, S_SX2, S_SAE, S_MAXAE, S_SREL, S_NREL, S_NCMP, S_NANIN, S_INFIN, S_NANOUT, S_INFOUT,
@@ -196,108 +202,119 @@ def _error_impl(x, xh, glo, ghi, lp, grouped, has_range, tiny):
     return out
 
 
-def _group_sse_impl(x, xh, pre, dim, post, block, spre, sblocks, spost):
-    """Sum of squared errors and count of finite pairs per group (scale order)."""
-    ng = spre * sblocks * spost
+@njit(cache=True, nogil=True)
+def _group_spans(n, per, lp):
+    """For each run of ``per`` elements: the first group it touches and one past the last
+    (found by the kernels' index-map walker, segment by segment)."""
+    nch = (n + per - 1) // per
+    spans = np.empty((nch, 2), np.int64)
+    for c in range(nch):
+        i0 = c * per
+        m = min(per, n - i0)
+        p, d, q = walk_locate(i0, lp)
+        lo = np.int64(1) << 62
+        hi = np.int64(0)
+        j = 0
+        while j < m:
+            run, k, cnt, blk, first, p, d, q = walk_next_segment(p, d, q, m - j, lp)
+            lo = min(lo, k)
+            hi = max(hi, k + cnt)
+            j += run
+        spans[c, 0] = lo
+        spans[c, 1] = hi
+    return spans
+
+
+@njit(cache=True, nogil=True, fastmath=_FASTMATH, error_model="numpy")
+def _segment_sse(xs, hs, blk, first, vs, vc):
+    """Add one walker segment's squared errors and finite counts to its groups ``vs``/``vc``:
+    element t of the segment is in group t (blk == 0) or (first + t) // blk. The per-element
+    loop has unsigned indices, as in the CPU kernels: no negative-index wraparound, so LLVM
+    vectorises it (the short per-block loops are faster left as they are)."""
+    run = xs.size
+    if blk == 0:
+        for t in range(np.uint64(run)):
+            e = np.float64(hs[t]) - np.float64(xs[t])
+            ok = abs(e) < np.inf
+            vs[t] += e * e if ok else 0.0
+            vc[t] += 1.0 if ok else 0.0
+        return
+    if blk < SHORT_BLOCK:  # short blocks: one pass, a group ends every blk elements
+        g = 0
+        left = blk - first
+        acc = 0.0
+        kk = 0.0
+        for t in range(run):
+            e = np.float64(hs[t]) - np.float64(xs[t])
+            ok = abs(e) < np.inf
+            acc += e * e if ok else 0.0
+            kk += 1.0 if ok else 0.0
+            left -= 1
+            if left == 0:
+                vs[g] += acc
+                vc[g] += kk
+                g += 1
+                left = blk
+                acc = 0.0
+                kk = 0.0
+        if left != blk:
+            vs[g] += acc
+            vc[g] += kk
+        return
+    for g in range(vs.size):
+        a = max(g * blk - first, 0)
+        b = min((g + 1) * blk - first, run)
+        acc = 0.0
+        kk = 0.0
+        for i in range(a, b):
+            e = np.float64(hs[i]) - np.float64(xs[i])
+            ok = abs(e) < np.inf
+            acc += e * e if ok else 0.0
+            kk += 1.0 if ok else 0.0
+        vs[g] += acc
+        vc[g] += kk
+
+
+@njit(cache=True, nogil=True, fastmath=_FASTMATH, error_model="numpy")
+def _run_sse(x, xh, i0, m, lp, vs, vc, g0):
+    """Elements i0..i0+m into their groups' slots of ``vs``/``vc`` (group g at g - g0), segment
+    by segment as the walker cuts them. A function of its own, so that the parallel loop's
+    body stays a call and this compiles as plain (vectorised) code."""
+    p, d, q = walk_locate(i0, lp)
+    j = 0
+    while j < m:
+        run, k, cnt, blk, first, p, d, q = walk_next_segment(p, d, q, m - j, lp)
+        s0 = i0 + j
+        _segment_sse(x[s0:s0 + run], xh[s0:s0 + run], blk, first, vs[k - g0:k - g0 + cnt],
+                     vc[k - g0:k - g0 + cnt])
+        j += run
+
+
+def _group_sse_impl(x, xh, lp, per, spans, offsets, ng):
+    """Sum of squared errors and count of finite pairs per group (scale order).
+
+    Each run of ``per`` elements accumulates into its own slice of a buffer covering only the
+    groups it touches (``spans``, at ``offsets``), found through the walker; the slices are
+    added up at the end.
+    """
     n = x.size
+    nch = spans.shape[0]
+    bsse = np.zeros(offsets[nch], np.float64)
+    bcnt = np.zeros(offsets[nch], np.float64)
+    for c in prange(nch):
+        i0 = c * per
+        _run_sse(x, xh, i0, min(per, n - i0), lp, bsse[offsets[c]:offsets[c + 1]],
+                 bcnt[offsets[c]:offsets[c + 1]], spans[c, 0])
     sse = np.zeros(ng, np.float64)
-    cnt = np.zeros(ng, np.float64)
-    if ng == 1:
-        nch = (n + CHUNK - 1) // CHUNK
-        part = np.zeros((nch, 2), np.float64)
-        for c in prange(nch):
-            acc = 0.0
-            k = 0.0
-            for i in range(c * CHUNK, min(n, (c + 1) * CHUNK)):
-                e = np.float64(xh[i]) - np.float64(x[i])
-                ok = abs(e) < np.inf
-                acc += e * e if ok else 0.0
-                k += 1.0 if ok else 0.0
-            part[c, 0] = acc
-            part[c, 1] = k
-        sse[0] = part[:, 0].sum()
-        cnt[0] = part[:, 1].sum()
-        return sse, cnt
-    nchp = min(pre, 32)
-    if spre == 1 and pre > 1 and nchp * ng <= (1 << 22):
-        # groups shared by every pre index: chunks of pre with private accumulators
-        per = (pre + nchp - 1) // nchp
-        psse = np.zeros((nchp, ng), np.float64)
-        pcnt = np.zeros((nchp, ng), np.float64)
-        for c in prange(nchp):
-            for p in range(c * per, min(pre, (c + 1) * per)):
-                if post == 1 and block == 1:  # per-axis on the last axis: one group per column
-                    row = p * dim
-                    for d in range(dim):
-                        e = np.float64(xh[row + d]) - np.float64(x[row + d])
-                        ok = abs(e) < np.inf
-                        psse[c, d] += e * e if ok else 0.0
-                        pcnt[c, d] += 1.0 if ok else 0.0
-                    continue
-                for d in range(dim):
-                    b = d if block == 1 else d // block
-                    base = (p * dim + d) * post
-                    if spost > 1:
-                        for q in range(post):
-                            e = np.float64(xh[base + q]) - np.float64(x[base + q])
-                            ok = abs(e) < np.inf
-                            psse[c, b * spost + q] += e * e if ok else 0.0
-                            pcnt[c, b * spost + q] += 1.0 if ok else 0.0
-                    else:
-                        acc = 0.0
-                        k = 0.0
-                        for q in range(post):
-                            e = np.float64(xh[base + q]) - np.float64(x[base + q])
-                            ok = abs(e) < np.inf
-                            acc += e * e if ok else 0.0
-                            k += 1.0 if ok else 0.0
-                        psse[c, b] += acc
-                        pcnt[c, b] += k
-        for c in range(nchp):
-            for g in range(ng):
-                sse[g] += psse[c, g]
-                cnt[g] += pcnt[c, g]
-        return sse, cnt
-    # each unit owns a range of blocks (and one pre index when the scale has it)
-    if spre > 1:
-        bch = sblocks if spre >= 64 else max(1, (sblocks * spre + 63) // 64)
-    else:
-        bch = max(1, (sblocks + 63) // 64)
-    nbr = (sblocks + bch - 1) // bch
-    for u in prange(spre * nbr):
-        ps = u // nbr
-        b0 = (u - ps * nbr) * bch
-        b1 = min(sblocks, b0 + bch)
-        p0 = ps if spre > 1 else 0
-        p1 = ps + 1 if spre > 1 else pre
-        for p in range(p0, p1):
-            for b in range(b0, b1):
-                gb = (ps * sblocks + b) * spost
-                d0 = b * block
-                d1 = min(dim, d0 + block)
-                if spost > 1:
-                    for d in range(d0, d1):
-                        base = (p * dim + d) * post
-                        for q in range(post):
-                            e = np.float64(xh[base + q]) - np.float64(x[base + q])
-                            ok = abs(e) < np.inf
-                            sse[gb + q] += e * e if ok else 0.0
-                            cnt[gb + q] += 1.0 if ok else 0.0
-                else:  # the block's elements are contiguous
-                    acc = 0.0
-                    k = 0.0
-                    for i in range((p * dim + d0) * post, (p * dim + d1) * post):
-                        e = np.float64(xh[i]) - np.float64(x[i])
-                        ok = abs(e) < np.inf
-                        acc += e * e if ok else 0.0
-                        k += 1.0 if ok else 0.0
-                    sse[gb] += acc
-                    cnt[gb] += k
-    return sse, cnt
+    count = np.zeros(ng, np.float64)
+    for c in range(nch):
+        o = offsets[c] - spans[c, 0]
+        for g in range(spans[c, 0], spans[c, 1]):
+            sse[g] += bsse[o + g]
+            count[g] += bcnt[o + g]
+    return sse, count
 
 
-#: Reductions may be reassociated (so loops vectorize); NaN/Inf semantics are kept.
-_FASTMATH = {"reassoc", "contract", "nsz"}
 _finite_minmax_par = njit(parallel=True, cache=True)(renamed(_finite_minmax_impl, "_par"))
 _finite_minmax_ser = njit(cache=True)(renamed(_finite_minmax_impl, "_ser"))
 _histogram_par = njit(parallel=True, cache=True, error_model="numpy")(
@@ -380,7 +397,22 @@ def group_sse(x: np.ndarray, x_hat: np.ndarray, layout: Layout) -> tuple[np.ndar
     """(sum of squared errors, count of finite pairs) per scale group, in scale order (flat)."""
     xa = as_float32(x)
     ha = as_float32(x_hat)
-    return _pick(_group_sse_par, _group_sse_ser, xa.size)(xa, ha, *layout.as_ints())
+    n = xa.size
+    lp = walker_params(layout)
+    if n == 0:
+        return np.zeros(layout.n_scales), np.zeros(layout.n_scales)
+    # a few runs per thread; fewer, longer runs while the per-run buffers would pass n / 4
+    per = max(CHUNK, -(-n // (GROUP_RUNS_PER_THREAD * numba.get_num_threads())))
+    while True:
+        spans = _group_spans(n, per, lp)
+        total = int((spans[:, 1] - spans[:, 0]).sum())
+        if per >= n or total <= max(n // 4, 1 << 16):
+            break
+        per *= 4
+    offsets = np.zeros(spans.shape[0] + 1, np.int64)
+    np.cumsum(spans[:, 1] - spans[:, 0], out=offsets[1:])
+    kernel = _pick(_group_sse_par, _group_sse_ser, n)
+    return kernel(xa, ha, lp, per, spans, offsets, layout.n_scales)
 
 
 def _finite_copy(x: np.ndarray) -> np.ndarray:

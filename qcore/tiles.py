@@ -1,34 +1,15 @@
 """Plot-sized views of a round trip: RMSE per tile, max-pooling of a per-group grid, the
-elements worth walking through, and the scale shape of a granularity. Pure NumPy, no UI."""
+elements worth walking through. Pure NumPy, no UI."""
 
 from __future__ import annotations
 
-import math
 import warnings
 
 import numpy as np
 
-from .layout import PER_AXIS, PER_TENSOR
-
-__all__ = ["HEAT_CELLS", "pool_max", "sample_indices", "scale_shape", "tile_rmse"]
+__all__ = ["HEAT_CELLS", "pool_max", "sample_indices", "tile_rmse"]
 
 HEAT_CELLS = 96  # a heat map is at most HEAT_CELLS x HEAT_CELLS cells
-
-
-def scale_shape(x_shape: tuple[int, ...], granularity: str, axis: int,
-                block_size: int) -> tuple[int, ...]:
-    """The y_scale shape a granularity needs for x of `x_shape` (as ONNX lays it out).
-
-    One small function so that it can become a call to ``Layout.scale_shape()`` when the
-    layout module owns the rule."""
-    if granularity == PER_TENSOR or not x_shape:
-        return ()
-    ax = axis % len(x_shape)
-    if granularity == PER_AXIS:
-        return (x_shape[ax],)
-    shape = list(x_shape)
-    shape[ax] = math.ceil(x_shape[ax] / max(1, block_size))
-    return tuple(shape)
 
 
 def tile_rmse(x: np.ndarray, x_hat: np.ndarray,

@@ -809,31 +809,20 @@ def test_documented_difference(op, opset, inputs, attrs, ours, theirs):
 def _onnxruntime(op: str, opset: int, *inputs, **attributes):
     """Run one node on onnxruntime's CPU provider (graph optimisations off)."""
     ort = pytest.importorskip("onnxruntime")
-    from onnx import TensorProto, helper
+    from onnx import helper
 
-    names = ["x", "scale", "zero_point"][: len(inputs)]
-    elem = [helper.np_dtype_to_tensor_dtype(np.asarray(a).dtype) for a in inputs]
-    out_type = (elem[2] if op == "QuantizeLinear" else TensorProto.FLOAT)
-    node = helper.make_node(op, names, ["y"], **attributes)
-    graph = helper.make_graph(
-        [node], "g", [helper.make_tensor_value_info(n, t, np.shape(a))
-                      for n, t, a in zip(names, elem, inputs)],
-        [helper.make_tensor_value_info("y", out_type, None)])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 10
+    from qcore.onnx_models import feeds, node_model
+
+    out_type = np.asarray(inputs[2]).dtype if op == "QuantizeLinear" else np.float32
+    model = node_model(op, opset, list(inputs), attributes, output_types=[out_type])
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     session = ort.InferenceSession(model.SerializeToString(), options,
                                    providers=["CPUExecutionProvider"])
-    feeds = {}
-    for n, a in zip(names, inputs):
-        a = np.asarray(a)
-        feeds[n] = a.view(np.uint8) if a.dtype == E4 else a
-    if any(np.asarray(a).dtype == E4 for a in inputs):  # hand float8 to ORT as an OrtValue
-        feeds = {n: ort.OrtValue.ortvalue_from_numpy_with_onnx_type(
-            np.asarray(a).view(np.uint8), helper.np_dtype_to_tensor_dtype(np.asarray(a).dtype))
-            if np.asarray(a).dtype == E4 else np.asarray(a) for n, a in zip(names, inputs)}
-    (y,) = session.run(None, feeds)
+    fed = {n: ort.OrtValue.ortvalue_from_numpy_with_onnx_type(  # float8 as an OrtValue
+        a.view(np.uint8), helper.np_dtype_to_tensor_dtype(a.dtype)) if a.dtype == E4 else a
+        for n, a in feeds(op, *inputs).items()}
+    (y,) = session.run(None, fed)
     return np.asarray(y).view(E4) if op == "QuantizeLinear" else y
 
 

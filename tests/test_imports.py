@@ -16,10 +16,6 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "qcore"
 
-#: Edges that break the rules today and are being removed (each names who removes it).
-#: kernels/cuda.py reads ops' private helpers for its benchmark timing (issue 11, step 2).
-KNOWN_EDGES = {("qcore.kernels.cuda", "qcore.ops")}
-
 #: What qcore/kernels must never import: the layers above the kernels, and the app.
 ABOVE_KERNELS = ("qcore.ops", "qcore.calibration", "qcore.metrics", "qcore.reductions",
                  "qcore.walkthrough", "qcore.quant_params", "qcore.analysis", "app")
@@ -61,7 +57,7 @@ def graph() -> dict[str, set[str]]:
         for target in imports_of(name):
             if (target in FILES or target.split(".")[0] == "app") and target != name:
                 targets.add(target)
-        g[name] = {t for t in targets if (name, t) not in KNOWN_EDGES}
+        g[name] = targets
     return g
 
 

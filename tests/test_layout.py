@@ -90,6 +90,17 @@ def test_scale_shapes():
     assert Layout.from_granularity((), PER_TENSOR).scale_shape() == ()
 
 
+@pytest.mark.parametrize("gran,block,expected", [(PER_TENSOR, 0, ()), (PER_AXIS, 0, (6,)),
+                                                 (BLOCKED, 4, (2, 2, 5))])
+def test_the_plans_accept_the_scale_shape(gran, block, expected):
+    shape = (2, 6, 5)
+    sshape = Layout.from_granularity(shape, gran, 1, block).scale_shape()
+    assert sshape == expected
+    plan = qcore.plan_quantize("float", shape, "float", sshape, "int8", sshape, axis=1,
+                               block_size=block)
+    assert plan.layout.granularity == gran
+
+
 def test_the_kernels_accept_the_scale_shape():
     x = np.random.default_rng(0).standard_normal((3, 10, 4)).astype(np.float32)
     for gran, axis, bs in ((PER_AXIS, 1, 0), (BLOCKED, 1, 4), (BLOCKED, 2, 3), (BLOCKED, 0, 2)):

@@ -274,6 +274,35 @@ def test_group_errors_many_channels_last_axis():
     assert np.allclose(g, np.sqrt(np.mean(e * e, axis=0)), rtol=1e-9)
 
 
+@pytest.mark.parametrize("shape,granularity,axis,block", [
+    ((7,), "per-tensor", 0, 0), ((5, 7), "per-axis", 1, 0), ((5, 7), "per-axis", 0, 0),
+    ((3, 10, 4), "blocked", 1, 3), ((3, 10, 4), "blocked", 2, 3), ((3, 10, 4), "blocked", 0, 2),
+    ((2, 3, 9, 2), "per-axis", 2, 0), ((200, 1), "per-axis", 1, 0), ((1, 8), "per-axis", 0, 0),
+    ((517, 300), "blocked", 0, 32), ((300, 517), "blocked", 1, 32),  # parallel from here on
+    ((40000, 3), "per-axis", 1, 0), ((3, 40000), "blocked", 1, 4), ((4, 70001), "blocked", 1, 5),
+    ((8, 1 << 15), "per-axis", 1, 0),  # every run touches every group: longer runs
+])
+def test_group_sse_against_the_spec_index_map(shape, granularity, axis, block):
+    import oracle
+
+    from qcore.layout import Layout
+    from qcore.reductions import group_sse
+
+    lay = Layout.from_granularity(shape, granularity, axis, block)
+    x = rng(21).standard_normal(shape).astype(np.float32)
+    xh = x + rng(22).standard_normal(shape).astype(np.float32) * 0.1
+    xh.reshape(-1)[::7] = np.nan
+    x.reshape(-1)[::11] = np.inf
+    group = oracle.expand(np.arange(lay.n_scales).reshape(lay.scale_shape()), shape, axis,
+                          block).reshape(-1)
+    e = (xh.astype(np.float64) - x).reshape(-1)
+    ok = np.isfinite(e)
+    sse, cnt = group_sse(x, xh, lay)
+    assert np.array_equal(cnt, np.bincount(group, ok, lay.n_scales))
+    assert np.allclose(sse, np.bincount(group, np.where(ok, e * e, 0), lay.n_scales),
+                       rtol=1e-12)
+
+
 # --- downsample -----------------------------------------------------------------------------------
 
 

@@ -65,3 +65,24 @@ def test_onnxruntime_runs_a_model_with_output_types():
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     got = session.run(None, {"x": x, "y_scale": np.asarray(s)})[0]
     assert np.array_equal(got, qcore.quantize_linear(x, s, z))
+
+
+@pytest.mark.parametrize("name", ["Q int8 per-tensor", "Q int8 per-axis (last axis)",
+                                  "Q int8 blocked 32 (last axis)", "Q float8e4m3fn saturate",
+                                  "DQ int8 per-axis (last axis)", "DynamicQuantizeLinear"])
+def test_the_benchmark_peer_builds_its_model_here_and_agrees_with_qcore(name, monkeypatch):
+    pytest.importorskip("onnxruntime")
+    from qcore import bench, onnx_models
+
+    built = []
+    monkeypatch.setattr(onnx_models, "node_model",
+                        lambda *a, **k: built.append(a[0]) or node_model(*a, **k))
+    case = next(c for c in bench.default_cases() if c.name == name)
+    inputs = bench.make_inputs(case, (8, 64))
+    run = bench.onnxruntime_impl(case, inputs)
+    assert run is not None and built
+    got = run()
+    want = bench.qcore_impl(case, inputs)()
+    want = list(want) if isinstance(want, tuple) else [want]
+    for g, w in zip(got, want):
+        assert np.array_equal(np.atleast_1d(g).view(np.uint8), np.atleast_1d(w).view(np.uint8))
