@@ -14,6 +14,12 @@ CHUNK = 32768
 #: more than it saves, and milliseconds when the other core is busy.
 PARALLEL_THRESHOLD = 1 << 21
 
+#: Per-group error sums (qcore.reductions.group_sse): parallel runs per thread (each with its own
+#: buffer of the groups it touches), and the block length below which blocks are summed in one
+#: pass instead of a run per block.
+GROUP_RUNS_PER_THREAD = 4
+SHORT_BLOCK = 16
+
 #: Chunk size and serial/parallel threshold of the metrics reductions (qcore.metrics).
 METRICS_CHUNK = 1 << 14
 METRICS_PARALLEL_THRESHOLD = 1 << 16

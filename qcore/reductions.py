@@ -35,8 +35,8 @@ walker_params = LayoutParams.from_layout
 
 CHUNK = config.METRICS_CHUNK
 PARALLEL_THRESHOLD = config.METRICS_PARALLEL_THRESHOLD
-GROUP_RUNS_PER_THREAD = 4  # group_sse: parallel runs per thread (each has its own buffer)
-SHORT_BLOCK = 16  # group_sse: blocks shorter than this are summed in one pass
+GROUP_RUNS_PER_THREAD = config.GROUP_RUNS_PER_THREAD
+SHORT_BLOCK = config.SHORT_BLOCK
 
 TINY = float(np.finfo(np.float32).tiny)
 
