@@ -17,3 +17,12 @@ PARALLEL_THRESHOLD = 1 << 21
 #: Chunk size and serial/parallel threshold of the metrics reductions (qcore.metrics).
 METRICS_CHUNK = 1 << 14
 METRICS_PARALLEL_THRESHOLD = 1 << 16
+
+#: Output arrays of at least this many bytes come from a small pool of reused buffers (as
+#: onnxruntime's arena does): a fresh large allocation costs a page fault and the kernel zeroing
+#: every page on first touch, up to half the time of a dequantize. A buffer is reused only
+#: once nothing references the array handed out from it.
+OUTPUT_POOL_MIN_BYTES = 1 << 20
+
+#: Most bytes the output pool keeps referenced (in use or free); 0 turns the pool off.
+OUTPUT_POOL_BYTES = 256 << 20
