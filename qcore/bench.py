@@ -10,6 +10,10 @@ compiled for, numba's threading layer and thread count.
 ``--cpu NAME`` adds a column for qcore compiled for another LLVM CPU target (a subprocess with
 NUMBA_CPU_NAME=NAME and its own numba cache; e.g. ``haswell`` for AVX2 on an AVX-512 host).
 ``--cold`` times the first calls from an empty numba cache (:mod:`qcore.bench_cold`).
+``--cold-app`` times the app's first pages after a fresh ``streamlit run`` with an empty numba
+cache, and every page after a warm restart, in headless Chromium (:mod:`qcore.bench_app`).
+``--busy`` compares the parallel kernels' throughput with one core kept busy by another process
+against the machine as it is (:mod:`qcore.bench_busy`).
 ``--backend cuda`` times the GPU kernels (:mod:`qcore.bench_cuda`).
 """
 
@@ -29,7 +33,7 @@ import numpy as np
 from numba import njit, prange
 
 import qcore
-from qcore import bench_cold, bench_host
+from qcore import bench_app, bench_busy, bench_cold, bench_host
 from qcore.formats import get_format
 
 
@@ -464,6 +468,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cold-cases", default=None,
                         help="with --cold: comma-separated subset of " + ", ".join(
                             bench_cold.COLD_CASES))
+    parser.add_argument("--cold-app", action="store_true",
+                        help="the app's cold start (empty numba cache) and warm restart in "
+                             "headless Chromium (needs playwright and /usr/bin/chromium)")
+    parser.add_argument("--busy", action="store_true",
+                        help="throughput with one core kept busy by a spinning process, against "
+                             "idle (the spinner is started and killed by the benchmark)")
+    parser.add_argument("--busy-rounds", type=int, default=2,
+                        help="with --busy: alternating idle/busy rounds (default 2)")
+    parser.add_argument("--busy-pin", type=int, default=None, metavar="CPU",
+                        help="with --busy: pin the spinner to this CPU")
     parser.add_argument("--no-warmup", action="store_true",
                         help="skip qcore.warmup() (each case still runs once before timing)")
     parser.add_argument("--cold-child", default=None, help=argparse.SUPPRESS)
@@ -475,6 +489,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.cold:
         return _main_cold(args)
+    if args.busy:
+        return _main_busy(args)
+    if args.cold_app:
+        return _main_cold_app(args)
     shape = _parse_size(args.size or "4096x4096")
     if args.backend == "cuda":
         return _main_cuda(shape, args)
@@ -565,6 +583,36 @@ def _main_cold(args) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)
+    return 0
+
+
+def _main_cold_app(args) -> int:
+    if not os.path.exists(bench_app.CHROMIUM):
+        print(f"--cold-app needs Chromium at {bench_app.CHROMIUM}", file=sys.stderr)
+        return 2
+    print(bench_host.describe(bench_host.host_info()))
+    result = bench_app.measure(progress=lambda label: print(f"  {label} ...", file=sys.stderr,
+                                                            flush=True))
+    print(bench_app.format_report(result))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+    return 0
+
+
+def _main_busy(args) -> int:
+    names = list(bench_busy.BUSY_CASES)
+    if args.only:
+        names = [n for n in names if args.only.lower() in n.lower()]
+    shape = _parse_size(args.size or "4096x4096")
+    result = bench_busy.measure(names, shape, rounds=max(1, args.busy_rounds), pin=args.busy_pin,
+                                progress=lambda label: print(f"  {label} ...", file=sys.stderr,
+                                                             flush=True))
+    print(bench_host.describe(bench_host.host_info()))  # after the runs: names numba's layer
+    print(bench_busy.format_report(result))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result | {"ratios": bench_busy.ratios(result)}, f, indent=1)
     return 0
 
 

@@ -43,8 +43,8 @@ from .scalar import (
     half_bits,
     int_code,
     load_x,
-    saturate_float,
     round_to_precision,
+    saturate_float,
 )
 from .walk import locate, next_segment
 
@@ -265,6 +265,28 @@ def _dseg_numeric(xs, ys, sv, zv, block, first, dp, tab, buf):
         b += 1
 
 
+@njit(**_JIT)
+def _dseg_table(xs, ys, sv, zv, block, first, dp, tab, buf):
+    """Sub-byte integers and small floats (their uint8 codes) to float32 through the decode
+    table: the arithmetic of dequantize_value for DXKind.TABLE, in a family of its own so that
+    a first call compiles none of the 16-bit output or int32 paths."""
+    n = xs.size
+    if block == 0:
+        for j in range(n):
+            ys[j] = (np.float32(tab[np.int64(xs[j])]) - np.float32(zv[j])) * sv[j]
+        return
+    b = 0
+    j0 = 0
+    while j0 < n:
+        j1 = min(n, (b + 1) * block - first)
+        s0 = sv[b]
+        z0 = np.float32(zv[b])
+        for j in range(np.uint64(j0), np.uint64(j1)):
+            ys[j] = (np.float32(tab[np.int64(xs[j])]) - z0) * s0
+        j0 = j1
+        b += 1
+
+
 @njit(**_INLINE)
 def dequantize_value(xv, z, s, xkind, okind, tab):
     """(x - zero_point) * scale in float32, as the output type's bits (float32 or uint16)."""
@@ -427,13 +449,15 @@ _Q_INT = _family(_seg_int, "quantize_int", 0)
 _Q_FLOAT = _family(_seg_float, "quantize_float", CHUNK)
 _Q_GENERIC = _family(_seg_generic, "quantize_generic", CHUNK)
 _DQ_NUMERIC = _family(_dseg_numeric, "dequantize_numeric", 0)
+_DQ_TABLE = _family(_dseg_table, "dequantize_table", 0)
 _DQ_GENERIC = _family(_dseg_generic, "dequantize_generic", 0)
 minmax_parallel = njit(parallel=True, **_JIT)(renamed(_minmax_driver, "_parallel"))
 minmax_serial = njit(**_JIT)(renamed(_minmax_driver, "_serial"))
 
 #: Every kernel as (parallel, serial), by family (for warm-up and tests).
 FAMILIES = {"quantize int": _Q_INT, "quantize float": _Q_FLOAT, "quantize generic": _Q_GENERIC,
-            "dequantize numeric": _DQ_NUMERIC, "dequantize generic": _DQ_GENERIC,
+            "dequantize numeric": _DQ_NUMERIC, "dequantize table": _DQ_TABLE,
+            "dequantize generic": _DQ_GENERIC,
             "minmax": (minmax_parallel, minmax_serial)}
 
 
@@ -528,9 +552,19 @@ def quantize_kernel(qp: QuantizeParams, n: int):
     return parallel if n >= PARALLEL_THRESHOLD else serial
 
 
+def dequantize_family(dp, okind_is_f32: bool) -> str:
+    """Which kernel family dequantizes: "numeric" (8/16-bit integers to float32), "table"
+    (sub-byte and small-float codes to float32) or "generic" (int32, 16-bit outputs)."""
+    if okind_is_f32 and dp.xkind in (DXKind.NUMERIC, DXKind.TABLE):
+        return "numeric" if dp.xkind == DXKind.NUMERIC else "table"
+    return "generic"
+
+
+_DEQUANTIZE_FAMILIES = {"numeric": _DQ_NUMERIC, "table": _DQ_TABLE, "generic": _DQ_GENERIC}
+
+
 def dequantize_kernel(dp, okind_is_f32: bool, n: int):
-    parallel, serial = (_DQ_NUMERIC if dp.xkind == DXKind.NUMERIC and okind_is_f32
-                        else _DQ_GENERIC)
+    parallel, serial = _DEQUANTIZE_FAMILIES[dequantize_family(dp, okind_is_f32)]
     return parallel if n >= PARALLEL_THRESHOLD else serial
 
 
