@@ -37,6 +37,9 @@ def warm() -> threading.Thread:
     No page waits for it: a kernel a click needs compiles on that call (seconds, once per
     machine thanks to numba's cache); this thread only makes the later clicks instant.
     """
+    global _last_end
+    with _cond:  # the first page's script has not entered page_running() yet: wait for it
+        _last_end = time.monotonic()
     thread = threading.Thread(target=_warm_in_background, name="qcore-warmup", daemon=True)
     thread.start()
     return thread
@@ -87,12 +90,17 @@ def _warm_in_background() -> None:
     except (AttributeError, OSError):
         pass  # not Linux: keep the normal priority
     t0 = time.perf_counter()
+    timing = bool(os.environ.get("QCORE_APP_TIMING"))
     try:
         for job in (_warm_lab, lambda: qcore.warmup(progress=lambda *_: wait_quiet()),
                     _warm_parallel_analysis):
             wait_quiet()
+            t1 = time.perf_counter()
             job()
-        if os.environ.get("QCORE_APP_TIMING"):
+            if timing:
+                print(f"[qcore.app] warm-up: {job.__name__} took {time.perf_counter() - t1:.1f}"
+                      f" s", flush=True)
+        if timing:
             print(f"[qcore.app] warm-up done in {time.perf_counter() - t0:.1f} s", flush=True)
     except Exception:  # noqa: BLE001 - a kernel that fails here fails later with a message
         logging.getLogger("qcore.app").exception("warming up the kernels failed")

@@ -600,13 +600,19 @@ def _main_cold_app(args) -> int:
     return 0
 
 
+def _busy_call(name: str, shape: tuple[int, int]) -> Callable[[], object]:
+    """The qcore call of the benchmark case `name` (for --busy)."""
+    case = next(c for c in default_cases() if c.name == name)
+    return qcore_impl(case, make_inputs(case, shape))
+
+
 def _main_busy(args) -> int:
     names = list(bench_busy.BUSY_CASES)
     if args.only:
         names = [n for n in names if args.only.lower() in n.lower()]
     shape = _parse_size(args.size or "4096x4096")
-    result = bench_busy.measure(names, shape, rounds=max(1, args.busy_rounds), pin=args.busy_pin,
-                                progress=lambda label: print(f"  {label} ...", file=sys.stderr,
+    result = bench_busy.measure(names, shape, _busy_call, rounds=max(1, args.busy_rounds),
+                                pin=args.busy_pin, progress=lambda label: print(f"  {label} ...", file=sys.stderr,
                                                              flush=True))
     print(bench_host.describe(bench_host.host_info()))  # after the runs: names numba's layer
     print(bench_busy.format_report(result))

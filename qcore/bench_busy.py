@@ -54,16 +54,17 @@ def _rate(fn: Callable[[], object], n: int, min_time: float) -> float:
     return n / float(np.median(times))
 
 
-def measure(names=BUSY_CASES, shape: tuple[int, int] = (4096, 4096), *, rounds: int = 2,
-            pin: int | None = None, min_time: float = 0.5, make_call=None,
-            busy=spinner, progress=None) -> dict:
+def measure(names, shape: tuple[int, int], make_call: Callable[[str, tuple[int, int]], Callable],
+            *, rounds: int = 2, pin: int | None = None, min_time: float = 0.5, busy=None,
+            progress=None) -> dict:
     """{case: {"idle": [elements/s per round], "busy": [...]}} plus the thread count.
 
-    `make_call(name, shape)` returns the timed call (default: the benchmark's qcore call for the
-    case of that name); `busy(pin)` is the context that keeps a core busy."""
+    `make_call(name, shape)` returns the timed call (python -m qcore.bench passes its qcore
+    call for the case of that name); `busy(pin)` is the context that keeps a core busy
+    (default: :func:`spinner`)."""
     import numba
 
-    make_call = make_call or _bench_call
+    busy = busy or spinner
     calls = {name: make_call(name, shape) for name in names}
     n = shape[0] * shape[1]
     out: dict = {"shape": list(shape), "threads": numba.get_num_threads(), "pin": pin,
@@ -79,15 +80,6 @@ def measure(names=BUSY_CASES, shape: tuple[int, int] = (4096, 4096), *, rounds: 
                     progress(f"round {r + 1}/{rounds} busy: {name}")
                 out["cases"][name]["busy"].append(_rate(fn, n, min_time))
     return out
-
-
-def _bench_call(name: str, shape: tuple[int, int]) -> Callable[[], object]:
-    from qcore import bench
-
-    case = next((c for c in bench.default_cases() if c.name == name), None)
-    if case is None:
-        raise ValueError(f"unknown case {name!r}; valid: {', '.join(BUSY_CASES)}")
-    return bench.qcore_impl(case, bench.make_inputs(case, shape))
 
 
 def ratios(result: dict) -> dict[str, float]:

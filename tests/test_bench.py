@@ -209,15 +209,15 @@ def test_busy_alternates_idle_and_busy_rounds_and_reports_the_ratio(capsys, monk
         slow = name == "Q int8 per-tensor"
         return lambda: time.sleep(0.002 if slow and state["busy"] else 0.001)
 
-    result = bench_busy.measure(["Q int8 per-tensor", "DQ int8 per-tensor"], (8, 64), rounds=2,
-                                min_time=0.0, make_call=make_call, busy=busy)
+    result = bench_busy.measure(["Q int8 per-tensor", "DQ int8 per-tensor"], (8, 64), make_call,
+                                rounds=2, min_time=0.0, busy=busy)
     assert state["entered"] == state["left"] == 2
     ratios = bench_busy.ratios(result)
     assert ratios["Q int8 per-tensor"] < 0.75 and ratios["DQ int8 per-tensor"] > 0.75
     report = bench_busy.format_report(result)
     assert "busy/idle" in report and "≥ 0.6×" in report
     monkeypatch.setattr(bench_busy, "spinner", busy)
-    monkeypatch.setattr(bench_busy, "_bench_call", make_call)
+    monkeypatch.setattr(bench, "_busy_call", make_call)
     assert bench.main(["--busy", "--busy-rounds", "1", "--size", "8x64", "--only", "int8"]) == 0
     assert "busy/idle" in capsys.readouterr().out
 

@@ -113,8 +113,14 @@ def _seg_int(xs, ys, sv, zv, block, first, qp, enc, buf):
         j1 = min(n, (b + 1) * block - first)
         s0 = sv[b]
         z0 = np.float32(zv[b])
-        for j in range(np.uint64(j0), np.uint64(j1)):
-            ys[j] = _int_code_masked(xs[j] / s0, z0, lo, hi, mask)
+        if j1 - j0 == 32:  # the common small block: a fixed trip count, no remainder loop
+            xb = xs[j0:j1]
+            yb = ys[j0:j1]
+            for k in range(32):
+                yb[k] = _int_code_masked(xb[k] / s0, z0, lo, hi, mask)
+        else:
+            for j in range(np.uint64(j0), np.uint64(j1)):
+                ys[j] = _int_code_masked(xs[j] / s0, z0, lo, hi, mask)
         j0 = j1
         b += 1
 
