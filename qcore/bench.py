@@ -471,6 +471,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cold-app", action="store_true",
                         help="the app's cold start (empty numba cache) and warm restart in "
                              "headless Chromium (needs playwright and /usr/bin/chromium)")
+    parser.add_argument("--cold-app-wait", type=float, default=600, metavar="S",
+                        help="with --cold-app: seconds to wait for the background warm-up "
+                             "before the warm restart (default 600)")
     parser.add_argument("--busy", action="store_true",
                         help="throughput with one core kept busy by a spinning process, against "
                              "idle (the spinner is started and killed by the benchmark)")
@@ -591,7 +594,7 @@ def _main_cold_app(args) -> int:
         print(f"--cold-app needs Chromium at {bench_app.CHROMIUM}", file=sys.stderr)
         return 2
     print(bench_host.describe(bench_host.host_info()))
-    result = bench_app.measure(progress=lambda label: print(f"  {label} ...", file=sys.stderr,
+    result = bench_app.measure(warm_timeout=args.cold_app_wait, progress=lambda label: print(f"  {label} ...", file=sys.stderr,
                                                             flush=True))
     print(bench_app.format_report(result))
     if args.json:

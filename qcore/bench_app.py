@@ -173,8 +173,9 @@ def format_report(result: dict) -> str:
         lines.append(f"| {title} | {row['since_start_s']:.1f} | {row['page_s']:.1f} | "
                      f"{_verdict(row['since_start_s'], target)} |")
     w = cold.get("warm_up_s")
-    lines.append("background warm-up finished " + (f"{w:.0f} s after the server started its "
-                                                    "thread" if w is not None else "— (timed out)"))
+    lines.append("background warm-up finished " + (
+        f"{w:.0f} s after it started" if w is not None else
+        "— not within the wait: the warm restart below found the cache only partly primed"))
     lines += [f"warm restart (primed cache): server up {warm['server_up_s']:.1f} s",
               "| page | page load s | target |", "|---|---|---|"]
     for title, _ in PAGES:
