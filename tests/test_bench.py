@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import time
 
 import pytest
 
@@ -205,17 +204,20 @@ def test_busy_alternates_idle_and_busy_rounds_and_reports_the_ratio(capsys, monk
             state["busy"], state["left"] = False, state["left"] + 1
 
     def make_call(name, shape):
-        # a fake kernel: twice as slow while "busy" for the first case, same speed for the other
-        slow = name == "Q int8 per-tensor"
-        return lambda: time.sleep(0.002 if slow and state["busy"] else 0.001)
+        return name
 
+    def rate(name, n, min_time):  # no clock: half the speed while "busy" for the first case
+        return 0.5e9 if name == "Q int8 per-tensor" and state["busy"] else 1e9
+
+    monkeypatch.setattr(bench_busy, "_rate", rate)
     result = bench_busy.measure(["Q int8 per-tensor", "DQ int8 per-tensor"], (8, 64), make_call,
                                 rounds=2, min_time=0.0, busy=busy)
     assert state["entered"] == state["left"] == 2
     ratios = bench_busy.ratios(result)
-    assert ratios["Q int8 per-tensor"] < 0.75 and ratios["DQ int8 per-tensor"] > 0.75
+    assert ratios == {"Q int8 per-tensor": 0.5, "DQ int8 per-tensor": 1.0}
     report = bench_busy.format_report(result)
-    assert "busy/idle" in report and "≥ 0.6×" in report
+    assert "| Q int8 per-tensor | 1.00 | 0.50 | 0.50× | ≥ 0.6×: NOT met |" in report
+    assert "| DQ int8 per-tensor | 1.00 | 1.00 | 1.00× | ≥ 0.6×: met |" in report
     monkeypatch.setattr(bench_busy, "spinner", busy)
     monkeypatch.setattr(bench, "_busy_call", make_call)
     assert bench.main(["--busy", "--busy-rounds", "1", "--size", "8x64", "--only", "int8"]) == 0
