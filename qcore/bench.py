@@ -291,6 +291,7 @@ def onnxruntime_impl(case: Case, inputs: dict) -> Callable[[], object] | None:
     try:
         options = ort.SessionOptions()
         options.log_severity_level = 3
+        options.intra_op_num_threads = ORT_THREADS
         session = ort.InferenceSession(model.SerializeToString(), options,
                                        providers=["CPUExecutionProvider"])
         session.run(None, feeds)
@@ -327,17 +328,23 @@ PEERS = {"onnxruntime": onnxruntime_impl, "torch": torch_impl, "ml_dtypes": ml_d
 
 # ---------------------------------------------------------------- timing
 
+#: The clock of time_call: wall clock, or this thread's CPU time with --cpu-time.
+CLOCK = time.perf_counter
+#: onnxruntime's intra-op threads (0: its default, one per core; 1 with --cpu-time).
+ORT_THREADS = 0
+
+
 def time_call(fn: Callable[[], object], n_elements: int, min_time: float = 0.3,
               max_reps: int = 15) -> float:
-    """Median elements/s over repetitions (after one warm-up call)."""
+    """Median elements/s over repetitions (after one warm-up call), by :data:`CLOCK`."""
     fn()
     times = []
     start = time.perf_counter()
     while len(times) < 3 or (time.perf_counter() - start < min_time and len(times) < max_reps):
-        t0 = time.perf_counter()
+        t0 = CLOCK()
         fn()
-        times.append(time.perf_counter() - t0)
-    return n_elements / float(np.median(times))
+        times.append(CLOCK() - t0)
+    return n_elements / max(float(np.median(times)), 1e-9)
 
 
 @njit(parallel=True, cache=True)
@@ -462,11 +469,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-peers", action="store_true", help="qcore only")
     parser.add_argument("--sweep", action="store_true",
                         help="also report int8 per-tensor elements/s from 2^10 to 2^26 elements")
-    parser.add_argument("--only", default=None, help="run only cases whose name contains this")
+    parser.add_argument("--only", default=None, help="run only cases whose name contains this (several: A|B)")
     parser.add_argument("--cpu", metavar="NAME", action="append", default=[],
                         help="also run the qcore side compiled for this LLVM CPU target "
                              "(NUMBA_CPU_NAME) in a subprocess with its own numba cache; "
                              "repeatable")
+    parser.add_argument("--cpu-time", action="store_true",
+                        help="one thread each (qcore and onnxruntime), timed by the thread's "
+                             "CPU time: per-element cost on a machine too loaded for wall-clock "
+                             "figures")
     parser.add_argument("--cold", action="store_true",
                         help="time first calls from an empty numba cache, then primed")
     parser.add_argument("--cold-cases", default=None,
@@ -508,12 +519,15 @@ def main(argv: list[str] | None = None) -> int:
         if problem:
             print(problem, file=sys.stderr)
             return 2
+    if args.cpu_time:
+        _single_thread_cpu_time()
     t0 = time.perf_counter()
     warm = {} if args.no_warmup else qcore.warmup()
     warm_s = time.perf_counter() - t0
     cases = default_cases(args.quick)
     if args.only:
-        cases = [c for c in cases if args.only.lower() in c.name.lower()]
+        wanted = [w.strip().lower() for w in args.only.split("|")]
+        cases = [c for c in cases if any(w in c.name.lower() for w in wanted)]
     cases, bandwidth = run(cases, shape, args.backend, not args.no_peers, _progress)
     info = bench_host.host_info()
     targets_run = []
@@ -532,6 +546,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{ml_dtypes.__version__}; x shape {shape[0]}x{shape[1]} ({shape[0] * shape[1]} "
           f"elements)")
     print(bench_host.describe(info))
+    print("timing: " + ("CPU time of one thread (qcore and onnxruntime each on one thread)"
+                        if args.cpu_time else "wall clock") +
+          f"; load average {os.getloadavg()[0]:.1f} at the end")
     for other in targets_run:
         print(f"qcore[{other['cpu']}]: the same cases compiled for {other['cpu']} "
               f"({other['info']['threading_layer']}, {other['info']['threads']} threads, "
@@ -555,6 +572,14 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _single_thread_cpu_time() -> None:
+    global CLOCK, ORT_THREADS
+    import numba
+
+    numba.set_num_threads(1)
+    CLOCK, ORT_THREADS = time.thread_time, 1
+
+
 def _run_other_target(name: str, args, shape: tuple[int, int]) -> dict:
     """The qcore column for another CPU target, from a subprocess (see :mod:`bench_host`)."""
     import tempfile
@@ -564,6 +589,8 @@ def _run_other_target(name: str, args, shape: tuple[int, int]) -> dict:
         child = ["--no-peers", "--no-warmup", "--size", f"{shape[0]}x{shape[1]}", "--json", out]
         if args.quick:
             child.append("--quick")
+        if args.cpu_time:
+            child.append("--cpu-time")
         if args.only:
             child += ["--only", args.only]
         bench_host.run_for_target(name, child)

@@ -247,3 +247,18 @@ def test_cold_app_report_and_missing_chromium(capsys, monkeypatch):
     monkeypatch.setattr(bench_app, "CHROMIUM", "/nonexistent/chromium")
     assert bench.main(["--cold-app"]) == 2
     assert "Chromium" in capsys.readouterr().err
+
+
+def test_cpu_time_mode_runs_one_thread_by_thread_cpu_time(capsys, monkeypatch):
+    import numba
+
+    monkeypatch.setattr(bench, "CLOCK", bench.CLOCK)
+    monkeypatch.setattr(bench, "ORT_THREADS", bench.ORT_THREADS)
+    before = numba.get_num_threads()
+    try:
+        assert bench.main(["--cpu-time", "--size", "8x64", "--no-warmup", "--only",
+                           "Q int8 per-tensor"]) == 0
+        assert numba.get_num_threads() == 1 and bench.ORT_THREADS == 1
+    finally:
+        numba.set_num_threads(before)
+    assert "CPU time of one thread" in capsys.readouterr().out
