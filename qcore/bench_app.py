@@ -44,9 +44,10 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def server(cache_dir: Path, log_path: Path, timeout: float = 120) -> Iterator[tuple[str, float]]:
+def server(cache_dir: Path, log_path: Path,
+           timeout: float = 120) -> Iterator[tuple[str, float, int]]:
     """A fresh ``streamlit run streamlit_app.py`` with NUMBA_CACHE_DIR=cache_dir; yields (base
-    URL, perf_counter at its start). Killed on exit."""
+    URL, perf_counter at its start, process id). Killed on exit."""
     exe = Path(sys.executable).parent / "streamlit"
     cmd = [str(exe) if exe.exists() else "streamlit", "run", "streamlit_app.py",
            "--server.headless", "true", "--server.port", str(port := _free_port()),
@@ -68,7 +69,7 @@ def server(cache_dir: Path, log_path: Path, timeout: float = 120) -> Iterator[tu
                 time.sleep(0.2)
             if proc.poll() is not None or time.time() > deadline:
                 raise RuntimeError(f"streamlit did not start: {log_path.read_text()[-1500:]}")
-        yield base, t0
+        yield base, t0, proc.pid
     finally:
         proc.terminate()
         try:
@@ -113,6 +114,16 @@ def _open(browser, url: str) -> float:
         page.close()
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process so far (Linux /proc; NaN elsewhere): on a loaded
+    machine the wall clock says little, the server's own CPU time says what the pages cost."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return float("nan")
+
+
 def _wait_warm(log_path: Path, timeout: float) -> float | None:
     deadline = time.time() + timeout
     while time.time() < deadline:
@@ -137,21 +148,24 @@ def measure(warm_timeout: float = 900, progress=None) -> dict:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
             try:
                 say("cold server (empty numba cache)")
-                with server(cache, root / "cold.log") as (base, t0):
+                with server(cache, root / "cold.log") as (base, t0, pid):
                     out["cold"]["server_up_s"] = time.perf_counter() - t0
+                    out["load_average_start"] = os.getloadavg()[0]
                     for title, path in PAGES[:2]:
                         say(f"cold: {title}")
                         page_s = _open(browser, f"{base}/{path}")
                         out["cold"][title] = {"page_s": page_s,
-                                              "since_start_s": time.perf_counter() - t0}
+                                              "since_start_s": time.perf_counter() - t0,
+                                              "server_cpu_s": cpu_seconds(pid)}
                     say("waiting for the background warm-up to finish")
                     out["cold"]["warm_up_s"] = _wait_warm(root / "cold.log", warm_timeout)
                 say("warm server (primed cache)")
-                with server(cache, root / "warm.log") as (base, t0):
+                with server(cache, root / "warm.log") as (base, t0, pid):
                     out["warm"]["server_up_s"] = time.perf_counter() - t0
                     for title, path in PAGES:
                         say(f"warm: {title}")
                         out["warm"][title] = _open(browser, f"{base}/{path}")
+                out["load_average_end"] = os.getloadavg()[0]
             finally:
                 browser.close()
     finally:
@@ -165,12 +179,17 @@ def _verdict(seconds: float, target: float) -> str:
 
 def format_report(result: dict) -> str:
     cold, warm = result["cold"], result["warm"]
-    lines = ["app start in headless Chromium (seconds; from `streamlit run` unless said)",
+    nan = float("nan")
+    lines = ["app start in headless Chromium (seconds; from `streamlit run` unless said); load "
+             f"average {result.get('load_average_start', nan):.1f} at the start, "
+             f"{result.get('load_average_end', nan):.1f} at the end",
              f"cold (empty numba cache): server up {cold['server_up_s']:.1f} s",
-             "| page | rendered, s since start | page load s | target |", "|---|---|---|---|"]
+             "| page | rendered, s since start | page load s | server CPU s since start | "
+             "target |", "|---|---|---|---|---|"]
     for title, target in COLD_TARGETS_S.items():
         row = cold[title]
         lines.append(f"| {title} | {row['since_start_s']:.1f} | {row['page_s']:.1f} | "
+                     f"{row.get('server_cpu_s', nan):.1f} | "
                      f"{_verdict(row['since_start_s'], target)} |")
     w = cold.get("warm_up_s")
     lines.append("background warm-up finished " + (
