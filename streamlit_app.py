@@ -16,7 +16,8 @@ state.begin_run(page.url_path)
 frame.set_inside(True)
 try:
     warm.warm()
-    page.run()
+    with warm.page_running():  # the background warm-up compiles nothing meanwhile
+        page.run()
 except Exception as exc:  # noqa: BLE001 - no traceback ever reaches the user
     errors.show(exc)
 finally:

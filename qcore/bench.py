@@ -10,6 +10,10 @@ compiled for, numba's threading layer and thread count.
 ``--cpu NAME`` adds a column for qcore compiled for another LLVM CPU target (a subprocess with
 NUMBA_CPU_NAME=NAME and its own numba cache; e.g. ``haswell`` for AVX2 on an AVX-512 host).
 ``--cold`` times the first calls from an empty numba cache (:mod:`qcore.bench_cold`).
+``--cold-app`` times the app's first pages after a fresh ``streamlit run`` with an empty numba
+cache, and every page after a warm restart, in headless Chromium (:mod:`qcore.bench_app`).
+``--busy`` compares the parallel kernels' throughput with one core kept busy by another process
+against the machine as it is (:mod:`qcore.bench_busy`).
 ``--backend cuda`` times the GPU kernels (:mod:`qcore.bench_cuda`).
 """
 
@@ -29,7 +33,7 @@ import numpy as np
 from numba import njit, prange
 
 import qcore
-from qcore import bench_cold, bench_host
+from qcore import bench_app, bench_busy, bench_cold, bench_host
 from qcore.formats import get_format
 
 
@@ -263,6 +267,7 @@ def onnxruntime_impl(case: Case, inputs: dict) -> Callable[[], object] | None:
     try:
         options = ort.SessionOptions()
         options.log_severity_level = 3
+        options.intra_op_num_threads = ORT_THREADS
         session = ort.InferenceSession(model.SerializeToString(), options,
                                        providers=["CPUExecutionProvider"])
         session.run(None, feed)
@@ -299,17 +304,23 @@ PEERS = {"onnxruntime": onnxruntime_impl, "torch": torch_impl, "ml_dtypes": ml_d
 
 # ---------------------------------------------------------------- timing
 
+#: The clock of time_call: wall clock, or this thread's CPU time with --cpu-time.
+CLOCK = time.perf_counter
+#: onnxruntime's intra-op threads (0: its default, one per core; 1 with --cpu-time).
+ORT_THREADS = 0
+
+
 def time_call(fn: Callable[[], object], n_elements: int, min_time: float = 0.3,
               max_reps: int = 15) -> float:
-    """Median elements/s over repetitions (after one warm-up call)."""
+    """Median elements/s over repetitions (after one warm-up call), by :data:`CLOCK`."""
     fn()
     times = []
     start = time.perf_counter()
     while len(times) < 3 or (time.perf_counter() - start < min_time and len(times) < max_reps):
-        t0 = time.perf_counter()
+        t0 = CLOCK()
         fn()
-        times.append(time.perf_counter() - t0)
-    return n_elements / float(np.median(times))
+        times.append(CLOCK() - t0)
+    return n_elements / max(float(np.median(times)), 1e-9)
 
 
 @njit(parallel=True, cache=True)
@@ -335,8 +346,12 @@ def copy_bandwidth(n_bytes: int = 256 << 20) -> float:
 
 
 def extra_memory_ratio(fn: Callable[[], object]) -> float | None:
-    """Peak bytes allocated during a call beyond its output, over the output's size."""
+    """Peak bytes allocated during a call beyond its output, over the output's size (with the
+    output pool emptied first, so that the output is allocated during the call)."""
+    from qcore.kernels import cpu
+
     fn()
+    cpu.release_outputs()
     tracemalloc.start()
     out = fn()
     _, peak = tracemalloc.get_traced_memory()
@@ -430,16 +445,33 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-peers", action="store_true", help="qcore only")
     parser.add_argument("--sweep", action="store_true",
                         help="also report int8 per-tensor elements/s from 2^10 to 2^26 elements")
-    parser.add_argument("--only", default=None, help="run only cases whose name contains this")
+    parser.add_argument("--only", default=None, help="run only cases whose name contains this (several: A|B)")
     parser.add_argument("--cpu", metavar="NAME", action="append", default=[],
                         help="also run the qcore side compiled for this LLVM CPU target "
                              "(NUMBA_CPU_NAME) in a subprocess with its own numba cache; "
                              "repeatable")
+    parser.add_argument("--cpu-time", action="store_true",
+                        help="one thread each (qcore and onnxruntime), timed by the thread's "
+                             "CPU time: per-element cost on a machine too loaded for wall-clock "
+                             "figures")
     parser.add_argument("--cold", action="store_true",
                         help="time first calls from an empty numba cache, then primed")
     parser.add_argument("--cold-cases", default=None,
                         help="with --cold: comma-separated subset of " + ", ".join(
                             bench_cold.COLD_CASES))
+    parser.add_argument("--cold-app", action="store_true",
+                        help="the app's cold start (empty numba cache) and warm restart in "
+                             "headless Chromium (needs playwright and /usr/bin/chromium)")
+    parser.add_argument("--cold-app-wait", type=float, default=600, metavar="S",
+                        help="with --cold-app: seconds to wait for the background warm-up "
+                             "before the warm restart (default 600)")
+    parser.add_argument("--busy", action="store_true",
+                        help="throughput with one core kept busy by a spinning process, against "
+                             "idle (the spinner is started and killed by the benchmark)")
+    parser.add_argument("--busy-rounds", type=int, default=2,
+                        help="with --busy: alternating idle/busy rounds (default 2)")
+    parser.add_argument("--busy-pin", type=int, default=None, metavar="CPU",
+                        help="with --busy: pin the spinner to this CPU")
     parser.add_argument("--no-warmup", action="store_true",
                         help="skip qcore.warmup() (each case still runs once before timing)")
     parser.add_argument("--cold-child", default=None, help=argparse.SUPPRESS)
@@ -451,6 +483,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.cold:
         return _main_cold(args)
+    if args.busy:
+        return _main_busy(args)
+    if args.cold_app:
+        return _main_cold_app(args)
     shape = _parse_size(args.size or "4096x4096")
     if args.backend == "cuda":
         return _main_cuda(shape, args)
@@ -459,12 +495,15 @@ def main(argv: list[str] | None = None) -> int:
         if problem:
             print(problem, file=sys.stderr)
             return 2
+    if args.cpu_time:
+        _single_thread_cpu_time()
     t0 = time.perf_counter()
     warm = {} if args.no_warmup else qcore.warmup()
     warm_s = time.perf_counter() - t0
     cases = default_cases(args.quick)
     if args.only:
-        cases = [c for c in cases if args.only.lower() in c.name.lower()]
+        wanted = [w.strip().lower() for w in args.only.split("|")]
+        cases = [c for c in cases if any(w in c.name.lower() for w in wanted)]
     cases, bandwidth = run(cases, shape, args.backend, not args.no_peers, _progress)
     info = bench_host.host_info()
     targets_run = []
@@ -483,6 +522,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{ml_dtypes.__version__}; x shape {shape[0]}x{shape[1]} ({shape[0] * shape[1]} "
           f"elements)")
     print(bench_host.describe(info))
+    print("timing: " + ("CPU time of one thread (qcore and onnxruntime each on one thread)"
+                        if args.cpu_time else "wall clock") +
+          f"; load average {os.getloadavg()[0]:.1f} at the end")
     for other in targets_run:
         print(f"qcore[{other['cpu']}]: the same cases compiled for {other['cpu']} "
               f"({other['info']['threading_layer']}, {other['info']['threads']} threads, "
@@ -506,6 +548,14 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _single_thread_cpu_time() -> None:
+    global CLOCK, ORT_THREADS
+    import numba
+
+    numba.set_num_threads(1)
+    CLOCK, ORT_THREADS = time.thread_time, 1
+
+
 def _run_other_target(name: str, args, shape: tuple[int, int]) -> dict:
     """The qcore column for another CPU target, from a subprocess (see :mod:`bench_host`)."""
     import tempfile
@@ -515,6 +565,8 @@ def _run_other_target(name: str, args, shape: tuple[int, int]) -> dict:
         child = ["--no-peers", "--no-warmup", "--size", f"{shape[0]}x{shape[1]}", "--json", out]
         if args.quick:
             child.append("--quick")
+        if args.cpu_time:
+            child.append("--cpu-time")
         if args.only:
             child += ["--only", args.only]
         bench_host.run_for_target(name, child)
@@ -541,6 +593,42 @@ def _main_cold(args) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)
+    return 0
+
+
+def _main_cold_app(args) -> int:
+    if not os.path.exists(bench_app.CHROMIUM):
+        print(f"--cold-app needs Chromium at {bench_app.CHROMIUM}", file=sys.stderr)
+        return 2
+    print(bench_host.describe(bench_host.host_info()))
+    result = bench_app.measure(warm_timeout=args.cold_app_wait, progress=lambda label: print(f"  {label} ...", file=sys.stderr,
+                                                            flush=True))
+    print(bench_app.format_report(result))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+    return 0
+
+
+def _busy_call(name: str, shape: tuple[int, int]) -> Callable[[], object]:
+    """The qcore call of the benchmark case `name` (for --busy)."""
+    case = next(c for c in default_cases() if c.name == name)
+    return qcore_impl(case, make_inputs(case, shape))
+
+
+def _main_busy(args) -> int:
+    names = list(bench_busy.BUSY_CASES)
+    if args.only:
+        names = [n for n in names if args.only.lower() in n.lower()]
+    shape = _parse_size(args.size or "4096x4096")
+    result = bench_busy.measure(names, shape, _busy_call, rounds=max(1, args.busy_rounds),
+                                pin=args.busy_pin, progress=lambda label: print(f"  {label} ...", file=sys.stderr,
+                                                             flush=True))
+    print(bench_host.describe(bench_host.host_info()))  # after the runs: names numba's layer
+    print(bench_busy.format_report(result))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result | {"ratios": bench_busy.ratios(result)}, f, indent=1)
     return 0
 
 

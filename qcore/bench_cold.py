@@ -50,16 +50,18 @@ def cold_call(name: str, shape: tuple[int, int] = (1024, 1024)) -> Callable[[], 
 
 
 def child(names: list[str], shape: tuple[int, int]) -> dict:
-    """In the timed process: import qcore, then each case's first call, timed separately."""
+    """In the timed process: import qcore, then each case's first call, timed separately: wall
+    seconds in "calls", CPU seconds of the process (compilation included) in "calls_cpu"."""
     t0 = time.perf_counter()
     import qcore  # noqa: F401 - the import is part of what a first call waits for
 
-    out = {"import_s": time.perf_counter() - t0, "calls": {}}
+    out = {"import_s": time.perf_counter() - t0, "calls": {}, "calls_cpu": {}}
     for name in names:
         fn = cold_call(name, shape)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         fn()
         out["calls"][name] = time.perf_counter() - t0
+        out["calls_cpu"][name] = time.process_time() - c0
     return out
 
 
@@ -73,6 +75,7 @@ _CHILD = (
     "rows, cols = (int(v) for v in sys.argv[2].split('x'))\n"
     "out = child(sys.argv[1].split(','), (rows, cols))\n"
     "out['import_s'] = imported\n"
+    "out['load_average'] = __import__('os').getloadavg()[0]\n"
     "print(json.dumps(out))\n"
 )
 
@@ -129,17 +132,25 @@ def _verdict(seconds: float, target: float | None) -> str:
 def format_report(result: dict) -> str:
     """A table of first-call seconds with the targets beside them."""
     lines = [f"cold start, first call on a {result['shape'][0]}x{result['shape'][1]} float32 "
-             f"tensor, a fresh process each (import qcore, with numpy and numba, timed apart)",
-             "| case | cold s | target | primed s |", "|---|---|---|---|"]
+             f"tensor, a fresh process each (import qcore, with numpy and numba, timed apart); "
+             f"wall seconds (targets), CPU seconds of the process beside them",
+             "| case | cold wall s | cold CPU s | target | primed wall s | load average |",
+             "|---|---|---|---|---|---|"]
     for name, cold in result["cold_each"].items():
         primed = result["primed_each"].get(name, {"calls": {}})["calls"].get(name, float("nan"))
         c = cold["calls"][name]
-        lines.append(f"| {name} | {c:.2f} | {_verdict(c, COLD_EACH_TARGET_S)} | {primed:.2f} |")
-    cold_all = sum(result["cold_together"]["calls"].values())
+        cpu = cold.get("calls_cpu", {}).get(name, float("nan"))
+        lines.append(f"| {name} | {c:.2f} | {cpu:.2f} | {_verdict(c, COLD_EACH_TARGET_S)} | "
+                     f"{primed:.2f} | {cold.get('load_average', float('nan')):.1f} |")
+    together = result["cold_together"]
+    cold_all = sum(together["calls"].values())
+    cpu_all = sum(together.get("calls_cpu", {}).values()) if together.get("calls_cpu") else (
+        float("nan"))
     primed_all = sum(result["primed_together"]["calls"].values())
-    lines.append(f"| all four in one process | {cold_all:.2f} | "
+    lines.append(f"| all four in one process | {cold_all:.2f} | {cpu_all:.2f} | "
                  f"{_verdict(cold_all, COLD_TOGETHER_TARGET_S)} | {primed_all:.2f} "
-                 f"({_verdict(primed_all, PRIMED_TOGETHER_TARGET_S)}) |")
+                 f"({_verdict(primed_all, PRIMED_TOGETHER_TARGET_S)}) | "
+                 f"{together.get('load_average', float('nan')):.1f} |")
     lines.append(f"import qcore (numpy, numba included): cold cache "
                  f"{result['cold_together']['import_s']:.2f} s, primed "
                  f"{result['primed_together']['import_s']:.2f} s")

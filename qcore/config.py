@@ -20,6 +20,18 @@ PARALLEL_THRESHOLD = 1 << 21
 GROUP_RUNS_PER_THREAD = 4
 SHORT_BLOCK = 16
 
-#: Chunk size and serial/parallel threshold of the metrics reductions (qcore.metrics).
+#: Chunk size and serial/parallel threshold of the metrics reductions (qcore.metrics). The
+#: threshold equals the kernels' (it was 2**16): below 2 Mi elements the second thread saves a
+#: millisecond or two, and compiling the parallel variants cost the app's first Quantize Lab
+#: view (a 1 Mi-element tensor) 25 s of a cold start.
 METRICS_CHUNK = 1 << 14
-METRICS_PARALLEL_THRESHOLD = 1 << 16
+METRICS_PARALLEL_THRESHOLD = 1 << 21
+
+#: Output arrays of at least this many bytes come from a small pool of reused buffers (as
+#: onnxruntime's arena does): a fresh large allocation costs a page fault and the kernel zeroing
+#: every page on first touch, up to half the time of a dequantize. A buffer is reused only
+#: once nothing references the array handed out from it.
+OUTPUT_POOL_MIN_BYTES = 1 << 20
+
+#: Most bytes the output pool keeps referenced (in use or free); 0 turns the pool off.
+OUTPUT_POOL_BYTES = 256 << 20

@@ -435,7 +435,7 @@ def _run_quantize(kernels, x, s: np.ndarray, z: np.ndarray, plan: QuantizePlan,
         return kernels.quantize_device(x, s, z, plan, quantize_params(plan, has_zero_point),
                                        layout_params(plan.layout))
     t = plan.target
-    y = np.empty(x.size, np.uint8 if t.itemsize == 1 else np.uint16)
+    y = cpu.new_output(x.size, np.uint8 if t.itemsize == 1 else np.uint16)
     if x.size:
         kernels.quantize(_flat_input(x), s, z, y, layout_params(plan.layout),
                          quantize_params(plan, has_zero_point))
@@ -556,7 +556,7 @@ def _run_dequantize(kernels, x, s, z, plan: DequantizePlan) -> np.ndarray:
         _require_device_backend(kernels, plan.version)
         return kernels.dequantize_device(x, s, z, plan, dp, layout_params(plan.layout), table)
     out = plan.output
-    y = np.empty(x.size, np.float32 if out.name == "float" else np.uint16)
+    y = cpu.new_output(x.size, np.float32 if out.name == "float" else np.uint16)
     if x.size:
         kernels.dequantize(_flat_codes(x, plan), s, z, y, layout_params(plan.layout), dp, table)
     return y.view(out.dtype).reshape(x.shape)

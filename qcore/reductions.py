@@ -95,7 +95,11 @@ def _histogram_impl(x, first, last, denom, edges, nbins, nb):
                 elif k != nbins - 1 and v >= edges[k + 1]:
                     k += 1
                 counts[c, k] += 1
-    return counts.sum(axis=0)
+    total = np.zeros(nbins, np.int64)  # a loop, not counts.sum(axis=0): no axis-check code
+    for c in range(nch):
+        for k in range(nbins):
+            total[k] += counts[c, k]
+    return total
 
 
 @njit(cache=True, nogil=True)
@@ -106,16 +110,22 @@ def _fill_bounds(i0, n, lp, glo, ghi, blo, bhi):
     j = 0
     while j < n:
         run, k, m, blk, first, p, d, q = walk_next_segment(p, d, q, n - j, lp)
+        # element loops, not slice assignments: those compile a shape check whose error
+        # message formatting alone took seconds of a cold start
         if blk == 0:  # one group per element
-            blo[j:j + run] = glo[k:k + m]
-            bhi[j:j + run] = ghi[k:k + m]
+            for t in range(run):
+                blo[j + t] = glo[k + t]
+                bhi[j + t] = ghi[k + t]
         else:  # element t of the run is in group k + (first + t) // blk
             t = 0
             while t < run:
                 b = (first + t) // blk
                 end = min(run, (b + 1) * blk - first)
-                blo[j + t:j + end] = glo[k + b]
-                bhi[j + t:j + end] = ghi[k + b]
+                lo_b = glo[k + b]
+                hi_b = ghi[k + b]
+                for u in range(t, end):
+                    blo[j + u] = lo_b
+                    bhi[j + u] = hi_b
                 t = end
         j += run
 

@@ -25,6 +25,7 @@ _DEQUANTIZE_GENERIC = ((np.int8, np.uint8, np.int16, np.uint16, np.int32),
 FAMILY_TYPES = {"quantize int": _QUANTIZE_INT_F32, "quantize float": ((np.float32,), (np.uint8,)),
                 "quantize generic": _QUANTIZE_GENERIC,
                 "dequantize numeric": _DEQUANTIZE_NUMERIC,
+                "dequantize table": ((np.uint8,), (np.float32,)),
                 "dequantize generic": _DEQUANTIZE_GENERIC}
 
 

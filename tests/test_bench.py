@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 
 import pytest
 
@@ -157,7 +159,8 @@ def test_cold_report_runs_every_phase_with_fresh_caches(capsys, monkeypatch):
 
     def spawn(names, cache, shape, timeout):
         seen.append((tuple(names), cache.name))
-        return {"import_s": 0.1, "calls": {n: 1.0 for n in names}}
+        return {"import_s": 0.1, "calls": {n: 1.0 for n in names},
+                "calls_cpu": {n: 0.5 for n in names}, "load_average": 1.0}
 
     result = bench_cold.measure(bench_cold.COLD_CASES, (8, 64), spawn=spawn)
     each = [c for n, c in seen[:4]]
@@ -166,7 +169,7 @@ def test_cold_report_runs_every_phase_with_fresh_caches(capsys, monkeypatch):
     assert all(c == "together" for _, c in seen[5:]) and len(seen) == 10  # primed
     report = bench_cold.format_report(result)
     assert "≤ 5 s: met" in report and "≤ 12 s: NOT met" not in report
-    assert "| all four in one process | 4.00 | ≤ 12 s: met |" in report
+    assert "| all four in one process | 4.00 | 2.00 | ≤ 12 s: met |" in report  # wall, CPU
     monkeypatch.setattr(bench_cold, "_spawn", spawn)
     assert bench.main(["--cold", "--size", "8x64"]) == 0
     out = capsys.readouterr().out
@@ -176,3 +179,88 @@ def test_cold_report_runs_every_phase_with_fresh_caches(capsys, monkeypatch):
 def test_cold_refuses_an_unknown_case(capsys):
     assert bench.main(["--cold", "--cold-cases", "Q int3"]) == 2
     assert "valid:" in capsys.readouterr().err
+
+
+def test_cold_child_reports_cpu_seconds_too(capsys):
+    assert bench.main(["--cold-child", "Q int8 per-tensor", "--size", "8x64"]) == 0
+    data = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert set(data["calls_cpu"]) == {"Q int8 per-tensor"}
+    assert data["calls_cpu"]["Q int8 per-tensor"] >= 0
+
+
+# ---------------------------------------------------------------- --busy, --cold-app
+
+
+def test_busy_alternates_idle_and_busy_rounds_and_reports_the_ratio(capsys, monkeypatch):
+    from qcore import bench_busy
+
+    state = {"busy": False, "entered": 0, "left": 0}
+
+    @contextlib.contextmanager
+    def busy(pin):
+        state["busy"], state["entered"] = True, state["entered"] + 1
+        try:
+            yield None
+        finally:
+            state["busy"], state["left"] = False, state["left"] + 1
+
+    def make_call(name, shape):
+        return name
+
+    def rate(name, n, min_time):  # no clock: half the speed while "busy" for the first case
+        return 0.5e9 if name == "Q int8 per-tensor" and state["busy"] else 1e9
+
+    monkeypatch.setattr(bench_busy, "_rate", rate)
+    result = bench_busy.measure(["Q int8 per-tensor", "DQ int8 per-tensor"], (8, 64), make_call,
+                                rounds=2, min_time=0.0, busy=busy)
+    assert state["entered"] == state["left"] == 2
+    ratios = bench_busy.ratios(result)
+    assert ratios == {"Q int8 per-tensor": 0.5, "DQ int8 per-tensor": 1.0}
+    report = bench_busy.format_report(result)
+    assert "| Q int8 per-tensor | 1.00 | 0.50 | 0.50× | ≥ 0.6×: NOT met |" in report
+    assert "| DQ int8 per-tensor | 1.00 | 1.00 | 1.00× | ≥ 0.6×: met |" in report
+    monkeypatch.setattr(bench_busy, "spinner", busy)
+    monkeypatch.setattr(bench, "_busy_call", make_call)
+    assert bench.main(["--busy", "--busy-rounds", "1", "--size", "8x64", "--only", "int8"]) == 0
+    assert "busy/idle" in capsys.readouterr().out
+
+
+def test_busy_spinner_is_killed_even_on_error():
+    from qcore import bench_busy
+
+    with pytest.raises(RuntimeError), bench_busy.spinner() as proc:
+        assert proc.poll() is None  # spinning
+        raise RuntimeError("boom")
+    assert proc.poll() is not None
+
+
+def test_cold_app_report_and_missing_chromium(capsys, monkeypatch):
+    from qcore import bench_app
+
+    result = {"cold": {"server_up_s": 1.0, "Home": {"page_s": 2.0, "since_start_s": 3.0},
+                       "Quantize Lab": {"page_s": 20.0, "since_start_s": 26.0},
+                       "warm_up_s": 60.0},
+              "warm": {"server_up_s": 1.0, **{t: 0.5 for t, _ in bench_app.PAGES}}}
+    report = bench_app.format_report(result)
+    assert "| Home | 3.0 | 2.0 | nan | ≤ 10 s: met |" in report
+    assert "| Quantize Lab | 26.0 | 20.0 | nan | ≤ 25 s: NOT met |" in report
+    assert bench_app.cpu_seconds(os.getpid()) >= 0 or not os.path.exists("/proc")
+    assert report.count("≤ 3 s: met") == len(bench_app.PAGES)
+    monkeypatch.setattr(bench_app, "CHROMIUM", "/nonexistent/chromium")
+    assert bench.main(["--cold-app"]) == 2
+    assert "Chromium" in capsys.readouterr().err
+
+
+def test_cpu_time_mode_runs_one_thread_by_thread_cpu_time(capsys, monkeypatch):
+    import numba
+
+    monkeypatch.setattr(bench, "CLOCK", bench.CLOCK)
+    monkeypatch.setattr(bench, "ORT_THREADS", bench.ORT_THREADS)
+    before = numba.get_num_threads()
+    try:
+        assert bench.main(["--cpu-time", "--size", "8x64", "--no-warmup", "--only",
+                           "Q int8 per-tensor"]) == 0
+        assert numba.get_num_threads() == 1 and bench.ORT_THREADS == 1
+    finally:
+        numba.set_num_threads(before)
+    assert "CPU time of one thread" in capsys.readouterr().out

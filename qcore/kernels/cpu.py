@@ -23,12 +23,15 @@ view, no copy) so that the app's read-only arrays and writable ones share one co
 
 from __future__ import annotations
 
+import sys
+import threading
 import types
 
 import numba
 import numpy as np
 from numba import njit, prange
 
+from .. import config
 from ..config import CHUNK, PARALLEL_THRESHOLD
 from . import renamed
 from .bits import f32_as_u32, fetch_add, u32_as_f32
@@ -41,6 +44,7 @@ from .scalar import (
     int_code,
     load_x,
     round_to_precision,
+    saturate_float,
 )
 from .walk import locate, next_segment
 
@@ -78,6 +82,13 @@ def _int_code(q, zf, lo, hi, wrap):
     return int_code(np.rint(q), zf, lo, hi, wrap)
 
 
+@njit(**_INLINE)
+def _int_code_masked(q, zf, lo, hi, mask):
+    """_int_code with the two's complement taken as the int32's low bits (`mask` = 2**bits - 1):
+    one AND per vector where adding 2**bits to negatives costs a compare and a blend."""
+    return np.int32(np.int32(saturate_float(np.rint(q), zf, lo, hi)) & mask)
+
+
 # ---------------------------------------------------------------------------------------------
 # Quantize segments: xs -> ys with scales sv and zero points zv. block == 0: element j has
 # sv[j], zv[j]; block > 0: element j has sv[(first + j) // block]. Unsigned loop indices: numba
@@ -91,10 +102,10 @@ def _seg_int(xs, ys, sv, zv, block, first, qp, enc, buf):
     n = xs.size
     lo = np.float32(qp.lo)
     hi = np.float32(qp.hi)
-    wrap = np.float32(qp.mask + 1)
+    mask = np.int32(qp.mask)
     if block == 0:
         for j in range(n):
-            ys[j] = _int_code(xs[j] / sv[j], np.float32(zv[j]), lo, hi, wrap)
+            ys[j] = _int_code_masked(xs[j] / sv[j], np.float32(zv[j]), lo, hi, mask)
         return
     b = 0
     j0 = 0
@@ -102,8 +113,14 @@ def _seg_int(xs, ys, sv, zv, block, first, qp, enc, buf):
         j1 = min(n, (b + 1) * block - first)
         s0 = sv[b]
         z0 = np.float32(zv[b])
-        for j in range(np.uint64(j0), np.uint64(j1)):
-            ys[j] = _int_code(xs[j] / s0, z0, lo, hi, wrap)
+        if j1 - j0 == 32:  # the common small block: a fixed trip count, no remainder loop
+            xb = xs[j0:j1]
+            yb = ys[j0:j1]
+            for k in range(32):
+                yb[k] = _int_code_masked(xb[k] / s0, z0, lo, hi, mask)
+        else:
+            for j in range(np.uint64(j0), np.uint64(j1)):
+                ys[j] = _int_code_masked(xs[j] / s0, z0, lo, hi, mask)
         j0 = j1
         b += 1
 
@@ -254,6 +271,28 @@ def _dseg_numeric(xs, ys, sv, zv, block, first, dp, tab, buf):
         b += 1
 
 
+@njit(**_JIT)
+def _dseg_table(xs, ys, sv, zv, block, first, dp, tab, buf):
+    """Sub-byte integers and small floats (their uint8 codes) to float32 through the decode
+    table: the arithmetic of dequantize_value for DXKind.TABLE, in a family of its own so that
+    a first call compiles none of the 16-bit output or int32 paths."""
+    n = xs.size
+    if block == 0:
+        for j in range(n):
+            ys[j] = (np.float32(tab[np.int64(xs[j])]) - np.float32(zv[j])) * sv[j]
+        return
+    b = 0
+    j0 = 0
+    while j0 < n:
+        j1 = min(n, (b + 1) * block - first)
+        s0 = sv[b]
+        z0 = np.float32(zv[b])
+        for j in range(np.uint64(j0), np.uint64(j1)):
+            ys[j] = (np.float32(tab[np.int64(xs[j])]) - z0) * s0
+        j0 = j1
+        b += 1
+
+
 @njit(**_INLINE)
 def dequantize_value(xv, z, s, xkind, okind, tab):
     """(x - zero_point) * scale in float32, as the output type's bits (float32 or uint16)."""
@@ -341,21 +380,25 @@ def _order_key(b):
     return np.int32(b ^ (np.int32(b >> np.int32(31)) & np.int32(0x7FFFFFFF)))
 
 
+_KEY_POS_INF = np.int32(0x7F800000)  # order key of +Inf (its bits); +NaN keys are above it
+_KEY_NEG_INF = np.int32(-0x7F800001)  # order key of -Inf (bits 0xFF800000); -NaN keys are below
+
+
 @njit(**_JIT)
 def _minmax_fast(xs):
     """(min, max, any NaN/Inf) of xs; min and max are only meaningful when there is none.
 
-    Integer min/max of order keys: LLVM vectorises integer reductions (float min/max
-    reductions only under fast-math, which would also drop the NaN checks)."""
+    Two int32 min/max reductions of order keys, which LLVM vectorises 8 wide on AVX2 (float
+    min/max reductions only under fast-math, which would also drop the NaN checks). NaN and Inf
+    need no third reduction: their keys lie at or beyond the keys of +-Inf. Every value is kept
+    int32 (numba widens integer arithmetic to int64, which halves the vector width)."""
     lo = np.int32(0x7FFFFFFF)
     hi = np.int32(-0x80000000)
-    bad = np.int32(0)
     for j in range(np.uint64(0), np.uint64(xs.size)):
-        b = np.int32(f32_as_u32(xs[j]))
-        k = _order_key(b)
+        k = _order_key(np.int32(f32_as_u32(xs[j])))
         lo = k if k < lo else lo
         hi = k if k > hi else hi
-        bad |= np.int32(np.int32(b & np.int32(0x7F800000)) == np.int32(0x7F800000))
+    bad = (hi >= _KEY_POS_INF) | (lo <= _KEY_NEG_INF)
     return u32_as_f32(_order_key(lo)), u32_as_f32(_order_key(hi)), bad
 
 
@@ -412,13 +455,15 @@ _Q_INT = _family(_seg_int, "quantize_int", 0)
 _Q_FLOAT = _family(_seg_float, "quantize_float", CHUNK)
 _Q_GENERIC = _family(_seg_generic, "quantize_generic", CHUNK)
 _DQ_NUMERIC = _family(_dseg_numeric, "dequantize_numeric", 0)
+_DQ_TABLE = _family(_dseg_table, "dequantize_table", 0)
 _DQ_GENERIC = _family(_dseg_generic, "dequantize_generic", 0)
 minmax_parallel = njit(parallel=True, **_JIT)(renamed(_minmax_driver, "_parallel"))
 minmax_serial = njit(**_JIT)(renamed(_minmax_driver, "_serial"))
 
 #: Every kernel as (parallel, serial), by family (for warm-up and tests).
 FAMILIES = {"quantize int": _Q_INT, "quantize float": _Q_FLOAT, "quantize generic": _Q_GENERIC,
-            "dequantize numeric": _DQ_NUMERIC, "dequantize generic": _DQ_GENERIC,
+            "dequantize numeric": _DQ_NUMERIC, "dequantize table": _DQ_TABLE,
+            "dequantize generic": _DQ_GENERIC,
             "minmax": (minmax_parallel, minmax_serial)}
 
 
@@ -444,6 +489,44 @@ def encode_table(qp: QuantizeParams) -> np.ndarray:
         table.flags.writeable = False
         _ENCODE_TABLES[key] = table
     return table
+
+
+_POOL: list[np.ndarray] = []  # reusable output buffers (uint8), least recently used first
+_POOL_LOCK = threading.Lock()
+
+
+def new_output(size: int, dtype) -> np.ndarray:
+    """An uninitialised 1-D array for a kernel to fill (every element gets written).
+
+    Large outputs reuse a pooled buffer once nothing references an array handed out from it
+    any more (numpy views keep their base alive, so the base's reference count tells): a fresh
+    allocation of that size would cost a page fault and the OS zeroing each page on first
+    touch, as much memory traffic as a dequantize's own writes. onnxruntime's arena does the
+    same. ``config.OUTPUT_POOL_BYTES`` bounds what the pool keeps; 0 turns it off."""
+    dtype = np.dtype(dtype)
+    nbytes = size * dtype.itemsize
+    budget = config.OUTPUT_POOL_BYTES
+    if nbytes < config.OUTPUT_POOL_MIN_BYTES or nbytes > budget:
+        return np.empty(size, dtype)
+    with _POOL_LOCK:
+        for i in range(len(_POOL)):
+            # 2 references: the pool's and getrefcount's argument; a handed-out view adds one
+            if _POOL[i].nbytes == nbytes and sys.getrefcount(_POOL[i]) == 2:
+                buf = _POOL.pop(i)
+                _POOL.append(buf)
+                return buf.view(dtype)
+        buf = np.empty(nbytes, np.uint8)
+        _POOL.append(buf)
+        total = sum(b.nbytes for b in _POOL)
+        while total > budget:  # forget the least recently used (an array in use stays valid)
+            total -= _POOL.pop(0).nbytes
+        return buf.view(dtype)
+
+
+def release_outputs() -> None:
+    """Forget the pooled output buffers (their memory goes back once no array uses it)."""
+    with _POOL_LOCK:
+        _POOL.clear()
 
 
 def _readonly(a: np.ndarray) -> np.ndarray:
@@ -475,9 +558,19 @@ def quantize_kernel(qp: QuantizeParams, n: int):
     return parallel if n >= PARALLEL_THRESHOLD else serial
 
 
+def dequantize_family(dp, okind_is_f32: bool) -> str:
+    """Which kernel family dequantizes: "numeric" (8/16-bit integers to float32), "table"
+    (sub-byte and small-float codes to float32) or "generic" (int32, 16-bit outputs)."""
+    if okind_is_f32 and dp.xkind in (DXKind.NUMERIC, DXKind.TABLE):
+        return "numeric" if dp.xkind == DXKind.NUMERIC else "table"
+    return "generic"
+
+
+_DEQUANTIZE_FAMILIES = {"numeric": _DQ_NUMERIC, "table": _DQ_TABLE, "generic": _DQ_GENERIC}
+
+
 def dequantize_kernel(dp, okind_is_f32: bool, n: int):
-    parallel, serial = (_DQ_NUMERIC if dp.xkind == DXKind.NUMERIC and okind_is_f32
-                        else _DQ_GENERIC)
+    parallel, serial = _DEQUANTIZE_FAMILIES[dequantize_family(dp, okind_is_f32)]
     return parallel if n >= PARALLEL_THRESHOLD else serial
 
 

@@ -1,0 +1,202 @@
+"""The app's cold and warm start: ``python -m qcore.bench --cold-app``.
+
+Starts ``streamlit run streamlit_app.py`` on a free port with an empty numba cache folder,
+opens Home and then Quantize Lab's default view in headless Chromium (Playwright, Debian's
+``/usr/bin/chromium``) and prints the seconds from the server's start until each page's run
+was over and its charts were drawn; then lets the background warm-up finish, restarts the
+server on the cache it left (a warm restart) and times every page. The server is always
+killed. Targets (issue 9): Home <= 10 s and Quantize Lab <= 25 s cold; every page <= 3 s warm.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+COLD_TARGETS_S = {"Home": 10.0, "Quantize Lab": 25.0}
+WARM_TARGET_S = 3.0
+#: (title, URL path) of every page, in the app's order (default views)
+PAGES = [("Home", ""), ("Quantize Lab", "quantize_lab"), ("Format Compare", "format_compare"),
+         ("Round Trip & Sweeps", "round_trip_sweeps"), ("Model Report", "model_report"),
+         ("Dynamic Quantization", "dynamic_quantization"), ("Number Formats", "number_formats"),
+         ("Operator Versions", "operator_versions"), ("Conformance", "conformance")]
+_WARM_DONE = re.compile(r"\[qcore\.app\] warm-up done in ([0-9.]+) s")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def server(cache_dir: Path, log_path: Path,
+           timeout: float = 120) -> Iterator[tuple[str, float, int]]:
+    """A fresh ``streamlit run streamlit_app.py`` with NUMBA_CACHE_DIR=cache_dir; yields (base
+    URL, perf_counter at its start, process id). Killed on exit."""
+    exe = Path(sys.executable).parent / "streamlit"
+    cmd = [str(exe) if exe.exists() else "streamlit", "run", "streamlit_app.py",
+           "--server.headless", "true", "--server.port", str(port := _free_port()),
+           "--browser.gatherUsageStats", "false"]
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(cache_dir), "QCORE_APP_TIMING": "1",
+           "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    log = open(log_path, "w")
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + timeout
+        while True:
+            try:
+                with urllib.request.urlopen(base + "/_stcore/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                time.sleep(0.2)
+            if proc.poll() is not None or time.time() > deadline:
+                raise RuntimeError(f"streamlit did not start: {log_path.read_text()[-1500:]}")
+        yield base, t0, proc.pid
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+def wait_rendered(page, timeout: float = 300) -> None:
+    """Until the script run is over, nothing is stale and every plotly chart has drawn."""
+    done = '[data-testid="stApp"][data-test-script-state="notRunning"]'
+    deadline = time.time() + timeout
+    page.wait_for_selector(done, timeout=timeout * 1000)
+    last, since = -1, time.time()
+    while time.time() < deadline:
+        n = page.locator('[data-testid="stPlotlyChart"]').count()
+        drawn = page.locator('[data-testid="stPlotlyChart"] .js-plotly-plot svg.main-svg').count()
+        if n != last:
+            last, since = n, time.time()
+        ready = (page.locator(done).count() and not page.locator('[data-stale="true"]').count()
+                 and page.locator('[data-testid="stMainBlockContainer"]').count())
+        if ready and drawn >= n and time.time() - since > 0.3:
+            return
+        page.wait_for_timeout(50)
+    raise TimeoutError("the page did not finish rendering in time")
+
+
+def _open(browser, url: str) -> float:
+    """Seconds from navigating to url until the page is rendered (charts drawn)."""
+    page = browser.new_page(viewport={"width": 1440, "height": 900})
+    try:
+        t0 = time.perf_counter()
+        page.goto(url, timeout=300_000)
+        wait_rendered(page)
+        if page.locator('[data-testid="stException"]').count():
+            raise RuntimeError(f"{url}: " + "; ".join(
+                page.locator('[data-testid="stException"]').all_inner_texts())[:500])
+        return time.perf_counter() - t0
+    finally:
+        page.close()
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process so far (Linux /proc; NaN elsewhere): on a loaded
+    machine the wall clock says little, the server's own CPU time says what the pages cost."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return float("nan")
+
+
+def _wait_warm(log_path: Path, timeout: float) -> float | None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        m = _WARM_DONE.search(log_path.read_text())
+        if m:
+            return float(m.group(1))
+        time.sleep(1)
+    return None
+
+
+def measure(warm_timeout: float = 900, progress=None) -> dict:
+    """Cold: seconds from the server's start until Home, then Quantize Lab, is rendered (an
+    empty numba cache). Warm: every page after a restart on the primed cache."""
+    from playwright.sync_api import sync_playwright
+
+    say = progress or (lambda _m: None)
+    root = Path(tempfile.mkdtemp(prefix="qcore-cold-app-"))
+    cache = root / "numba-cache"
+    out: dict = {"cold": {}, "warm": {}}
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+            try:
+                say("cold server (empty numba cache)")
+                with server(cache, root / "cold.log") as (base, t0, pid):
+                    out["cold"]["server_up_s"] = time.perf_counter() - t0
+                    out["load_average_start"] = os.getloadavg()[0]
+                    for title, path in PAGES[:2]:
+                        say(f"cold: {title}")
+                        page_s = _open(browser, f"{base}/{path}")
+                        out["cold"][title] = {"page_s": page_s,
+                                              "since_start_s": time.perf_counter() - t0,
+                                              "server_cpu_s": cpu_seconds(pid)}
+                    say("waiting for the background warm-up to finish")
+                    out["cold"]["warm_up_s"] = _wait_warm(root / "cold.log", warm_timeout)
+                say("warm server (primed cache)")
+                with server(cache, root / "warm.log") as (base, t0, pid):
+                    out["warm"]["server_up_s"] = time.perf_counter() - t0
+                    for title, path in PAGES:
+                        say(f"warm: {title}")
+                        out["warm"][title] = _open(browser, f"{base}/{path}")
+                out["load_average_end"] = os.getloadavg()[0]
+            finally:
+                browser.close()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return out
+
+
+def _verdict(seconds: float, target: float) -> str:
+    return f"≤ {target:g} s: {'met' if seconds <= target else 'NOT met'}"
+
+
+def format_report(result: dict) -> str:
+    cold, warm = result["cold"], result["warm"]
+    nan = float("nan")
+    lines = ["app start in headless Chromium (seconds; from `streamlit run` unless said); load "
+             f"average {result.get('load_average_start', nan):.1f} at the start, "
+             f"{result.get('load_average_end', nan):.1f} at the end",
+             f"cold (empty numba cache): server up {cold['server_up_s']:.1f} s",
+             "| page | rendered, s since start | page load s | server CPU s since start | "
+             "target |", "|---|---|---|---|---|"]
+    for title, target in COLD_TARGETS_S.items():
+        row = cold[title]
+        lines.append(f"| {title} | {row['since_start_s']:.1f} | {row['page_s']:.1f} | "
+                     f"{row.get('server_cpu_s', nan):.1f} | "
+                     f"{_verdict(row['since_start_s'], target)} |")
+    w = cold.get("warm_up_s")
+    lines.append("background warm-up finished " + (
+        f"{w:.0f} s after it started" if w is not None else
+        "— not within the wait: the warm restart below found the cache only partly primed"))
+    lines += [f"warm restart (primed cache): server up {warm['server_up_s']:.1f} s",
+              "| page | page load s | target |", "|---|---|---|"]
+    for title, _ in PAGES:
+        lines.append(f"| {title} | {warm[title]:.1f} | {_verdict(warm[title], WARM_TARGET_S)} |")
+    return "\n".join(lines)
