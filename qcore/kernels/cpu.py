@@ -9,7 +9,8 @@ Kernels come in small families, each compiled only when a call needs it (a cold 
 one family, not every path):
 
 - quantize, float32 x divided in float32, to an integer target (``_seg_int``)
-- quantize, float32 x divided in float32, to a small float target (``_seg_float``: a code table)
+- quantize, float32 x divided in float32, to a small float target (``_seg_float``: encoded
+  arithmetically, branch-free)
 - quantize, anything else (16-bit or int32 x, another precision): ``_seg_generic``, in phases
   over a chunk buffer (decode x, divide and round to the precision, encode)
 - dequantize, 8/16-bit integers to float32 (``_dseg_numeric``), and everything else
@@ -32,10 +33,12 @@ from numba import njit, prange
 from ..config import CHUNK, PARALLEL_THRESHOLD
 from . import renamed
 from .bits import f32_as_u32, fetch_add, u32_as_f32
-from .params import DXKind, PKind, QuantizeParams, TKind, XKind
+from .params import DXKind, NanStyle, PKind, QuantizeParams, TKind, XKind
 from .scalar import (
     bf16_to_f32,
+    encode_consts,
     encode_f32_bits,
+    encode_with,
     f16_to_f32,
     half_bits,
     int_code,
@@ -48,27 +51,6 @@ __all__ = ["CHUNK", "PARALLEL_THRESHOLD", "quantize", "dequantize", "minmax", "e
 
 _JIT = {"cache": True, "nogil": True, "error_model": "numpy"}
 _INLINE = {"inline": "always", **_JIT}
-
-
-# ---------------------------------------------------------------------------------------------
-# Small-float code table
-# ---------------------------------------------------------------------------------------------
-
-
-@njit(**_JIT)
-def _build_encode_table(ebits, mbits, bias, max_code, has_inf, nan_style, saturate, out):
-    """out[2*h + sticky] = code of the float32 whose top 16 bits are h and whose low 16 bits are
-    zero (sticky=0) or not (sticky=1).
-
-    For formats of <= 8 bits the round bit is bit 19 or higher, so the low 16 bits only decide
-    ties: this table *is* encode_f32_bits, evaluated once per class of inputs.
-    """
-    for h in range(65536):
-        b = np.uint32(h) << np.uint32(16)
-        out[2 * h] = encode_f32_bits(b, ebits, mbits, bias, max_code, has_inf, nan_style,
-                                     saturate)
-        out[2 * h + 1] = encode_f32_bits(b | np.uint32(1), ebits, mbits, bias, max_code,
-                                         has_inf, nan_style, saturate)
 
 
 @njit(**_INLINE)
@@ -109,38 +91,51 @@ def _seg_int(xs, ys, sv, zv, block, first, qp, enc, buf):
 
 
 @njit(**_INLINE)
-def _table_key(q):
-    """Index into the code table of a float32 (its top 16 bits, and whether the rest is 0)."""
-    b = f32_as_u32(q)
-    return ((b >> np.uint32(15)) & np.uint32(0x1FFFE)) | np.uint32((b & np.uint32(0xFFFF)) != 0)
+def _float_consts(qp):
+    return encode_consts(qp.ebits, qp.mbits, qp.bias, qp.max_code, qp.has_inf, qp.nan_style,
+                         qp.saturate)
+
+
+@njit(**_INLINE)
+def _encode_block(xs, ys, j0, j1, s0, za, add, c, fnuz):
+    """ys[j] = code of xs[j] / s0 (+ za when `add`), for j in [j0, j1). The flags choose one of
+    four loops outside the loop, so each loop carries only the work its format needs."""
+    if fnuz:
+        if add:
+            for j in range(np.uint64(j0), np.uint64(j1)):
+                ys[j] = encode_with(f32_as_u32(xs[j] / s0 + za), c, True)
+        else:
+            for j in range(np.uint64(j0), np.uint64(j1)):
+                ys[j] = encode_with(f32_as_u32(xs[j] / s0), c, True)
+    elif add:
+        for j in range(np.uint64(j0), np.uint64(j1)):
+            ys[j] = encode_with(f32_as_u32(xs[j] / s0 + za), c, False)
+    else:
+        for j in range(np.uint64(j0), np.uint64(j1)):
+            ys[j] = encode_with(f32_as_u32(xs[j] / s0), c, False)
 
 
 @njit(**_JIT)
 def _seg_float(xs, ys, sv, zv, block, first, qp, enc, buf):
-    """float32 x, float32 division, small float target through the code table. A given zero
-    point is added even when 0; without one, adding -0.0 is the identity (-0 included).
-
-    Two loops per block: the table keys (vectorised), then the lookups (a gather, which only
-    AVX-512 does fast)."""
+    """float32 x, float32 division, small float target, encoded arithmetically
+    (:func:`~qcore.kernels.scalar.encode_with`). A given zero point is added even when 0
+    (-0 + 0 is +0); without one nothing is added."""
     n = xs.size
-    has_zp = qp.has_zp == 1
-    neg_zero = np.float32(-0.0)
-    keys = buf.view(np.uint32)
+    add = qp.has_zp == 1
+    c = _float_consts(qp)
+    fnuz = qp.nan_style == NanStyle.NEG_ZERO
     if block == 0:
         for j in range(n):
-            za = np.float32(zv[j]) if has_zp else neg_zero
-            ys[j] = enc[_table_key(xs[j] / sv[j] + za)]
+            q = xs[j] / sv[j]
+            q = q + np.float32(zv[j]) if add else q
+            ys[j] = encode_with(f32_as_u32(q), c, fnuz)
         return
     b = 0
     j0 = 0
     while j0 < n:
         j1 = min(n, (b + 1) * block - first)
-        s0 = sv[b]
-        za = np.float32(zv[b]) if has_zp else neg_zero
-        for j in range(np.uint64(j0), np.uint64(j1)):
-            keys[j] = _table_key(xs[j] / s0 + za)
-        for j in range(np.uint64(j0), np.uint64(j1)):
-            ys[j] = enc[keys[j]]
+        za = np.float32(zv[b]) if add else np.float32(0.0)
+        _encode_block(xs, ys, j0, j1, sv[b], za, add, c, fnuz)
         j0 = j1
         b += 1
 
@@ -205,6 +200,8 @@ def _seg_generic(xs, ys, sv, zv, block, first, qp, enc, buf):
     hi = np.float32(qp.hi)
     wrap = np.float32(qp.mask + 1)
     has_zp = qp.has_zp == 1
+    c = _float_consts(qp)
+    fnuz = qp.nan_style == NanStyle.NEG_ZERO
     b = 0
     j0 = 0
     while j0 < n:
@@ -224,7 +221,7 @@ def _seg_generic(xs, ys, sv, zv, block, first, qp, enc, buf):
                     v[j] = v[j] + za
                 _round_block(v, j0, j1, pkind)
             for j in range(np.uint64(j0), np.uint64(j1)):
-                ys[j] = enc[_table_key(v[j])]
+                ys[j] = encode_with(f32_as_u32(v[j]), c, fnuz)
         j0 = j1
         b += 1
 
@@ -409,7 +406,7 @@ def _family(segment, name: str, buffer: int) -> tuple:
 
 
 _Q_INT = _family(_seg_int, "quantize_int", 0)
-_Q_FLOAT = _family(_seg_float, "quantize_float", CHUNK)
+_Q_FLOAT = _family(_seg_float, "quantize_float", 0)
 _Q_GENERIC = _family(_seg_generic, "quantize_generic", CHUNK)
 _DQ_NUMERIC = _family(_dseg_numeric, "dequantize_numeric", 0)
 _DQ_GENERIC = _family(_dseg_generic, "dequantize_generic", 0)
@@ -426,24 +423,14 @@ FAMILIES = {"quantize int": _Q_INT, "quantize float": _Q_FLOAT, "quantize generi
 # Host API
 # ---------------------------------------------------------------------------------------------
 
-_ENCODE_TABLES: dict[tuple[int, ...], np.ndarray] = {}
 _NO_TABLE = np.zeros(1, np.uint8)
 _NO_TABLE.flags.writeable = False
 
 
 def encode_table(qp: QuantizeParams) -> np.ndarray:
-    """The float target's 128 Ki-entry code table (see _build_encode_table), built once."""
-    if qp.tkind != TKind.FLOAT:
-        return _NO_TABLE
-    key = qp.encoding()
-    table = _ENCODE_TABLES.get(key)
-    if table is None:
-        table = np.empty(1 << 17, np.uint8)
-        eb, mb, bias, mc, has_inf, ns, sat = key
-        _build_encode_table(eb, mb, bias, mc, has_inf == 1, ns, sat == 1, table)
-        table.flags.writeable = False
-        _ENCODE_TABLES[key] = table
-    return table
+    """The table argument of the quantize kernels: a placeholder (small floats are encoded
+    arithmetically since the code table, a gather per element, no longer pays)."""
+    return _NO_TABLE
 
 
 def _readonly(a: np.ndarray) -> np.ndarray:
