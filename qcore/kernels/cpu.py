@@ -11,8 +11,8 @@ one family, not every path):
 - quantize, float32 x divided in float32, to an integer target (``_seg_int``)
 - quantize, float32 x divided in float32, to a small float target (``_seg_float``: encoded
   arithmetically, branch-free)
-- quantize, anything else (16-bit or int32 x, another precision): ``_seg_generic``, in phases
-  over a chunk buffer (decode x, divide and round to the precision, encode)
+- quantize, anything else (16-bit or int32 x, another precision): ``_seg_generic``: x decoded
+  into a chunk buffer, then one fused loop per block (divide, round to the precision, encode)
 - dequantize, 8/16-bit integers to float32 (``_dseg_numeric``), and everything else
   (``_dseg_generic``: decode tables, int32, 16-bit outputs)
 
@@ -152,39 +152,71 @@ def quantize_value(q, z, qp):
 
 
 @njit(**_INLINE)
-def _load_block(xs, v, j0, j1, xkind, pkind):
-    """v[j] = x[j] as float32, rounded to the precision type. One loop per kind."""
-    if xkind == XKind.F32:
-        for j in range(np.uint64(j0), np.uint64(j1)):
-            v[j] = np.float32(xs[j])
-    elif xkind == XKind.F16:
-        for j in range(np.uint64(j0), np.uint64(j1)):
-            v[j] = f16_to_f32(xs[j])
-    elif xkind == XKind.BF16:
-        for j in range(np.uint64(j0), np.uint64(j1)):
-            v[j] = bf16_to_f32(xs[j])
-    else:  # int32: rounded to the precision type directly (one rounding)
-        for j in range(np.uint64(j0), np.uint64(j1)):
-            v[j] = load_x(xs[j], xkind, pkind)
-        return
-    if pkind != xkind:
-        _round_block(v, j0, j1, pkind)
+def _load_as(xs, v, j0, j1, xkind, pkind):
+    """v[j] = x[j] as float32, rounded to `pkind` (PKind.F32: not rounded). Both kinds are
+    constants at each call: one plain loop, decoding and rounding in one pass."""
+    for j in range(np.uint64(j0), np.uint64(j1)):
+        if xkind == XKind.F16:
+            w = f16_to_f32(xs[j])
+        elif xkind == XKind.BF16:
+            w = bf16_to_f32(xs[j])
+        else:
+            w = np.float32(xs[j])
+        v[j] = w if pkind == PKind.F32 else round_to_precision(w, pkind)
 
 
 @njit(**_INLINE)
-def _round_block(v, j0, j1, pkind):
-    if pkind == PKind.F16:
+def _load_block(xs, v, j0, j1, xkind, pkind):
+    """v[j] = x[j] as float32, rounded to the precision type. One loop per pair of kinds."""
+    if xkind == XKind.F32:
+        if pkind == PKind.F16:
+            _load_as(xs, v, j0, j1, XKind.F32, PKind.F16)
+        elif pkind == PKind.BF16:
+            _load_as(xs, v, j0, j1, XKind.F32, PKind.BF16)
+        else:
+            _load_as(xs, v, j0, j1, XKind.F32, PKind.F32)
+    elif xkind == XKind.F16:  # float16 is exact in float32, and in float16
+        if pkind == PKind.BF16:
+            _load_as(xs, v, j0, j1, XKind.F16, PKind.BF16)
+        else:
+            _load_as(xs, v, j0, j1, XKind.F16, PKind.F32)
+    elif xkind == XKind.BF16:
+        if pkind == PKind.F16:
+            _load_as(xs, v, j0, j1, XKind.BF16, PKind.F16)
+        else:
+            _load_as(xs, v, j0, j1, XKind.BF16, PKind.F32)
+    else:  # int32: rounded to the precision type directly (one rounding)
         for j in range(np.uint64(j0), np.uint64(j1)):
-            v[j] = round_to_precision(v[j], PKind.F16)
-    elif pkind == PKind.BF16:
+            v[j] = load_x(xs[j], xkind, pkind)
+
+
+@njit(**_INLINE)
+def _int_block(v, ys, j0, j1, s0, z0, lo, hi, wrap, pkind):
+    """ys[j] = integer code of v[j] / s0 rounded to the precision `pkind` (a constant at each
+    call, so each loop holds only its own rounding)."""
+    for j in range(np.uint64(j0), np.uint64(j1)):
+        ys[j] = _int_code(round_to_precision(v[j] / s0, pkind), z0, lo, hi, wrap)
+
+
+@njit(**_INLINE)
+def _float_block(v, ys, j0, j1, s0, za, add, c, fnuz, pkind):
+    """ys[j] = small float code of v[j] / s0 rounded to the precision (then + za, rounded
+    again, when `add`)."""
+    if add:
         for j in range(np.uint64(j0), np.uint64(j1)):
-            v[j] = round_to_precision(v[j], PKind.BF16)
+            q = round_to_precision(v[j] / s0, pkind)
+            q = round_to_precision(q + za, pkind)
+            ys[j] = encode_with(f32_as_u32(q), c, fnuz)
+    else:
+        for j in range(np.uint64(j0), np.uint64(j1)):
+            ys[j] = encode_with(f32_as_u32(round_to_precision(v[j] / s0, pkind)), c, fnuz)
 
 
 @njit(**_JIT)
 def _seg_generic(xs, ys, sv, zv, block, first, qp, enc, buf):
-    """Any x kind, precision and target: per block, in phases over the buffer `buf` (decode x,
-    divide, round to the precision, then encode), each phase a plain loop."""
+    """Any x kind, precision and target: x decoded and rounded to the precision into the buffer
+    `buf` (one loop per kind), then per block one fused loop (divide, round to the precision,
+    encode), chosen by precision and target family outside the loop."""
     n = xs.size
     xkind = qp.xkind
     pkind = qp.pkind
@@ -199,7 +231,7 @@ def _seg_generic(xs, ys, sv, zv, block, first, qp, enc, buf):
     lo = np.float32(qp.lo)
     hi = np.float32(qp.hi)
     wrap = np.float32(qp.mask + 1)
-    has_zp = qp.has_zp == 1
+    add = qp.has_zp == 1
     c = _float_consts(qp)
     fnuz = qp.nan_style == NanStyle.NEG_ZERO
     b = 0
@@ -207,21 +239,20 @@ def _seg_generic(xs, ys, sv, zv, block, first, qp, enc, buf):
     while j0 < n:
         j1 = min(n, (b + 1) * block - first)
         s0 = sv[b]
-        for j in range(np.uint64(j0), np.uint64(j1)):
-            v[j] = v[j] / s0
-        _round_block(v, j0, j1, pkind)
+        z0 = np.float32(zv[b])
         if is_int:
-            z0 = np.float32(zv[b])
-            for j in range(np.uint64(j0), np.uint64(j1)):
-                ys[j] = _int_code(v[j], z0, lo, hi, wrap)
+            if pkind == PKind.F16:
+                _int_block(v, ys, j0, j1, s0, z0, lo, hi, wrap, PKind.F16)
+            elif pkind == PKind.BF16:
+                _int_block(v, ys, j0, j1, s0, z0, lo, hi, wrap, PKind.BF16)
+            else:
+                _int_block(v, ys, j0, j1, s0, z0, lo, hi, wrap, PKind.F32)
+        elif pkind == PKind.F16:
+            _float_block(v, ys, j0, j1, s0, z0, add, c, fnuz, PKind.F16)
+        elif pkind == PKind.BF16:
+            _float_block(v, ys, j0, j1, s0, z0, add, c, fnuz, PKind.BF16)
         else:
-            if has_zp:
-                za = np.float32(zv[b])
-                for j in range(np.uint64(j0), np.uint64(j1)):
-                    v[j] = v[j] + za
-                _round_block(v, j0, j1, pkind)
-            for j in range(np.uint64(j0), np.uint64(j1)):
-                ys[j] = encode_with(f32_as_u32(v[j]), c, fnuz)
+            _float_block(v, ys, j0, j1, s0, z0, add, c, fnuz, PKind.F32)
         j0 = j1
         b += 1
 

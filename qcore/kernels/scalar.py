@@ -15,7 +15,7 @@ import math
 import numpy as np
 from numba import njit
 
-from .bits import f32_as_u32, u32_as_f32
+from .bits import HAS_F16C, f32_as_u32, f32_via_f16, u32_as_f32
 from .params import NanStyle, PKind, XKind
 
 _JIT = {"cache": True, "nogil": True}
@@ -163,38 +163,60 @@ _INLINE = {"inline": "always", **_JIT}
 
 @njit(**_INLINE)
 def round_to_precision(v, pkind):
-    """Round a float32 to float16 or bfloat16 (half to even; NaN kept), as float32."""
+    """Round a float32 to float16 or bfloat16 (half to even; NaN kept, canonical), as float32.
+
+    No branches and no 64-bit arithmetic (32-bit lanes, selects), so loops over it vectorise;
+    float16 by the F16C instructions where the target has them. Inputs whose sums wrap past
+    int32 are NaNs, replaced last."""
     if pkind == PKind.F32:
         return v
-    b = f32_as_u32(v)
-    a = b & np.uint32(0x7FFFFFFF)
-    sign = b & np.uint32(0x80000000)
+    b = _I32(f32_as_u32(v))
+    a = _I32(b & _I32(0x7FFFFFFF))
+    sign = _I32(b & _I32(-0x80000000))
     if pkind == PKind.BF16:
-        r = (a + np.uint32(0x7FFF) + ((a >> 16) & np.uint32(1))) & np.uint32(0xFFFF0000)
-        r = (a | np.uint32(0x400000)) & np.uint32(0xFFFF0000) if a > 0x7F800000 else r
-        return u32_as_f32(r | sign)
-    # float16: 10 mantissa bits for normals; below 2^-14 a multiple of 2^-24 (adding 0.5 in
-    # float32 rounds there, half to even); past 65504 the result is Inf
-    normal = (a + np.uint32(0xFFF) + ((a >> 13) & np.uint32(1))) & np.uint32(0xFFFFE000)
-    tiny = f32_as_u32((u32_as_f32(a) + np.float32(0.5)) - np.float32(0.5))
-    r = tiny if a < 0x38800000 else normal
-    r = np.uint32(0x7F800000) if r > 0x477FE000 else r
-    r = np.uint32(0x7FC00000) if a > 0x7F800000 else r
-    return u32_as_f32(r | sign)
+        r = _I32(_I32(_I32(a + _I32(0x7FFF)) + _I32(_I32(a >> _I32(16)) & _I32(1)))
+                 & _I32(-0x10000))
+        r = _I32(_I32(a | _I32(0x400000)) & _I32(-0x10000)) if a > _I32(0x7F800000) else r
+        return u32_as_f32(_I32(r | sign))
+    if HAS_F16C:  # the conversion instructions round exactly so; the NaN made canonical
+        r = f32_via_f16(v)
+        return u32_as_f32(_I32(0x7FC00000) | sign) if v != v else r
+    return round_f16_portable(v)
+
+
+@njit(**_INLINE)
+def round_f16_portable(v):
+    """round_to_precision(v, PKind.F16) without F16C: |v| + M rounds to float16's grid when
+    M = 2**(e + 13), e the exponent of |v| (at least -14, float16's smallest normal exponent:
+    below it the grid is 2**-24); the subtraction is exact. Past 65504 the result is Inf; |v| is
+    first clamped to 2**16, where M stays finite. Float compares (one instruction each)."""
+    b = _I32(f32_as_u32(v))
+    sign = _I32(b & _I32(-0x80000000))
+    av = u32_as_f32(_I32(b & _I32(0x7FFFFFFF)))
+    ac = av if av < np.float32(65536.0) else np.float32(65536.0)
+    e = _I32(f32_as_u32(ac) & _U32(0x7F800000))
+    e = e if e > _I32(0x38800000) else _I32(0x38800000)
+    m = u32_as_f32(_I32(e + _I32(13 << 23)))
+    r = (ac + m) - m
+    r = np.float32(np.inf) if r > np.float32(65504.0) else r
+    rb = _I32(0x7FC00000) if v != v else _I32(f32_as_u32(r))
+    return u32_as_f32(_I32(rb | sign))
 
 
 @njit(**_INLINE)
 def f16_to_f32(h):
-    """float16 bits to float32, exactly, without branches or tables."""
-    h = np.uint32(h)
-    sign = (h & np.uint32(0x8000)) << np.uint32(16)
-    e = (h >> np.uint32(10)) & np.uint32(0x1F)
-    m = h & np.uint32(0x3FF)
-    normal = ((e + np.uint32(112)) << np.uint32(23)) | (m << np.uint32(13))
-    special = np.uint32(0x7F800000) | (m << np.uint32(13))
-    sub = f32_as_u32(np.float32(m) * np.float32(5.960464477539063e-08))  # m * 2^-24
-    bits = sub if e == 0 else (special if e == 31 else normal)
-    return u32_as_f32(bits | sign)
+    """float16 bits to float32, exactly: 32-bit integer lanes and selects, no branches or
+    tables. Subnormals are renormalised by one exact float32 subtraction."""
+    h = _I32(h)
+    o = _I32(_I32(h & _I32(0x7FFF)) << _I32(13))  # exponent and mantissa, in place
+    e = _I32(o & _I32(0x0F800000))
+    o = _I32(o + _I32(0x38000000))  # rebias the exponent: 127 - 15 = 112
+    special = _I32(o + _I32(0x38000000))  # exponent 31 -> 255 (Inf, NaN with its payload)
+    # subnormal: 2^-14 * (1 + m/1024) - 2^-14 = m * 2^-24, exactly
+    sub = _I32(f32_as_u32(u32_as_f32(_I32(o + _I32(0x00800000))) - np.float32(6.103515625e-05)))
+    o = special if e == _I32(0x0F800000) else o
+    o = sub if e == _I32(0) else o
+    return u32_as_f32(_I32(o | _I32(_I32(h & _I32(0x8000)) << _I32(16))))
 
 
 @njit(**_INLINE)
@@ -227,12 +249,15 @@ def load_x(xv, xkind, pkind):
 F16_MAX_CODE = 0x7BFF
 
 
-@njit(**_JIT)
+@njit(**_INLINE)
 def half_bits(v, okind):
     """A float32 rounded once (half to even) to float16 or bfloat16, as its uint16 bits."""
     b = f32_as_u32(v)
     if okind == PKind.BF16:
-        if (b & 0x7FFFFFFF) > 0x7F800000:
-            return ((b | np.uint32(0x400000)) >> 16) & np.uint32(0xFFFF)
-        return ((b + np.uint32(0x7FFF) + ((b >> 16) & np.uint32(1))) >> 16) & np.uint32(0xFFFF)
-    return np.uint32(encode_f32_bits(b, 5, 10, 15, F16_MAX_CODE, True, NanStyle.IEEE, False))
+        a = _I32(b & _U32(0x7FFFFFFF))
+        top = _I32(_I32(b) >> _I32(16)) & _I32(0xFFFF)
+        r = _I32(_I32(_I32(a + _I32(0x7FFF)) + _I32(top & _I32(1))) >> _I32(16))
+        r = _I32(r | _I32(top & _I32(0x8000)))
+        r = _I32(top | _I32(0x40)) if a > _I32(0x7F800000) else r
+        return _U32(r)
+    return _U32(encode_f32_bits(b, 5, 10, 15, F16_MAX_CODE, True, NanStyle.IEEE, False))
