@@ -53,3 +53,36 @@ def fetch_add(typingctx, counter, value):
         return builder.atomic_rmw("add", ary.data, v, "monotonic")
 
     return sig, codegen
+
+
+def _target_has_f16c() -> bool:
+    """Whether numba compiles for a CPU with F16C (float <-> half in one vector instruction):
+    the features numba itself passes to LLVM (NUMBA_CPU_FEATURES, else the host's)."""
+    try:
+        from numba.core import codegen, config
+
+        features = config.CPU_FEATURES
+        if features is None:
+            features = codegen.get_host_cpu_features()
+        return "+f16c" in str(features).split(",")
+    except Exception:  # noqa: BLE001 - unknown target: the portable integer rule
+        return False
+
+
+#: True where f32_via_f16 compiles to vcvtps2ph/vcvtph2ps; without F16C LLVM would call a
+#: compiler-rt routine that numba's JIT does not provide, so callers keep an integer rule.
+HAS_F16C = _target_has_f16c()
+
+
+@intrinsic
+def f32_via_f16(typingctx, value):
+    """A float32 rounded to float16 (IEEE, half to even; overflow to Inf) and back, as float32.
+    NaN payloads follow the hardware: callers that need a canonical NaN select it."""
+    if value != types.float32:
+        return None
+    sig = types.float32(types.float32)
+
+    def codegen(context, builder, signature, args):
+        return builder.fpext(builder.fptrunc(args[0], ir.HalfType()), ir.FloatType())
+
+    return sig, codegen

@@ -9,9 +9,10 @@ Kernels come in small families, each compiled only when a call needs it (a cold 
 one family, not every path):
 
 - quantize, float32 x divided in float32, to an integer target (``_seg_int``)
-- quantize, float32 x divided in float32, to a small float target (``_seg_float``: a code table)
-- quantize, anything else (16-bit or int32 x, another precision): ``_seg_generic``, in phases
-  over a chunk buffer (decode x, divide and round to the precision, encode)
+- quantize, float32 x divided in float32, to a small float target (``_seg_float``: encoded
+  arithmetically, branch-free)
+- quantize, anything else (16-bit or int32 x, another precision): ``_seg_generic``: x decoded
+  into a chunk buffer, then one fused loop per block (divide, round to the precision, encode)
 - dequantize, 8/16-bit integers to float32 (``_dseg_numeric``), and everything else
   (``_dseg_generic``: decode tables, int32, 16-bit outputs)
 
@@ -35,10 +36,12 @@ from .. import config
 from ..config import CHUNK, PARALLEL_THRESHOLD
 from . import renamed
 from .bits import f32_as_u32, fetch_add, u32_as_f32
-from .params import DXKind, PKind, QuantizeParams, TKind, XKind
+from .params import DXKind, NanStyle, PKind, QuantizeParams, TKind, XKind
 from .scalar import (
     bf16_to_f32,
+    encode_consts,
     encode_f32_bits,
+    encode_with,
     f16_to_f32,
     half_bits,
     int_code,
@@ -52,27 +55,6 @@ __all__ = ["CHUNK", "PARALLEL_THRESHOLD", "quantize", "dequantize", "minmax", "e
 
 _JIT = {"cache": True, "nogil": True, "error_model": "numpy"}
 _INLINE = {"inline": "always", **_JIT}
-
-
-# ---------------------------------------------------------------------------------------------
-# Small-float code table
-# ---------------------------------------------------------------------------------------------
-
-
-@njit(**_JIT)
-def _build_encode_table(ebits, mbits, bias, max_code, has_inf, nan_style, saturate, out):
-    """out[2*h + sticky] = code of the float32 whose top 16 bits are h and whose low 16 bits are
-    zero (sticky=0) or not (sticky=1).
-
-    For formats of <= 8 bits the round bit is bit 19 or higher, so the low 16 bits only decide
-    ties: this table *is* encode_f32_bits, evaluated once per class of inputs.
-    """
-    for h in range(65536):
-        b = np.uint32(h) << np.uint32(16)
-        out[2 * h] = encode_f32_bits(b, ebits, mbits, bias, max_code, has_inf, nan_style,
-                                     saturate)
-        out[2 * h + 1] = encode_f32_bits(b | np.uint32(1), ebits, mbits, bias, max_code,
-                                         has_inf, nan_style, saturate)
 
 
 @njit(**_INLINE)
@@ -126,38 +108,51 @@ def _seg_int(xs, ys, sv, zv, block, first, qp, enc, buf):
 
 
 @njit(**_INLINE)
-def _table_key(q):
-    """Index into the code table of a float32 (its top 16 bits, and whether the rest is 0)."""
-    b = f32_as_u32(q)
-    return ((b >> np.uint32(15)) & np.uint32(0x1FFFE)) | np.uint32((b & np.uint32(0xFFFF)) != 0)
+def _float_consts(qp):
+    return encode_consts(qp.ebits, qp.mbits, qp.bias, qp.max_code, qp.has_inf, qp.nan_style,
+                         qp.saturate)
+
+
+@njit(**_INLINE)
+def _encode_block(xs, ys, j0, j1, s0, za, add, c, fnuz):
+    """ys[j] = code of xs[j] / s0 (+ za when `add`), for j in [j0, j1). The flags choose one of
+    four loops outside the loop, so each loop carries only the work its format needs."""
+    if fnuz:
+        if add:
+            for j in range(np.uint64(j0), np.uint64(j1)):
+                ys[j] = encode_with(f32_as_u32(xs[j] / s0 + za), c, True)
+        else:
+            for j in range(np.uint64(j0), np.uint64(j1)):
+                ys[j] = encode_with(f32_as_u32(xs[j] / s0), c, True)
+    elif add:
+        for j in range(np.uint64(j0), np.uint64(j1)):
+            ys[j] = encode_with(f32_as_u32(xs[j] / s0 + za), c, False)
+    else:
+        for j in range(np.uint64(j0), np.uint64(j1)):
+            ys[j] = encode_with(f32_as_u32(xs[j] / s0), c, False)
 
 
 @njit(**_JIT)
 def _seg_float(xs, ys, sv, zv, block, first, qp, enc, buf):
-    """float32 x, float32 division, small float target through the code table. A given zero
-    point is added even when 0; without one, adding -0.0 is the identity (-0 included).
-
-    Two loops per block: the table keys (vectorised), then the lookups (a gather, which only
-    AVX-512 does fast)."""
+    """float32 x, float32 division, small float target, encoded arithmetically
+    (:func:`~qcore.kernels.scalar.encode_with`). A given zero point is added even when 0
+    (-0 + 0 is +0); without one nothing is added."""
     n = xs.size
-    has_zp = qp.has_zp == 1
-    neg_zero = np.float32(-0.0)
-    keys = buf.view(np.uint32)
+    add = qp.has_zp == 1
+    c = _float_consts(qp)
+    fnuz = qp.nan_style == NanStyle.NEG_ZERO
     if block == 0:
         for j in range(n):
-            za = np.float32(zv[j]) if has_zp else neg_zero
-            ys[j] = enc[_table_key(xs[j] / sv[j] + za)]
+            q = xs[j] / sv[j]
+            q = q + np.float32(zv[j]) if add else q
+            ys[j] = encode_with(f32_as_u32(q), c, fnuz)
         return
     b = 0
     j0 = 0
     while j0 < n:
         j1 = min(n, (b + 1) * block - first)
-        s0 = sv[b]
-        za = np.float32(zv[b]) if has_zp else neg_zero
-        for j in range(np.uint64(j0), np.uint64(j1)):
-            keys[j] = _table_key(xs[j] / s0 + za)
-        for j in range(np.uint64(j0), np.uint64(j1)):
-            ys[j] = enc[keys[j]]
+        za = np.float32(zv[b]) if add else np.float32(0.0)
+        _encode_block(xs, ys, j0, j1, sv[b], za, add, c, fnuz)
         j0 = j1
         b += 1
 
@@ -174,39 +169,71 @@ def quantize_value(q, z, qp):
 
 
 @njit(**_INLINE)
-def _load_block(xs, v, j0, j1, xkind, pkind):
-    """v[j] = x[j] as float32, rounded to the precision type. One loop per kind."""
-    if xkind == XKind.F32:
-        for j in range(np.uint64(j0), np.uint64(j1)):
-            v[j] = np.float32(xs[j])
-    elif xkind == XKind.F16:
-        for j in range(np.uint64(j0), np.uint64(j1)):
-            v[j] = f16_to_f32(xs[j])
-    elif xkind == XKind.BF16:
-        for j in range(np.uint64(j0), np.uint64(j1)):
-            v[j] = bf16_to_f32(xs[j])
-    else:  # int32: rounded to the precision type directly (one rounding)
-        for j in range(np.uint64(j0), np.uint64(j1)):
-            v[j] = load_x(xs[j], xkind, pkind)
-        return
-    if pkind != xkind:
-        _round_block(v, j0, j1, pkind)
+def _load_as(xs, v, j0, j1, xkind, pkind):
+    """v[j] = x[j] as float32, rounded to `pkind` (PKind.F32: not rounded). Both kinds are
+    constants at each call: one plain loop, decoding and rounding in one pass."""
+    for j in range(np.uint64(j0), np.uint64(j1)):
+        if xkind == XKind.F16:
+            w = f16_to_f32(xs[j])
+        elif xkind == XKind.BF16:
+            w = bf16_to_f32(xs[j])
+        else:
+            w = np.float32(xs[j])
+        v[j] = w if pkind == PKind.F32 else round_to_precision(w, pkind)
 
 
 @njit(**_INLINE)
-def _round_block(v, j0, j1, pkind):
-    if pkind == PKind.F16:
+def _load_block(xs, v, j0, j1, xkind, pkind):
+    """v[j] = x[j] as float32, rounded to the precision type. One loop per pair of kinds."""
+    if xkind == XKind.F32:
+        if pkind == PKind.F16:
+            _load_as(xs, v, j0, j1, XKind.F32, PKind.F16)
+        elif pkind == PKind.BF16:
+            _load_as(xs, v, j0, j1, XKind.F32, PKind.BF16)
+        else:
+            _load_as(xs, v, j0, j1, XKind.F32, PKind.F32)
+    elif xkind == XKind.F16:  # float16 is exact in float32, and in float16
+        if pkind == PKind.BF16:
+            _load_as(xs, v, j0, j1, XKind.F16, PKind.BF16)
+        else:
+            _load_as(xs, v, j0, j1, XKind.F16, PKind.F32)
+    elif xkind == XKind.BF16:
+        if pkind == PKind.F16:
+            _load_as(xs, v, j0, j1, XKind.BF16, PKind.F16)
+        else:
+            _load_as(xs, v, j0, j1, XKind.BF16, PKind.F32)
+    else:  # int32: rounded to the precision type directly (one rounding)
         for j in range(np.uint64(j0), np.uint64(j1)):
-            v[j] = round_to_precision(v[j], PKind.F16)
-    elif pkind == PKind.BF16:
+            v[j] = load_x(xs[j], xkind, pkind)
+
+
+@njit(**_INLINE)
+def _int_block(v, ys, j0, j1, s0, z0, lo, hi, wrap, pkind):
+    """ys[j] = integer code of v[j] / s0 rounded to the precision `pkind` (a constant at each
+    call, so each loop holds only its own rounding)."""
+    for j in range(np.uint64(j0), np.uint64(j1)):
+        ys[j] = _int_code(round_to_precision(v[j] / s0, pkind), z0, lo, hi, wrap)
+
+
+@njit(**_INLINE)
+def _float_block(v, ys, j0, j1, s0, za, add, c, fnuz, pkind):
+    """ys[j] = small float code of v[j] / s0 rounded to the precision (then + za, rounded
+    again, when `add`)."""
+    if add:
         for j in range(np.uint64(j0), np.uint64(j1)):
-            v[j] = round_to_precision(v[j], PKind.BF16)
+            q = round_to_precision(v[j] / s0, pkind)
+            q = round_to_precision(q + za, pkind)
+            ys[j] = encode_with(f32_as_u32(q), c, fnuz)
+    else:
+        for j in range(np.uint64(j0), np.uint64(j1)):
+            ys[j] = encode_with(f32_as_u32(round_to_precision(v[j] / s0, pkind)), c, fnuz)
 
 
 @njit(**_JIT)
 def _seg_generic(xs, ys, sv, zv, block, first, qp, enc, buf):
-    """Any x kind, precision and target: per block, in phases over the buffer `buf` (decode x,
-    divide, round to the precision, then encode), each phase a plain loop."""
+    """Any x kind, precision and target: x decoded and rounded to the precision into the buffer
+    `buf` (one loop per kind), then per block one fused loop (divide, round to the precision,
+    encode), chosen by precision and target family outside the loop."""
     n = xs.size
     xkind = qp.xkind
     pkind = qp.pkind
@@ -221,27 +248,28 @@ def _seg_generic(xs, ys, sv, zv, block, first, qp, enc, buf):
     lo = np.float32(qp.lo)
     hi = np.float32(qp.hi)
     wrap = np.float32(qp.mask + 1)
-    has_zp = qp.has_zp == 1
+    add = qp.has_zp == 1
+    c = _float_consts(qp)
+    fnuz = qp.nan_style == NanStyle.NEG_ZERO
     b = 0
     j0 = 0
     while j0 < n:
         j1 = min(n, (b + 1) * block - first)
         s0 = sv[b]
-        for j in range(np.uint64(j0), np.uint64(j1)):
-            v[j] = v[j] / s0
-        _round_block(v, j0, j1, pkind)
+        z0 = np.float32(zv[b])
         if is_int:
-            z0 = np.float32(zv[b])
-            for j in range(np.uint64(j0), np.uint64(j1)):
-                ys[j] = _int_code(v[j], z0, lo, hi, wrap)
+            if pkind == PKind.F16:
+                _int_block(v, ys, j0, j1, s0, z0, lo, hi, wrap, PKind.F16)
+            elif pkind == PKind.BF16:
+                _int_block(v, ys, j0, j1, s0, z0, lo, hi, wrap, PKind.BF16)
+            else:
+                _int_block(v, ys, j0, j1, s0, z0, lo, hi, wrap, PKind.F32)
+        elif pkind == PKind.F16:
+            _float_block(v, ys, j0, j1, s0, z0, add, c, fnuz, PKind.F16)
+        elif pkind == PKind.BF16:
+            _float_block(v, ys, j0, j1, s0, z0, add, c, fnuz, PKind.BF16)
         else:
-            if has_zp:
-                za = np.float32(zv[b])
-                for j in range(np.uint64(j0), np.uint64(j1)):
-                    v[j] = v[j] + za
-                _round_block(v, j0, j1, pkind)
-            for j in range(np.uint64(j0), np.uint64(j1)):
-                ys[j] = enc[_table_key(v[j])]
+            _float_block(v, ys, j0, j1, s0, z0, add, c, fnuz, PKind.F32)
         j0 = j1
         b += 1
 
@@ -452,7 +480,7 @@ def _family(segment, name: str, buffer: int) -> tuple:
 
 
 _Q_INT = _family(_seg_int, "quantize_int", 0)
-_Q_FLOAT = _family(_seg_float, "quantize_float", CHUNK)
+_Q_FLOAT = _family(_seg_float, "quantize_float", 0)
 _Q_GENERIC = _family(_seg_generic, "quantize_generic", CHUNK)
 _DQ_NUMERIC = _family(_dseg_numeric, "dequantize_numeric", 0)
 _DQ_TABLE = _family(_dseg_table, "dequantize_table", 0)
@@ -471,24 +499,14 @@ FAMILIES = {"quantize int": _Q_INT, "quantize float": _Q_FLOAT, "quantize generi
 # Host API
 # ---------------------------------------------------------------------------------------------
 
-_ENCODE_TABLES: dict[tuple[int, ...], np.ndarray] = {}
 _NO_TABLE = np.zeros(1, np.uint8)
 _NO_TABLE.flags.writeable = False
 
 
 def encode_table(qp: QuantizeParams) -> np.ndarray:
-    """The float target's 128 Ki-entry code table (see _build_encode_table), built once."""
-    if qp.tkind != TKind.FLOAT:
-        return _NO_TABLE
-    key = qp.encoding()
-    table = _ENCODE_TABLES.get(key)
-    if table is None:
-        table = np.empty(1 << 17, np.uint8)
-        eb, mb, bias, mc, has_inf, ns, sat = key
-        _build_encode_table(eb, mb, bias, mc, has_inf == 1, ns, sat == 1, table)
-        table.flags.writeable = False
-        _ENCODE_TABLES[key] = table
-    return table
+    """The table argument of the quantize kernels: a placeholder (small floats are encoded
+    arithmetically since the code table, a gather per element, no longer pays)."""
+    return _NO_TABLE
 
 
 _POOL: list[np.ndarray] = []  # reusable output buffers (uint8), least recently used first

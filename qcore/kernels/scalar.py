@@ -15,10 +15,78 @@ import math
 import numpy as np
 from numba import njit
 
-from .bits import f32_as_u32, u32_as_f32
+from .bits import HAS_F16C, f32_as_u32, f32_via_f16, u32_as_f32
 from .params import NanStyle, PKind, XKind
 
 _JIT = {"cache": True, "nogil": True}
+
+
+_I32 = np.int32
+_U32 = np.uint32
+
+
+@njit(inline="always", **_JIT)
+def encode_consts(ebits, mbits, bias, max_code, has_inf, nan_style, saturate):
+    """The loop-invariant constants of :func:`encode_with` for one small float format, as a
+    tuple of int32: (shift, min_normal, offset, overflow bound, cap, nan code, nan sign bit,
+    -0 code, sign bit, nan bound)."""
+    sbit = ebits + mbits
+    s = 23 - mbits  # float32 mantissa bits dropped
+    min_normal = (128 - bias) << 23  # float32 bits of the target's smallest normal, 2**(1-bias)
+    offset = (s << 23) + (min_normal >> s)
+    # the smallest float32 bits that round past max_code: the midpoint above the largest finite
+    # value, itself included when the tie goes up (to an even code, i.e. max_code odd)
+    mid = ((max_code + ((127 - bias) << mbits)) << s) + (1 << (s - 1))
+    over = mid if (max_code & 1) == 1 else mid + 1
+    clamps = saturate == 1 or (has_inf == 0 and nan_style == NanStyle.NONE)
+    # saturate: overflow is max_code; otherwise the code past it (Inf for e5m2; for the formats
+    # without Inf, overflow is NaN and handled with NaN below)
+    cap = max_code if clamps else max_code + 1
+    if nan_style == NanStyle.ALL_ONES:
+        nan_code = (1 << sbit) - 1
+    elif nan_style == NanStyle.IEEE:  # canonical quiet NaN
+        nan_code = (((1 << ebits) - 1) << mbits) | (1 << (mbits - 1))
+    elif nan_style == NanStyle.NEG_ZERO:
+        nan_code = 1 << sbit
+    else:
+        nan_code = 0  # no NaN in the format: +0
+    nan_sign = 1 << sbit if nan_style == NanStyle.ALL_ONES or nan_style == NanStyle.IEEE else 0
+    neg_zero = 1 << sbit if nan_style == NanStyle.NEG_ZERO else -1
+    nan_bound = over - 1 if not clamps and has_inf == 0 else 0x7F800000
+    return (_I32(s), _I32(min_normal), _I32(offset), _I32(over), _I32(cap), _I32(nan_code),
+            _I32(nan_sign), _I32(neg_zero), _I32(1 << sbit), _I32(nan_bound))
+
+
+@njit(inline="always", **_JIT)
+def encode_with(b, c, fnuz):
+    """The small float code (int32) of the float32 with bits `b`; `c` from :func:`encode_consts`,
+    `fnuz`: the format has no -0 (nan_style NEG_ZERO; a separate flag so callers can hoist it).
+
+    Branch-free 32-bit integer and float32 arithmetic only (selects, no table, no 64-bit lanes),
+    so that loops over it vectorise on AVX2 and AVX-512. The float32 is rounded half to even to
+    the target's grid by one float32 addition: M = 2**(e + 23 - mbits), with e the exponent of
+    |x| (at least the target's minimum normal exponent), has an ulp of exactly the grid's step
+    in the binade of x, so ``|x| + M`` rounds where the target rounds, and the result's bits
+    less M's bits count grid steps above 2**e (the significand, implicit bit included; a
+    subnormal's plain count below). Inputs past the overflow bound are clamped to it (they
+    round to max_code + 1), then capped (saturate) or replaced (NaN) per the Cast tables.
+    """
+    s, min_normal, offset, over, cap, nan_code, nan_sign, neg_zero, sbit, nan_bound = c
+    s = s & _I32(31)  # keeps the shift in 32-bit lanes
+    a = _I32(b & _U32(0x7FFFFFFF))
+    smask = _I32(_I32(b) >> _I32(31))  # all ones for a negative x
+    ac = a if a < over else over
+    e = _I32(ac & _I32(0x7F800000))
+    e = e if e > min_normal else min_normal
+    m = _I32(e + _I32(s << _I32(23)))
+    k = _I32(f32_as_u32(u32_as_f32(ac) + u32_as_f32(m)))
+    code = _I32(_I32(_I32(k - e) + _I32(e >> s)) - offset)
+    code = code if code < cap else cap
+    r = _I32(code | _I32(sbit & smask))
+    if fnuz:
+        r = _I32(0) if r == neg_zero else r
+    nan = _I32(nan_code | _I32(nan_sign & r))
+    return nan if a > nan_bound else r
 
 
 @njit(inline="always", **_JIT)
@@ -27,58 +95,10 @@ def encode_f32_bits(b, ebits, mbits, bias, max_code, has_inf, nan_style, saturat
 
     Round-half-to-even on the mantissa; overflow, Inf and NaN follow the ONNX Cast tables
     (saturate=True: +-max; False: Inf or NaN as the format has them). Formats without NaN
-    (float4/float6) map NaN to +0 and always saturate. Written without data-dependent
-    branches (every case is computed and selected) so that random data runs at full speed.
+    (float4/float6) map NaN to +0 and always saturate; the fnuz formats have no -0.
     """
-    b = np.int64(b) & 0xFFFFFFFF
-    sign = b >> 31
-    a = b & 0x7FFFFFFF
-    exp_field = a >> 23
-    frac = a & 0x7FFFFF
-    sbit = ebits + mbits
-    # value = sig * 2^(e - 23), f32 subnormals have e = -126 and no implicit bit
-    e = (exp_field if exp_field > 1 else 1) - 127
-    sig = frac | (np.int64(exp_field != 0) << 23)
-    emin = 1 - bias
-    below = e < emin  # the result is subnormal in the target
-    extra = emin - e if emin > e else 0
-    shift = (23 - mbits) + extra
-    shift = shift if shift < 31 else 31
-    base = 0 if below else (e + bias - 1) << mbits
-    kept = sig >> shift
-    rem = sig & ((np.int64(1) << shift) - 1)
-    half = np.int64(1) << (shift - 1)
-    up = np.int64((rem > half) | ((rem == half) & ((kept & 1) == 1)))
-    code = base + kept + up
-    # what overflow (and Inf) become: loop-invariant
-    clamps = saturate or (not has_inf and nan_style == 0)
-    inf_code = ((1 << ebits) - 1) << mbits
-    nan_pos = _nan_code(0, ebits, mbits, nan_style)
-    nan_neg = _nan_code(1, ebits, mbits, nan_style)
-    over_pos = max_code if clamps else (inf_code if has_inf else nan_pos)
-    over_neg = ((1 << sbit) | max_code) if clamps else (
-        ((1 << sbit) | inf_code) if has_inf else nan_neg)
-    signed_code = (sign << sbit) | code
-    if nan_style == NanStyle.NEG_ZERO:
-        signed_code = 0 if code == 0 else signed_code  # the fnuz formats have no -0
-    over = (code > max_code) | (exp_field == 255)
-    over_code = over_neg if sign == 1 else over_pos
-    result = over_code if over else signed_code
-    is_nan = a > 0x7F800000
-    nan_code = nan_neg if sign == 1 else nan_pos
-    return nan_code if is_nan else result
-
-
-@njit(**_JIT)
-def _nan_code(sign, ebits, mbits, nan_style):
-    sbit = ebits + mbits
-    if nan_style == NanStyle.ALL_ONES:
-        return (sign << sbit) | ((1 << sbit) - 1)
-    if nan_style == NanStyle.IEEE:  # canonical quiet NaN, sign kept
-        return (sign << sbit) | (((1 << ebits) - 1) << mbits) | (1 << (mbits - 1))
-    if nan_style == NanStyle.NEG_ZERO:
-        return 1 << sbit
-    return 0  # no NaN in the format: +0
+    c = encode_consts(ebits, mbits, bias, max_code, has_inf, nan_style, saturate)
+    return encode_with(b, c, nan_style == NanStyle.NEG_ZERO)
 
 
 @njit(**_JIT)
@@ -143,38 +163,60 @@ _INLINE = {"inline": "always", **_JIT}
 
 @njit(**_INLINE)
 def round_to_precision(v, pkind):
-    """Round a float32 to float16 or bfloat16 (half to even; NaN kept), as float32."""
+    """Round a float32 to float16 or bfloat16 (half to even; NaN kept, canonical), as float32.
+
+    No branches and no 64-bit arithmetic (32-bit lanes, selects), so loops over it vectorise;
+    float16 by the F16C instructions where the target has them. Inputs whose sums wrap past
+    int32 are NaNs, replaced last."""
     if pkind == PKind.F32:
         return v
-    b = f32_as_u32(v)
-    a = b & np.uint32(0x7FFFFFFF)
-    sign = b & np.uint32(0x80000000)
+    b = _I32(f32_as_u32(v))
+    a = _I32(b & _I32(0x7FFFFFFF))
+    sign = _I32(b & _I32(-0x80000000))
     if pkind == PKind.BF16:
-        r = (a + np.uint32(0x7FFF) + ((a >> 16) & np.uint32(1))) & np.uint32(0xFFFF0000)
-        r = (a | np.uint32(0x400000)) & np.uint32(0xFFFF0000) if a > 0x7F800000 else r
-        return u32_as_f32(r | sign)
-    # float16: 10 mantissa bits for normals; below 2^-14 a multiple of 2^-24 (adding 0.5 in
-    # float32 rounds there, half to even); past 65504 the result is Inf
-    normal = (a + np.uint32(0xFFF) + ((a >> 13) & np.uint32(1))) & np.uint32(0xFFFFE000)
-    tiny = f32_as_u32((u32_as_f32(a) + np.float32(0.5)) - np.float32(0.5))
-    r = tiny if a < 0x38800000 else normal
-    r = np.uint32(0x7F800000) if r > 0x477FE000 else r
-    r = np.uint32(0x7FC00000) if a > 0x7F800000 else r
-    return u32_as_f32(r | sign)
+        r = _I32(_I32(_I32(a + _I32(0x7FFF)) + _I32(_I32(a >> _I32(16)) & _I32(1)))
+                 & _I32(-0x10000))
+        r = _I32(_I32(a | _I32(0x400000)) & _I32(-0x10000)) if a > _I32(0x7F800000) else r
+        return u32_as_f32(_I32(r | sign))
+    if HAS_F16C:  # the conversion instructions round exactly so; the NaN made canonical
+        r = f32_via_f16(v)
+        return u32_as_f32(_I32(0x7FC00000) | sign) if v != v else r
+    return round_f16_portable(v)
+
+
+@njit(**_INLINE)
+def round_f16_portable(v):
+    """round_to_precision(v, PKind.F16) without F16C: |v| + M rounds to float16's grid when
+    M = 2**(e + 13), e the exponent of |v| (at least -14, float16's smallest normal exponent:
+    below it the grid is 2**-24); the subtraction is exact. Past 65504 the result is Inf; |v| is
+    first clamped to 2**16, where M stays finite. Float compares (one instruction each)."""
+    b = _I32(f32_as_u32(v))
+    sign = _I32(b & _I32(-0x80000000))
+    av = u32_as_f32(_I32(b & _I32(0x7FFFFFFF)))
+    ac = av if av < np.float32(65536.0) else np.float32(65536.0)
+    e = _I32(f32_as_u32(ac) & _U32(0x7F800000))
+    e = e if e > _I32(0x38800000) else _I32(0x38800000)
+    m = u32_as_f32(_I32(e + _I32(13 << 23)))
+    r = (ac + m) - m
+    r = np.float32(np.inf) if r > np.float32(65504.0) else r
+    rb = _I32(0x7FC00000) if v != v else _I32(f32_as_u32(r))
+    return u32_as_f32(_I32(rb | sign))
 
 
 @njit(**_INLINE)
 def f16_to_f32(h):
-    """float16 bits to float32, exactly, without branches or tables."""
-    h = np.uint32(h)
-    sign = (h & np.uint32(0x8000)) << np.uint32(16)
-    e = (h >> np.uint32(10)) & np.uint32(0x1F)
-    m = h & np.uint32(0x3FF)
-    normal = ((e + np.uint32(112)) << np.uint32(23)) | (m << np.uint32(13))
-    special = np.uint32(0x7F800000) | (m << np.uint32(13))
-    sub = f32_as_u32(np.float32(m) * np.float32(5.960464477539063e-08))  # m * 2^-24
-    bits = sub if e == 0 else (special if e == 31 else normal)
-    return u32_as_f32(bits | sign)
+    """float16 bits to float32, exactly: 32-bit integer lanes and selects, no branches or
+    tables. Subnormals are renormalised by one exact float32 subtraction."""
+    h = _I32(h)
+    o = _I32(_I32(h & _I32(0x7FFF)) << _I32(13))  # exponent and mantissa, in place
+    e = _I32(o & _I32(0x0F800000))
+    o = _I32(o + _I32(0x38000000))  # rebias the exponent: 127 - 15 = 112
+    special = _I32(o + _I32(0x38000000))  # exponent 31 -> 255 (Inf, NaN with its payload)
+    # subnormal: 2^-14 * (1 + m/1024) - 2^-14 = m * 2^-24, exactly
+    sub = _I32(f32_as_u32(u32_as_f32(_I32(o + _I32(0x00800000))) - np.float32(6.103515625e-05)))
+    o = special if e == _I32(0x0F800000) else o
+    o = sub if e == _I32(0) else o
+    return u32_as_f32(_I32(o | _I32(_I32(h & _I32(0x8000)) << _I32(16))))
 
 
 @njit(**_INLINE)
@@ -207,12 +249,15 @@ def load_x(xv, xkind, pkind):
 F16_MAX_CODE = 0x7BFF
 
 
-@njit(**_JIT)
+@njit(**_INLINE)
 def half_bits(v, okind):
     """A float32 rounded once (half to even) to float16 or bfloat16, as its uint16 bits."""
     b = f32_as_u32(v)
     if okind == PKind.BF16:
-        if (b & 0x7FFFFFFF) > 0x7F800000:
-            return ((b | np.uint32(0x400000)) >> 16) & np.uint32(0xFFFF)
-        return ((b + np.uint32(0x7FFF) + ((b >> 16) & np.uint32(1))) >> 16) & np.uint32(0xFFFF)
-    return np.uint32(encode_f32_bits(b, 5, 10, 15, F16_MAX_CODE, True, NanStyle.IEEE, False))
+        a = _I32(b & _U32(0x7FFFFFFF))
+        top = _I32(_I32(b) >> _I32(16)) & _I32(0xFFFF)
+        r = _I32(_I32(_I32(a + _I32(0x7FFF)) + _I32(top & _I32(1))) >> _I32(16))
+        r = _I32(r | _I32(top & _I32(0x8000)))
+        r = _I32(top | _I32(0x40)) if a > _I32(0x7F800000) else r
+        return _U32(r)
+    return _U32(encode_f32_bits(b, 5, 10, 15, F16_MAX_CODE, True, NanStyle.IEEE, False))
