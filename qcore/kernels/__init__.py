@@ -2,7 +2,8 @@
 
 numba's on-disk cache is keyed by the timestamp of the file that *defines* a kernel, not of the
 files it calls, so an edit to ``scalar.py`` alone would leave ``cpu.py``'s cached kernels
-running the old rules. We hash every kernel source and clear qcore's cache files when it changes.
+running the old rules. We hash every kernel source and clear qcore's cache files when it changes,
+wherever numba keeps them (next to the sources, or under ``NUMBA_CACHE_DIR``).
 """
 
 from __future__ import annotations
@@ -12,29 +13,56 @@ import pathlib
 import types
 
 _HERE = pathlib.Path(__file__).resolve().parent
-_SOURCES = ("scalar.py", "bits.py", "params.py", "walk.py", "cpu.py", "../config.py", "../packing.py",
-            "../formats.py", "../metrics.py")
+_QCORE = _HERE.parent
+#: Folders whose modules define cached kernels (their cache entries are dropped together).
+_KERNEL_FOLDERS = (_HERE, _QCORE, _QCORE / "report")
+#: Everything a cached kernel can compile in: the kernel modules and the qcore modules with
+#: cached kernels or constants they read.
+_SOURCES = (*sorted(_HERE.glob("*.py")),
+            *(_QCORE / n for n in ("config.py", "packing.py", "formats.py", "reductions.py",
+                                   "metrics.py", "report/stats.py")))
+
+
+def _cache_dirs() -> list[pathlib.Path]:
+    """The folder numba keeps each kernel module's cache in, found as numba finds it: under
+    ``NUMBA_CACHE_DIR`` when it is set, else next to the source, else (a read-only install) in
+    the user-wide cache."""
+    from numba.core import caching
+
+    dirs = []
+    for folder in _KERNEL_FOLDERS:
+        probe = str(folder / "__init__.py")
+        for name in ("UserProvidedCacheLocator", "InTreeCacheLocator", "UserWideCacheLocator"):
+            # public names since numba 0.59, underscored before
+            locator = getattr(caching, name, None) or getattr(caching, "_" + name)
+            try:
+                found = locator.from_function(_ensure_fresh_cache, probe)
+            except Exception:  # noqa: BLE001 - a locator numba cannot use here
+                found = None
+            if found is not None:  # the first that works is the one numba uses
+                dirs.append(pathlib.Path(found.get_cache_path()))
+                break
+    return list(dict.fromkeys(dirs))
 
 
 def _ensure_fresh_cache() -> None:
     digest = hashlib.sha256()
-    for name in _SOURCES:
-        path = _HERE / name
+    for path in _SOURCES:
         if path.exists():
             digest.update(path.read_bytes())
     stamp = digest.hexdigest()
-    for cache_dir in (_HERE / "__pycache__", _HERE.parent / "__pycache__"):
+    for cache_dir in _cache_dirs():
         marker = cache_dir / "qcore-kernels.sha256"
         try:
             if marker.exists() and marker.read_text() == stamp:
                 continue
-            cache_dir.mkdir(exist_ok=True)
+            cache_dir.mkdir(parents=True, exist_ok=True)
             for entry in cache_dir.iterdir():
                 if entry.suffix in (".nbi", ".nbc"):
                     entry.unlink(missing_ok=True)
             marker.write_text(stamp)
         except OSError:
-            pass  # read-only install: numba then uses its own user-wide cache directory
+            pass  # a cache folder we cannot write: numba cannot write it either
 
 
 def renamed(fn, suffix: str):

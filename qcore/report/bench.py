@@ -103,6 +103,8 @@ def _worker_peak() -> int:
 
 def bench_synthetic(gb: float, recipes: list[str], tmp: str, workers: int, hidden: int,
                     vocab: int) -> dict:
+    if tmp:
+        Path(tmp).mkdir(parents=True, exist_ok=True)
     folder = Path(tempfile.mkdtemp(prefix="qcore-report-bench-", dir=tmp))
     try:
         t = time.perf_counter()
