@@ -66,14 +66,6 @@ def _jobs() -> list[tuple[str, Callable[[], None]]]:
         unpack(pack(np.zeros(3, ml_dtypes.int4)), ml_dtypes.int4, 3)
     jobs.append(("packing", packing_job))
 
-    def tables_job():
-        from .formats import get_format
-
-        e4m3 = get_format("float8e4m3fn")
-        cpu.encode_table(qp._replace(tkind=int(TKind.FLOAT), ebits=e4m3.ebits, mbits=e4m3.mbits,
-                                     bias=e4m3.bias, max_code=e4m3.max_code,
-                                     nan_style=e4m3.nan_style))
-    jobs.append(("encode tables", tables_job))
     return jobs
 
 

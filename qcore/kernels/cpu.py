@@ -51,7 +51,7 @@ from .scalar import (
 )
 from .walk import locate, next_segment
 
-__all__ = ["CHUNK", "PARALLEL_THRESHOLD", "quantize", "dequantize", "minmax", "encode_table"]
+__all__ = ["CHUNK", "PARALLEL_THRESHOLD", "quantize", "dequantize", "minmax"]
 
 _JIT = {"cache": True, "nogil": True, "error_model": "numpy"}
 _INLINE = {"inline": "always", **_JIT}
@@ -499,14 +499,10 @@ FAMILIES = {"quantize int": _Q_INT, "quantize float": _Q_FLOAT, "quantize generi
 # Host API
 # ---------------------------------------------------------------------------------------------
 
+#: The quantize kernels' table argument (the drivers are shared with dequantize, whose decode
+#: tables it carries): small floats are encoded arithmetically, so quantize has no table.
 _NO_TABLE = np.zeros(1, np.uint8)
 _NO_TABLE.flags.writeable = False
-
-
-def encode_table(qp: QuantizeParams) -> np.ndarray:
-    """The table argument of the quantize kernels: a placeholder (small floats are encoded
-    arithmetically since the code table, a gather per element, no longer pays)."""
-    return _NO_TABLE
 
 
 _POOL: list[np.ndarray] = []  # reusable output buffers (uint8), least recently used first
@@ -595,7 +591,7 @@ def dequantize_kernel(dp, okind_is_f32: bool, n: int):
 def quantize(x, s, z, y, lp, qp) -> None:
     """Run the quantize kernel: x flat input, s float32 scales, z float64 zero points, y codes."""
     kernel = quantize_kernel(qp, x.size)
-    kernel(_readonly(x), _readonly(s), _readonly(z), y, lp, qp, encode_table(qp),
+    kernel(_readonly(x), _readonly(s), _readonly(z), y, lp, qp, _NO_TABLE,
            _workers(x.size))
 
 
