@@ -586,12 +586,19 @@ def _main_cold(args) -> int:
         return 2
     shape = _parse_size(args.size or "1024x1024")
     print(bench_host.describe(bench_host.host_info()))
-    result = bench_cold.measure(names, shape,
-                                progress=lambda label: print(f"  {label} ...", file=sys.stderr,
-                                                             flush=True))
-    print(bench_cold.format_report(result))
-    if args.json:
-        with open(args.json, "w") as f:
+    result = bench_cold.measure(names, shape, progress=_say_step)
+    return _report(bench_cold.format_report(result), result, args.json)
+
+
+def _say_step(label: str) -> None:
+    print(f"  {label} ...", file=sys.stderr, flush=True)
+
+
+def _report(text: str, result: dict, json_path: str | None) -> int:
+    """Print a mode's report and write its result as JSON when asked."""
+    print(text)
+    if json_path:
+        with open(json_path, "w") as f:
             json.dump(result, f, indent=1)
     return 0
 
@@ -601,13 +608,8 @@ def _main_cold_app(args) -> int:
         print(f"--cold-app needs Chromium at {bench_app.CHROMIUM}", file=sys.stderr)
         return 2
     print(bench_host.describe(bench_host.host_info()))
-    result = bench_app.measure(warm_timeout=args.cold_app_wait, progress=lambda label: print(f"  {label} ...", file=sys.stderr,
-                                                            flush=True))
-    print(bench_app.format_report(result))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=1)
-    return 0
+    result = bench_app.measure(warm_timeout=args.cold_app_wait, progress=_say_step)
+    return _report(bench_app.format_report(result), result, args.json)
 
 
 def _busy_call(name: str, shape: tuple[int, int]) -> Callable[[], object]:
@@ -622,14 +624,10 @@ def _main_busy(args) -> int:
         names = [n for n in names if args.only.lower() in n.lower()]
     shape = _parse_size(args.size or "4096x4096")
     result = bench_busy.measure(names, shape, _busy_call, rounds=max(1, args.busy_rounds),
-                                pin=args.busy_pin, progress=lambda label: print(f"  {label} ...", file=sys.stderr,
-                                                             flush=True))
+                                pin=args.busy_pin, progress=_say_step)
     print(bench_host.describe(bench_host.host_info()))  # after the runs: names numba's layer
-    print(bench_busy.format_report(result))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result | {"ratios": bench_busy.ratios(result)}, f, indent=1)
-    return 0
+    return _report(bench_busy.format_report(result),
+                   result | {"ratios": bench_busy.ratios(result)}, args.json)
 
 
 def _torch_cuda_rates(n: int) -> dict[str, float]:
