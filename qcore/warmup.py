@@ -22,7 +22,9 @@ _QUANTIZE_GENERIC = ((np.float32, np.uint16, np.int32), (np.uint8, np.uint16))
 _DEQUANTIZE_NUMERIC = ((np.int8, np.uint8, np.int16, np.uint16), (np.float32,))
 _DEQUANTIZE_GENERIC = ((np.int8, np.uint8, np.int16, np.uint16, np.int32),
                        (np.float32, np.uint16))
-FAMILY_TYPES = {"quantize int": _QUANTIZE_INT_F32, "quantize float": ((np.float32,), (np.uint8,)),
+FAMILY_TYPES = {"quantize int": _QUANTIZE_INT_F32,
+                **{family: ((np.float32,), (np.uint8,))
+                   for family in cpu.FAMILIES if family.startswith("quantize float")},
                 "quantize generic": _QUANTIZE_GENERIC,
                 "dequantize numeric": _DEQUANTIZE_NUMERIC,
                 "dequantize table": ((np.uint8,), (np.float32,)),

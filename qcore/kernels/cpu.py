@@ -113,48 +113,45 @@ def _float_consts(qp):
                          qp.saturate)
 
 
-@njit(**_INLINE)
-def _encode_block(xs, ys, j0, j1, s0, za, add, c, fnuz):
-    """ys[j] = code of xs[j] / s0 (+ za when `add`), for j in [j0, j1). The flags choose one of
-    four loops outside the loop, so each loop carries only the work its format needs."""
-    if fnuz:
-        if add:
-            for j in range(np.uint64(j0), np.uint64(j1)):
-                ys[j] = encode_with(f32_as_u32(xs[j] / s0 + za), c, True)
-        else:
-            for j in range(np.uint64(j0), np.uint64(j1)):
-                ys[j] = encode_with(f32_as_u32(xs[j] / s0), c, True)
-    elif add:
-        for j in range(np.uint64(j0), np.uint64(j1)):
-            ys[j] = encode_with(f32_as_u32(xs[j] / s0 + za), c, False)
-    else:
-        for j in range(np.uint64(j0), np.uint64(j1)):
-            ys[j] = encode_with(f32_as_u32(xs[j] / s0), c, False)
+_FNUZ = False  # bound per kernel by _float_segment: the target has no -0 (NanStyle.NEG_ZERO)
+_ADD = False  # bound per kernel by _float_segment: a zero point is added
 
 
-@njit(**_JIT)
 def _seg_float(xs, ys, sv, zv, block, first, qp, enc, buf):
     """float32 x, float32 division, small float target, encoded arithmetically
     (:func:`~qcore.kernels.scalar.encode_with`). A given zero point is added even when 0
-    (-0 + 0 is +0); without one nothing is added."""
+    (-0 + 0 is +0); without one nothing is added. A template: `_FNUZ` and `_ADD` are constants
+    bound by :func:`_float_segment`, so each compiled kernel holds only the loops of its case."""
     n = xs.size
-    add = qp.has_zp == 1
     c = _float_consts(qp)
-    fnuz = qp.nan_style == NanStyle.NEG_ZERO
     if block == 0:
         for j in range(n):
             q = xs[j] / sv[j]
-            q = q + np.float32(zv[j]) if add else q
-            ys[j] = encode_with(f32_as_u32(q), c, fnuz)
+            q = q + np.float32(zv[j]) if _ADD else q
+            ys[j] = encode_with(f32_as_u32(q), c, _FNUZ)
         return
     b = 0
     j0 = 0
     while j0 < n:
         j1 = min(n, (b + 1) * block - first)
-        za = np.float32(zv[b]) if add else np.float32(0.0)
-        _encode_block(xs, ys, j0, j1, sv[b], za, add, c, fnuz)
+        s0 = sv[b]
+        za = np.float32(zv[b])
+        for j in range(np.uint64(j0), np.uint64(j1)):
+            q = xs[j] / s0
+            q = q + za if _ADD else q
+            ys[j] = encode_with(f32_as_u32(q), c, _FNUZ)
         j0 = j1
         b += 1
+
+
+def _float_segment(fnuz: bool, add: bool):
+    """_seg_float compiled for one (no -0, zero point added) case, under its own name (numba's
+    cache keys a kernel by name and line, so two bindings of one function must not share one)."""
+    glob = dict(globals(), _FNUZ=fnuz, _ADD=add)
+    name = "_seg_float" + ("_fnuz" if fnuz else "") + ("_zp" if add else "")
+    fn = types.FunctionType(_seg_float.__code__, glob, name)
+    fn.__qualname__ = name
+    return njit(**_JIT)(fn)
 
 
 @njit(**_JIT)
@@ -389,7 +386,8 @@ def _driver(x, s, z, y, lp, params, table, workers):
             i0 = c * CHUNK
             n = min(CHUNK, x.size - i0)
             if lp.uniform == 1:
-                _SEGMENT(x[i0:i0 + n], y[i0:i0 + n], s, z, n, 0, params, table, buf)
+                _SEGMENT(x[i0:i0 + n], y[i0:i0 + n], s, z, n, np.int64(0), params, table,
+                         buf)
             else:
                 p, d, q = locate(i0, lp)
                 j = 0
@@ -480,7 +478,10 @@ def _family(segment, name: str, buffer: int) -> tuple:
 
 
 _Q_INT = _family(_seg_int, "quantize_int", 0)
-_Q_FLOAT = _family(_seg_float, "quantize_float", 0)
+#: (no -0, zero point added) -> family
+_Q_FLOATS = {(fnuz, add): _family(segment, "quantize_" + segment.py_func.__name__[len("_seg_"):], 0)
+             for fnuz in (False, True) for add in (False, True)
+             for segment in (_float_segment(fnuz, add),)}
 _Q_GENERIC = _family(_seg_generic, "quantize_generic", CHUNK)
 _DQ_NUMERIC = _family(_dseg_numeric, "dequantize_numeric", 0)
 _DQ_TABLE = _family(_dseg_table, "dequantize_table", 0)
@@ -489,7 +490,10 @@ minmax_parallel = njit(parallel=True, **_JIT)(renamed(_minmax_driver, "_parallel
 minmax_serial = njit(**_JIT)(renamed(_minmax_driver, "_serial"))
 
 #: Every kernel as (parallel, serial), by family (for warm-up and tests).
-FAMILIES = {"quantize int": _Q_INT, "quantize float": _Q_FLOAT, "quantize generic": _Q_GENERIC,
+FAMILIES = {"quantize int": _Q_INT,
+            **{"quantize float" + (" fnuz" if fnuz else "") + (" zp" if add else ""): family
+               for (fnuz, add), family in _Q_FLOATS.items()},
+            "quantize generic": _Q_GENERIC,
             "dequantize numeric": _DQ_NUMERIC, "dequantize table": _DQ_TABLE,
             "dequantize generic": _DQ_GENERIC,
             "minmax": (minmax_parallel, minmax_serial)}
@@ -557,18 +561,20 @@ def _workers(n: int) -> int:
 
 
 def quantize_family(qp: QuantizeParams) -> str:
-    """Which kernel family converts with these parameters: "int", "float" or "generic"."""
+    """Which kernel family converts with these parameters (a key of FAMILIES): "quantize int",
+    "quantize float" (with " fnuz" for a target without -0, " zp" when a zero point is added)
+    or "quantize generic"."""
     if qp.xkind == XKind.F32 and qp.pkind == PKind.F32:
-        return "int" if qp.tkind == TKind.INT else "float"
-    return "generic"
-
-
-_QUANTIZE_FAMILIES = {"int": _Q_INT, "float": _Q_FLOAT, "generic": _Q_GENERIC}
+        if qp.tkind == TKind.INT:
+            return "quantize int"
+        return ("quantize float" + (" fnuz" if qp.nan_style == NanStyle.NEG_ZERO else "")
+                + (" zp" if qp.has_zp == 1 else ""))
+    return "quantize generic"
 
 
 def quantize_kernel(qp: QuantizeParams, n: int):
     """The compiled kernel that quantize() runs for these parameters and n elements."""
-    parallel, serial = _QUANTIZE_FAMILIES[quantize_family(qp)]
+    parallel, serial = FAMILIES[quantize_family(qp)]
     return parallel if n >= PARALLEL_THRESHOLD else serial
 
 
