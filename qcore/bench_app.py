@@ -44,16 +44,19 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def server(cache_dir: Path, log_path: Path,
+def server(cache_dir: Path | None, log_path: Path,
            timeout: float = 120) -> Iterator[tuple[str, float, int]]:
-    """A fresh ``streamlit run streamlit_app.py`` with NUMBA_CACHE_DIR=cache_dir; yields (base
-    URL, perf_counter at its start, process id). Killed on exit."""
+    """A fresh ``streamlit run streamlit_app.py`` (with NUMBA_CACHE_DIR=cache_dir unless None:
+    numba's default cache); yields (base URL, perf_counter at its start, process id). Killed on
+    exit."""
     exe = Path(sys.executable).parent / "streamlit"
     cmd = [str(exe) if exe.exists() else "streamlit", "run", "streamlit_app.py",
            "--server.headless", "true", "--server.port", str(port := _free_port()),
            "--browser.gatherUsageStats", "false"]
-    env = {**os.environ, "NUMBA_CACHE_DIR": str(cache_dir), "QCORE_APP_TIMING": "1",
+    env = {**os.environ, "QCORE_APP_TIMING": "1",
            "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    if cache_dir is not None:
+        env["NUMBA_CACHE_DIR"] = str(cache_dir)
     log = open(log_path, "w")
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
@@ -80,11 +83,17 @@ def server(cache_dir: Path, log_path: Path,
         log.close()
 
 
-def wait_rendered(page, timeout: float = 300) -> None:
-    """Until the script run is over, nothing is stale and every plotly chart has drawn."""
+def wait_rendered(page, timeout: float = 300, *, charts: bool = False,
+                  settle: float = 0.3) -> None:
+    """Until the script run is over, nothing is stale and every plotly chart has drawn (plotly
+    loads lazily, so charts appear after the run: their number must stay the same for `settle`
+    seconds). `charts`: the page has at least one chart, wait for the first to draw."""
     done = '[data-testid="stApp"][data-test-script-state="notRunning"]'
     deadline = time.time() + timeout
     page.wait_for_selector(done, timeout=timeout * 1000)
+    if charts:
+        page.wait_for_selector('[data-testid="stPlotlyChart"] svg.main-svg',
+                               timeout=timeout * 1000)
     last, since = -1, time.time()
     while time.time() < deadline:
         n = page.locator('[data-testid="stPlotlyChart"]').count()
@@ -93,7 +102,7 @@ def wait_rendered(page, timeout: float = 300) -> None:
             last, since = n, time.time()
         ready = (page.locator(done).count() and not page.locator('[data-stale="true"]').count()
                  and page.locator('[data-testid="stMainBlockContainer"]').count())
-        if ready and drawn >= n and time.time() - since > 0.3:
+        if ready and drawn >= n and time.time() - since > settle:
             return
         page.wait_for_timeout(50)
     raise TimeoutError("the page did not finish rendering in time")

@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 
 import numpy as np
 import pytest
+
+#: Test workers with ``-n auto`` (pyproject's addopts): one per core, at most this many (each
+#: worker compiles the numba kernels it needs until numba's disk cache holds them).
+MAX_WORKERS = 4
+
+
+def pytest_xdist_auto_num_workers(config) -> int:
+    return max(1, min(MAX_WORKERS, len(os.sched_getaffinity(0))))
 
 
 @lru_cache(maxsize=4096)

@@ -13,7 +13,7 @@ from qcore import bench
 
 def test_quick_benchmark_runs_and_writes_json(tmp_path, capsys):
     out = tmp_path / "bench.json"
-    assert bench.main(["--quick", "--size", "32x64", "--json", str(out)]) == 0
+    assert bench.main(["--quick", "--size", "32x64", "--json", str(out), "--no-warmup"]) == 0
     printed = capsys.readouterr().out
     assert "| Q int8 per-tensor |" in printed
     assert "copy bandwidth" in printed
@@ -26,7 +26,7 @@ def test_quick_benchmark_runs_and_writes_json(tmp_path, capsys):
 
 
 def test_every_case_runs_without_peers(capsys):
-    assert bench.main(["--size", "8x64", "--no-peers"]) == 0
+    assert bench.main(["--size", "8x64", "--no-peers", "--no-warmup"]) == 0
     printed = capsys.readouterr().out
     for case in bench.default_cases():
         assert f"| {case.name} |" in printed

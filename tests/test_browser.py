@@ -11,22 +11,16 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-CHROMIUM = "/usr/bin/chromium"
+from qcore import bench_app
+from qcore.bench_app import ARGS, CHROMIUM
+
 ROOT = Path(__file__).resolve().parent.parent
 DOC_SHOTS = ROOT / "docs" / "screenshots"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 #: (screenshot name, URL path and query) of every page, in the app's order. The queries pick
 #: views worth a screenshot (real tensors from datasets/); AppTest covers every default.
 PAGES = [
@@ -45,56 +39,19 @@ PAGES = [
 
 pytestmark = [
     pytest.mark.browser,
+    pytest.mark.xdist_group("browser"),  # one server and one browser, on one test worker
     pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"{CHROMIUM} is not installed"),
 ]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _streamlit() -> str:
-    exe = Path(sys.executable).parent / "streamlit"
-    return str(exe) if exe.exists() else (shutil.which("streamlit") or "streamlit")
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory) -> Iterator[str]:
-    """`streamlit run streamlit_app.py` on a free port; yields its base URL. The app prints
-    each script run's duration to the log (QCORE_APP_TIMING=1)."""
-    port = _free_port()
+    """`streamlit run streamlit_app.py` on a free port (numba's default cache); yields its base
+    URL. The app prints each script run's duration to the log (QCORE_APP_TIMING=1)."""
     log_path = tmp_path_factory.mktemp("streamlit") / "server.log"
-    log = open(log_path, "w")
-    env = {**os.environ, "QCORE_APP_TIMING": "1"}
-    proc = subprocess.Popen(
-        [_streamlit(), "run", "streamlit_app.py", "--server.headless", "true",
-         "--server.port", str(port)], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            try:
-                with urllib.request.urlopen(base + "/_stcore/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                time.sleep(0.5)
-            if proc.poll() is not None:
-                pytest.fail(f"streamlit exited with code {proc.returncode}: "
-                            f"{log_path.read_text()[-2000:]}")
-        else:
-            pytest.fail("streamlit did not become healthy within 120 s")
+    with bench_app.server(None, log_path) as (base, _, _):
         SERVER_LOGS[base] = log_path
         yield base
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
 
 
 SERVER_LOGS: dict[str, Path] = {}
@@ -120,28 +77,11 @@ _FIRST_RUN = [True]
 
 
 def wait_idle(page, *, charts: bool = True, timeout: float = 180) -> None:
-    """Wait until the script run is over and every plotly chart has drawn its svg (plotly is
-    loaded lazily, so charts appear after the run: wait for their number to settle). The
+    """Wait until the script run is over and every plotly chart has drawn its svg. The
     server's first run compiles the numba kernels (minutes on a fresh machine): wait longer."""
     if _FIRST_RUN[0]:
         timeout, _FIRST_RUN[0] = max(timeout, 900), False
-    done = '[data-testid="stApp"][data-test-script-state="notRunning"]'
-    page.wait_for_selector(done, timeout=timeout * 1000)
-    if charts:
-        page.wait_for_selector('[data-testid="stPlotlyChart"] svg.main-svg',
-                               timeout=timeout * 1000)
-    deadline = time.time() + timeout
-    last, since = -1, time.time()
-    while time.time() < deadline:
-        n = page.locator('[data-testid="stPlotlyChart"]').count()
-        drawn = page.locator('[data-testid="stPlotlyChart"] .js-plotly-plot svg.main-svg').count()
-        stale = page.locator('[data-stale="true"]').count()
-        if n != last:
-            last, since = n, time.time()
-        if page.locator(done).count() and not stale and drawn >= n and time.time() - since > 0.8:
-            return
-        page.wait_for_timeout(100)
-    raise AssertionError("the page did not finish rendering in time")
+    bench_app.wait_rendered(page, timeout, charts=charts, settle=0.8)
 
 
 def choose(page, label: str, value: str, param: str) -> float:

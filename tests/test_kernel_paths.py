@@ -123,3 +123,15 @@ def test_cached_parallel_kernel_starts_the_thread_pool():
         run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                              timeout=600)
         assert run.returncode == 0, run.stderr[-2000:]
+
+
+def test_warmup_compiles_every_kernel_family():
+    # qcore.warmup() pays every compilation up front (servers, benchmarks): afterwards each
+    # family's parallel and serial kernel holds compiled code, a new family included
+    seen = []
+    timings = qcore.warmup(progress=lambda done, total, label: seen.append((done, total)))
+    for family, kernels in cpu.FAMILIES.items():
+        for kernel in kernels:
+            assert kernel.signatures, f"{family}: {kernel.py_func.__qualname__} not compiled"
+    assert seen and seen[-1][0] == seen[-1][1] == len(seen)
+    assert set(timings) == {"quantize", "dequantize", "minmax", "packing"}

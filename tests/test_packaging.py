@@ -26,6 +26,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 
+pytestmark = pytest.mark.xdist_group("wheel")  # the wheel is built once, on one worker
+
+
 
 def _fresh_python(code: str, cwd: Path, pythonpath: Path) -> subprocess.CompletedProcess:
     """Run `code` in a new interpreter that sees `pythonpath` first (not the caller's state)."""
