@@ -4,8 +4,9 @@ Starts ``streamlit run streamlit_app.py`` on a free port with an empty numba cac
 opens Home and then Quantize Lab's default view in headless Chromium (Playwright, Debian's
 ``/usr/bin/chromium``) and prints the seconds from the server's start until each page's run
 was over and its charts were drawn; then lets the background warm-up finish, restarts the
-server on the cache it left (a warm restart) and times every page. The server is always
-killed. Targets (issue 9): Home <= 10 s and Quantize Lab <= 25 s cold; every page <= 3 s warm.
+server on the cache it left (a warm restart), opens Home in a new tab and moves to every page
+through the sidebar, as a user does; last, a bare Streamlit page in a new tab says what
+Streamlit's frontend alone costs on this machine. The servers are always killed. Targets (issue 9): Home <= 10 s and Quantize Lab <= 25 s cold; every page <= 3 s warm.
 """
 
 from __future__ import annotations
@@ -44,13 +45,13 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def server(cache_dir: Path | None, log_path: Path,
-           timeout: float = 120) -> Iterator[tuple[str, float, int]]:
-    """A fresh ``streamlit run streamlit_app.py`` (with NUMBA_CACHE_DIR=cache_dir unless None:
-    numba's default cache); yields (base URL, perf_counter at its start, process id). Killed on
-    exit."""
+def server(cache_dir: Path | None, log_path: Path, timeout: float = 120,
+           script: str = "streamlit_app.py") -> Iterator[tuple[str, float, int]]:
+    """A fresh ``streamlit run streamlit_app.py`` (or another `script`; with
+    NUMBA_CACHE_DIR=cache_dir unless None: numba's default cache); yields (base URL,
+    perf_counter at its start, process id). Killed on exit."""
     exe = Path(sys.executable).parent / "streamlit"
-    cmd = [str(exe) if exe.exists() else "streamlit", "run", "streamlit_app.py",
+    cmd = [str(exe) if exe.exists() else "streamlit", "run", script,
            "--server.headless", "true", "--server.port", str(port := _free_port()),
            "--browser.gatherUsageStats", "false"]
     env = {**os.environ, "QCORE_APP_TIMING": "1",
@@ -109,18 +110,37 @@ def wait_rendered(page, timeout: float = 300, *, charts: bool = False,
 
 
 def _open(browser, url: str) -> float:
-    """Seconds from navigating to url until the page is rendered (charts drawn)."""
+    """Seconds from navigating a new browser tab to url until the page is rendered (charts
+    drawn): Streamlit's frontend loads first, then the page runs."""
     page = browser.new_page(viewport={"width": 1440, "height": 900})
     try:
-        t0 = time.perf_counter()
-        page.goto(url, timeout=300_000)
-        wait_rendered(page)
-        if page.locator('[data-testid="stException"]').count():
-            raise RuntimeError(f"{url}: " + "; ".join(
-                page.locator('[data-testid="stException"]').all_inner_texts())[:500])
-        return time.perf_counter() - t0
+        return _timed(page, lambda: page.goto(url, timeout=300_000), url)
     finally:
         page.close()
+
+
+def _timed(page, action, what: str) -> float:
+    """Seconds from `action` until the page is rendered; an exception on the page is an error."""
+    t0 = time.perf_counter()
+    action()
+    wait_rendered(page)
+    if page.locator('[data-testid="stException"]').count():
+        raise RuntimeError(f"{what}: " + "; ".join(
+            page.locator('[data-testid="stException"]').all_inner_texts())[:500])
+    return time.perf_counter() - t0
+
+
+def _navigate(page, title: str, path: str) -> float:
+    """Seconds from clicking the page's link in the sidebar (as a user moves between pages)
+    until it is rendered."""
+    def click():
+        page.locator('[data-testid="stSidebarNav"] a', has_text=title).first.click()
+        page.wait_for_function(f"() => location.pathname.endsWith('/{path}')", timeout=60_000)
+    return _timed(page, click, title)
+
+
+#: A page with nothing of the app's: how long Streamlit's own frontend takes in a new tab here.
+_BARE_SCRIPT = "import streamlit as st\n\nst.title('bare Streamlit page')\n"
 
 
 def cpu_seconds(pid: int) -> float:
@@ -171,9 +191,22 @@ def measure(warm_timeout: float = 900, progress=None) -> dict:
                 say("warm server (primed cache)")
                 with server(cache, root / "warm.log") as (base, t0, pid):
                     out["warm"]["server_up_s"] = time.perf_counter() - t0
-                    for title, path in PAGES:
-                        say(f"warm: {title}")
-                        out["warm"][title] = _open(browser, f"{base}/{path}")
+                    tab = browser.new_page(viewport={"width": 1440, "height": 900})
+                    try:
+                        say("warm: Home in a new tab")
+                        out["warm"]["new_tab_s"] = _timed(
+                            tab, lambda: tab.goto(base, timeout=300_000), base)
+                        for title, path in (*PAGES[1:], PAGES[0]):
+                            say(f"warm: {title}")
+                            out["warm"][title] = _navigate(tab, title, path)
+                    finally:
+                        tab.close()
+                say("a bare Streamlit page in a new tab (the frontend's own load)")
+                bare = root / "bare_streamlit_page.py"
+                bare.write_text(_BARE_SCRIPT)
+                with server(None, root / "bare.log", script=str(bare)) as (base, _, _):
+                    _open(browser, base)  # the first load also warms Chromium's caches
+                    out["warm"]["bare_new_tab_s"] = _open(browser, base)
                 out["load_average_end"] = os.getloadavg()[0]
             finally:
                 browser.close()
@@ -204,7 +237,10 @@ def format_report(result: dict) -> str:
     lines.append("background warm-up finished " + (
         f"{w:.0f} s after it started" if w is not None else
         "— not within the wait: the warm restart below found the cache only partly primed"))
-    lines += [f"warm restart (primed cache): server up {warm['server_up_s']:.1f} s",
+    lines += [f"warm restart (primed cache): server up {warm['server_up_s']:.1f} s; Home in a "
+              f"new browser tab {warm.get('new_tab_s', nan):.1f} s (a bare Streamlit page "
+              f"in a new tab: {warm.get('bare_new_tab_s', nan):.1f} s, Streamlit's frontend "
+              "alone); then each page reached through the sidebar, as a user moves",
               "| page | page load s | target |", "|---|---|---|"]
     for title, _ in PAGES:
         lines.append(f"| {title} | {warm[title]:.1f} | {_verdict(warm[title], WARM_TARGET_S)} |")

@@ -240,8 +240,10 @@ def test_cold_app_report_and_missing_chromium(capsys, monkeypatch):
     result = {"cold": {"server_up_s": 1.0, "Home": {"page_s": 2.0, "since_start_s": 3.0},
                        "Quantize Lab": {"page_s": 20.0, "since_start_s": 26.0},
                        "warm_up_s": 60.0},
-              "warm": {"server_up_s": 1.0, **{t: 0.5 for t, _ in bench_app.PAGES}}}
+              "warm": {"server_up_s": 1.0, "new_tab_s": 4.5, "bare_new_tab_s": 3.5,
+                       **{t: 0.5 for t, _ in bench_app.PAGES}}}
     report = bench_app.format_report(result)
+    assert "Home in a new browser tab 4.5 s (a bare Streamlit page in a new tab: 3.5 s" in report
     assert "| Home | 3.0 | 2.0 | nan | ≤ 10 s: met |" in report
     assert "| Quantize Lab | 26.0 | 20.0 | nan | ≤ 25 s: NOT met |" in report
     assert bench_app.cpu_seconds(os.getpid()) >= 0 or not os.path.exists("/proc")
