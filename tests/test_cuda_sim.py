@@ -29,8 +29,9 @@ def _run_cases(simulator: bool, timeout: int = 600) -> None:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("PYTEST_", "NUMBA_ENABLE_CUDASIM"))}
     env["NUMBA_ENABLE_CUDASIM"] = "1" if simulator else "0"
+    # -n 0: one process (this test already runs in one of the suite's workers)
     cmd = [sys.executable, "-m", "pytest", CASES, "-q", "--tb=short", "-p", "no:cacheprovider",
-           "-W", "ignore::RuntimeWarning"]
+           "-n", "0", "-W", "ignore::RuntimeWarning"]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=timeout)
     out = proc.stdout + proc.stderr
