@@ -214,13 +214,14 @@ def _scale_values(ov: OpVersion, scale: np.ndarray, fmt: Format, argument: str,
                   precision: Format | None) -> np.ndarray:
     """Scale values as float32, rounded to the precision type; zero/negative/non-finite refused."""
     with np.errstate(all="ignore"):
-        values = scale.astype(np.float32)
+        values = scale.astype(np.float32, copy=False)  # read, never written
         if precision is not None and precision.name != "float":
             values = values.astype(precision.dtype).astype(np.float32)
     flat = values.reshape(-1)
-    bad = ~np.isfinite(flat) | (flat <= 0)
-    if bad.any():
-        i = int(np.argmax(bad))
+    # two reductions and no temporaries (a NaN makes min NaN, which fails the comparison);
+    # blocked scales are 1/32 of x, and this check was 4% of a blocked-32 call
+    if flat.size and not (flat.min() > 0 and flat.max() < np.inf):
+        i = int(np.argmax(~np.isfinite(flat) | (flat <= 0)))
         where = f" (as {precision.name}, the division type)" if precision is not None else ""
         raise QuantizationError(
             f"{ov.label}: {argument} must be positive and finite, but element {i} is "
