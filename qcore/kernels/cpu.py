@@ -113,15 +113,15 @@ def _float_consts(qp):
                          qp.saturate)
 
 
-_FNUZ = False  # bound per kernel by _float_segment: the target has no -0 (NanStyle.NEG_ZERO)
-_ADD = False  # bound per kernel by _float_segment: a zero point is added
+_FNUZ = False  # bound per kernel (_Q_FLOATS): the target has no -0 (NanStyle.NEG_ZERO)
+_ADD = False  # bound per kernel (_Q_FLOATS): a zero point is added
 
 
 def _seg_float(xs, ys, sv, zv, block, first, qp, enc, buf):
     """float32 x, float32 division, small float target, encoded arithmetically
     (:func:`~qcore.kernels.scalar.encode_with`). A given zero point is added even when 0
     (-0 + 0 is +0); without one nothing is added. A template: `_FNUZ` and `_ADD` are constants
-    bound by :func:`_float_segment`, so each compiled kernel holds only the loops of its case."""
+    bound per case (see ``_Q_FLOATS``), so each compiled kernel holds only the loops of its case."""
     n = xs.size
     c = _float_consts(qp)
     if block == 0:
@@ -144,14 +144,10 @@ def _seg_float(xs, ys, sv, zv, block, first, qp, enc, buf):
         b += 1
 
 
-def _float_segment(fnuz: bool, add: bool):
-    """_seg_float compiled for one (no -0, zero point added) case, under its own name (numba's
-    cache keys a kernel by name and line, so two bindings of one function must not share one)."""
-    glob = dict(globals(), _FNUZ=fnuz, _ADD=add)
-    name = "_seg_float" + ("_fnuz" if fnuz else "") + ("_zp" if add else "")
-    fn = types.FunctionType(_seg_float.__code__, glob, name)
-    fn.__qualname__ = name
-    return njit(**_JIT)(fn)
+def _float_case(fnuz: bool, add: bool) -> str:
+    """The small-float quantize case: "float", then " fnuz" for a target without -0 and " zp"
+    when a zero point is added (FAMILIES has "quantize " + case; kernel names use "_")."""
+    return "float" + (" fnuz" if fnuz else "") + (" zp" if add else "")
 
 
 @njit(**_JIT)
@@ -462,26 +458,34 @@ def _minmax_driver(x, out, workers):
             c = fetch_add(counter, 1)
 
 
+def _bound(template, name: str, flags: dict, **constants):
+    """A kernel compiled from `template` with some of its module globals bound to `constants`,
+    under its own name (numba's cache keys a kernel by name and line, so two bindings of one
+    function must not share one)."""
+    fn = types.FunctionType(template.__code__, dict(globals(), **constants), name)
+    fn.__qualname__ = name
+    return njit(**flags)(fn)
+
+
 def _family(segment, name: str, buffer: int) -> tuple:
     """(parallel, serial) drivers bound to one segment function: each its own small kernel,
     compiled (or cache-loaded) only when first called."""
-    glob = dict(globals())
-    glob["_SEGMENT"] = segment
-    glob["_BUFFER"] = buffer
-    code = _driver.__code__
-    kernels = []
-    for suffix, flags in (("_parallel", {"parallel": True, **_JIT}), ("_serial", _JIT)):
-        fn = types.FunctionType(code, glob, f"{name}{suffix}")
-        fn.__qualname__ = f"{name}{suffix}"
-        kernels.append(njit(**flags)(fn))
-    return tuple(kernels)
+    return tuple(_bound(_driver, name + suffix, flags, _SEGMENT=segment, _BUFFER=buffer)
+                 for suffix, flags in (("_parallel", {"parallel": True, **_JIT}),
+                                       ("_serial", _JIT)))
 
 
 _Q_INT = _family(_seg_int, "quantize_int", 0)
-#: (no -0, zero point added) -> family
-_Q_FLOATS = {(fnuz, add): _family(segment, "quantize_" + segment.py_func.__name__[len("_seg_"):], 0)
-             for fnuz in (False, True) for add in (False, True)
-             for segment in (_float_segment(fnuz, add),)}
+def _float_family(fnuz: bool, add: bool) -> tuple:
+    """The drivers of one small-float case, over _seg_float compiled with its flags."""
+    name = _float_case(fnuz, add).replace(" ", "_")
+    segment = _bound(_seg_float, "_seg_" + name, _JIT, _FNUZ=fnuz, _ADD=add)
+    return _family(segment, "quantize_" + name, 0)
+
+
+#: small-float case (see _float_case) -> family
+_Q_FLOATS = {_float_case(fnuz, add): _float_family(fnuz, add)
+             for fnuz in (False, True) for add in (False, True)}
 _Q_GENERIC = _family(_seg_generic, "quantize_generic", CHUNK)
 _DQ_NUMERIC = _family(_dseg_numeric, "dequantize_numeric", 0)
 _DQ_TABLE = _family(_dseg_table, "dequantize_table", 0)
@@ -491,8 +495,7 @@ minmax_serial = njit(**_JIT)(renamed(_minmax_driver, "_serial"))
 
 #: Every kernel as (parallel, serial), by family (for warm-up and tests).
 FAMILIES = {"quantize int": _Q_INT,
-            **{"quantize float" + (" fnuz" if fnuz else "") + (" zp" if add else ""): family
-               for (fnuz, add), family in _Q_FLOATS.items()},
+            **{"quantize " + case: family for case, family in _Q_FLOATS.items()},
             "quantize generic": _Q_GENERIC,
             "dequantize numeric": _DQ_NUMERIC, "dequantize table": _DQ_TABLE,
             "dequantize generic": _DQ_GENERIC,
@@ -567,8 +570,7 @@ def quantize_family(qp: QuantizeParams) -> str:
     if qp.xkind == XKind.F32 and qp.pkind == PKind.F32:
         if qp.tkind == TKind.INT:
             return "quantize int"
-        return ("quantize float" + (" fnuz" if qp.nan_style == NanStyle.NEG_ZERO else "")
-                + (" zp" if qp.has_zp == 1 else ""))
+        return "quantize " + _float_case(qp.nan_style == NanStyle.NEG_ZERO, qp.has_zp == 1)
     return "quantize generic"
 
 
