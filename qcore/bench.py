@@ -533,7 +533,8 @@ def main(argv: list[str] | None = None) -> int:
     print(bench_host.describe(info))
     print("timing: " + ("CPU time of one thread (qcore and onnxruntime each on one thread)"
                         if args.cpu_time else "wall clock") +
-          f", the fastest repetition of {ROUNDS} interleaved rounds; load average {os.getloadavg()[0]:.1f} at the end")
+          f", the fastest repetition of {ROUNDS} interleaved rounds; load average "
+          f"{os.getloadavg()[0]:.1f} at the end")
     for other in targets_run:
         print(f"qcore[{other['cpu']}]: the same cases compiled for {other['cpu']} "
               f"({other['info']['threading_layer']}, {other['info']['threads']} threads, "

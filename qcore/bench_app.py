@@ -6,7 +6,8 @@ opens Home and then Quantize Lab's default view in headless Chromium (Playwright
 was over and its charts were drawn; then lets the background warm-up finish, restarts the
 server on the cache it left (a warm restart), opens Home in a new tab and moves to every page
 through the sidebar, as a user does; last, a bare Streamlit page in a new tab says what
-Streamlit's frontend alone costs on this machine. The servers are always killed. Targets (issue 9): Home <= 10 s and Quantize Lab <= 25 s cold; every page <= 3 s warm.
+Streamlit's frontend alone costs on this machine. The servers are always killed. Targets
+(issue 9): Home <= 10 s and Quantize Lab <= 25 s cold; every page <= 3 s warm.
 """
 
 from __future__ import annotations

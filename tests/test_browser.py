@@ -37,6 +37,15 @@ PAGES = [
     ("conformance", "conformance"),
 ]
 
+#: Every page's title by its name (the URL path; Home's is "home"), from the benchmark's list.
+_TITLE_OF = {path or "home": title for title, path in bench_app.PAGES}
+
+
+def draws_charts(name: str) -> bool:
+    """Whether the page's default view draws plotly charts."""
+    return _TITLE_OF[name] not in bench_app.CHARTLESS
+
+
 pytestmark = [
     pytest.mark.browser,
     pytest.mark.xdist_group("browser"),  # one server and one browser, on one test worker
@@ -131,13 +140,13 @@ def test_page_renders(server, browser, shots, name, path):
     page = browser.new_page(viewport={"width": 1440, "height": 900})
     try:
         page.goto(f"{server}/{path}", timeout=120_000)
-        wait_idle(page, charts=name != "conformance")
+        wait_idle(page, charts=draws_charts(name))
         assert page.locator('[data-testid="stException"]').count() == 0, \
             page.locator('[data-testid="stException"]').all_inner_texts()
         alerts = page.locator('[data-testid="stAlertContentError"]').all_inner_texts()
         assert not [a for a in alerts if "Something went wrong" in a], alerts
         charts = page.locator('[data-testid="stPlotlyChart"]')
-        if name not in ("conformance",):
+        if draws_charts(name):
             assert charts.count() > 0, f"{name} shows no chart"
         for i in range(charts.count()):
             chart = charts.nth(i)
@@ -210,10 +219,8 @@ def test_rerender_time_on_1mi_elements(server, browser):
 
 # --------------------------------------------------------------------------- across pages
 
-TITLES = {"home": "Home", "quantize_lab": "Quantize Lab", "format_compare": "Format Compare",
-          "round_trip_sweeps": "Round Trip & Sweeps",
-          "dynamic_quantization": "Dynamic Quantization", "number_formats": "Number Formats",
-          "operator_versions": "Operator Versions", "conformance": "Conformance"}
+#: The pages of the tour, by name (Model Report reads checkpoints, not the chosen tensor).
+TITLES = {name: title for name, title in _TITLE_OF.items() if name != "model_report"}
 PICKER_PAGES = ("quantize_lab", "format_compare", "round_trip_sweeps", "dynamic_quantization")
 #: The tensor and the Quantize Lab settings chosen at the start (all non-default).
 CHOSEN = {"dist": "laplace", "rows": "96", "cols": "160", "seed": "5", "target": "int4",
@@ -238,7 +245,7 @@ def go_to(page, name: str) -> None:
     page.wait_for_function(f"() => location.pathname.endsWith('/{'' if name == 'home' else name}')"
                            f" || {'true' if name == 'home' else 'false'}", timeout=60_000)
     page.wait_for_timeout(300)
-    wait_idle(page, charts=name != "conformance")
+    wait_idle(page, charts=draws_charts(name))
 
 
 def field(page, testid: str, label: str) -> str:

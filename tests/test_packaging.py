@@ -29,7 +29,6 @@ README = ROOT / "README.md"
 pytestmark = pytest.mark.xdist_group("wheel")  # the wheel is built once, on one worker
 
 
-
 def _fresh_python(code: str, cwd: Path, pythonpath: Path) -> subprocess.CompletedProcess:
     """Run `code` in a new interpreter that sees `pythonpath` first (not the caller's state)."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "QCORE_DATASETS")}
