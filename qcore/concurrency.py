@@ -10,12 +10,17 @@ nothing otherwise. Wrap each call site of a parallel kernel in it::
 
     with parallel_guard(x.size):
         kernel(x, ...)
+
+:func:`parallel_workers` chooses how many workers a parallel kernel call uses: numba's thread
+count, fewer when other processes keep cores busy (``config.ADAPTIVE_WORKERS``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
+import time
 from collections.abc import Iterator
 
 from . import config
@@ -65,3 +70,75 @@ def guarded(kernel):
             return kernel(*args, **kwargs)
 
     return call
+
+
+# ---------------------------------------------------------------------------------------------
+# How many workers a parallel call uses
+# ---------------------------------------------------------------------------------------------
+
+_last_parallel = (float("-inf"), 1)  # (time.monotonic() at its end, workers) of our last one
+_others_before = 0  # other processes' runnable threads at the previous parallel_workers call
+
+
+def runnable_threads() -> int | None:
+    """Threads runnable on the whole machine right now, this one included (the kernel's run
+    queue as /proc/loadavg reports it); None where that cannot be read."""
+    try:
+        with open("/proc/loadavg", "rb") as f:
+            return int(f.read().split()[3].split(b"/")[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def others_runnable(runnable: int, own_spinning: int) -> int:
+    """Runnable threads of other processes: `runnable` (machine-wide, the calling thread
+    included) less ours (`own_spinning`: our parallel workers still spinning after a call)."""
+    return max(0, runnable - 1 - own_spinning)
+
+
+def workers_for(threads: int, cpus: int, others: int) -> int:
+    """Workers for a parallel call: `threads` (numba's count), no more than the `cpus` that
+    `others` (other processes' runnable threads) leave free, and at least 1."""
+    return max(1, min(threads, cpus - others))
+
+
+def parallel_workers(threads: int) -> int:
+    """How many workers a parallel kernel call should use now (1: run the serial kernel):
+    `threads` (numba's count) less the cores other processes keep busy (see
+    :func:`workers_for`). Always `threads` with config.ADAPTIVE_WORKERS off or where the run
+    queue cannot be read. Not exact under concurrency (two threads calling at once share this
+    state): that only shifts a count."""
+    global _others_before
+    if not config.ADAPTIVE_WORKERS or threads <= 1:
+        return threads
+    runnable = runnable_threads()
+    if runnable is None:
+        return threads
+    end, workers = _last_parallel
+    spinning = workers - 1 if time.monotonic() - end < config.OWN_SPIN_SECONDS else 0
+    others = others_runnable(runnable, spinning)
+    # the lower of two readings in a row: a thread runnable for a moment (2-3% of readings on
+    # an idle machine) does not cost a call its second worker; a process that keeps a core
+    # busy is seen by the second call on
+    held = min(others, _others_before)
+    _others_before = others
+    return workers_for(threads, os.cpu_count() or threads, held)
+
+
+@contextlib.contextmanager
+def parallel_call(workers: int) -> Iterator[None]:
+    """Run a parallel kernel call on `workers` threads (numba's count for the calling thread
+    while inside), and note when it ended (see :func:`parallel_workers`)."""
+    import numba
+
+    global _last_parallel
+    threads = numba.get_num_threads()
+    if workers < threads:
+        numba.set_num_threads(workers)
+    try:
+        with parallel_guard():
+            yield
+    finally:
+        if workers < threads:
+            numba.set_num_threads(threads)
+        _last_parallel = (time.monotonic(), workers)

@@ -14,6 +14,17 @@ CHUNK = 32768
 #: more than it saves, and milliseconds when the other core is busy.
 PARALLEL_THRESHOLD = 1 << 21
 
+#: Run the bandwidth-bound kernels (qcore.kernels.cpu.BANDWIDTH_BOUND) on the free cores alone
+#: when other processes keep cores busy (the kernel's run queue, /proc/loadavg, read at each
+#: parallel call; Linux only): a worker whose core another process holds is descheduled for a
+#: time slice or more and the call's join waits for it. Off: always numba's thread count.
+ADAPTIVE_WORKERS = True
+
+#: After a parallel call its worker threads spin for a while before sleeping (OpenMP's wait
+#: policy: 3-10 ms measured on znver3) and count as runnable meanwhile: for this long after a
+#: parallel call they are taken for ours, not for another process's.
+OWN_SPIN_SECONDS = 0.02
+
 #: Per-group error sums (qcore.reductions.group_sse): parallel runs per thread (each with its own
 #: buffer of the groups it touches), and the block length below which blocks are summed in one
 #: pass instead of a run per block.

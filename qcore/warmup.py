@@ -51,13 +51,13 @@ def _jobs() -> list[tuple[str, Callable[[], None]]]:
                 for yt in yts:
                     def job(kernel=kernel, xt=xt, yt=yt, params=params, tab=tab):
                         kernel(cpu._readonly(np.zeros(n, xt)), s, z, np.empty(n, yt), lp,
-                               params, tab, 1)
+                               params, tab, np.zeros(1, np.int64))
                     jobs.append((f"{family} {label} {np.dtype(xt).name}->{np.dtype(yt).name}",
                                  job))
     for kernel, label in zip(cpu.FAMILIES["minmax"], ("parallel", "serial")):
         def job(kernel=kernel):
             kernel(cpu._readonly(np.zeros(n, np.float32)), np.empty((1, 3), np.float32),
-                   1)
+                   np.zeros(1, np.int64))
         jobs.append((f"minmax {label}", job))
 
     def packing_job():

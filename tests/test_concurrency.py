@@ -22,11 +22,12 @@ SCRIPT = textwrap.dedent("""
     import sys, threading
     import numpy as np
     import qcore
-    from qcore import concurrency, metrics
+    from qcore import concurrency, config, metrics
     from qcore.kernels import cpu
 
     if sys.argv[1] == "unguarded":  # the control: what happens without the guard
         concurrency.layer_is_thread_safe = lambda: True
+    config.ADAPTIVE_WORKERS = False  # the parallel kernels even while the 4 threads compete
     n = max(cpu.PARALLEL_THRESHOLD, metrics.PARALLEL_THRESHOLD) + 4096  # the parallel paths
     x = np.random.default_rng(0).standard_normal(n).astype(np.float32)
     # compile / load every kernel once, on one thread

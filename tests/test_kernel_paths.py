@@ -114,6 +114,7 @@ def test_cached_parallel_kernel_starts_the_thread_pool():
     code = (
         "import numpy as np, numba, qcore\n"
         "from qcore.kernels import cpu\n"
+        "qcore.config.ADAPTIVE_WORKERS = False\n"  # the parallel kernel, whatever the load
         "x = np.ones(2 * cpu.PARALLEL_THRESHOLD, np.float32)\n"
         "qcore.quantize_linear(x, np.float32(1), np.int8(0))\n"  # serial and parallel both
         "qcore.quantize_linear(x[:100], np.float32(1), np.int8(0))\n"

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 import qcore
 import qcore.packing
+from qcore import config
 from qcore.kernels import cpu
 
 SETTINGS = settings(max_examples=100, deadline=None, derandomize=True,
@@ -234,6 +235,7 @@ def test_serial_and_parallel_kernels_agree(name, data, kind, x_type, precision):
         with pytest.MonkeyPatch.context() as mp:
             assert hasattr(cpu, "PARALLEL_THRESHOLD")
             mp.setattr(cpu, "PARALLEL_THRESHOLD", threshold)
+            mp.setattr(config, "ADAPTIVE_WORKERS", False)  # the parallel kernel, load or not
             q = qcore.quantize_linear(x, scale, **kw)
             dq = qcore.dequantize_linear(codes, scale, axis=axis, block_size=block,
                                          output_dtype="bfloat16")

@@ -33,6 +33,7 @@ import numpy as np
 from numba import njit, prange
 
 from .. import config
+from ..concurrency import parallel_call, parallel_workers
 from ..config import CHUNK, PARALLEL_THRESHOLD
 from . import renamed
 from .bits import f32_as_u32, fetch_add, u32_as_f32
@@ -370,15 +371,18 @@ _SEGMENT = _seg_generic
 _BUFFER = CHUNK
 
 
-def _driver(x, s, z, y, lp, params, table, workers):
-    """Chunks drawn from a shared counter by each worker (dynamic scheduling: a thread whose
-    core is busy takes fewer chunks instead of holding everyone up)."""
+def _driver(x, s, z, y, lp, params, table, tally):
+    """Chunks drawn from a shared counter by each of tally.size workers (dynamic scheduling: a
+    thread whose core is busy takes fewer chunks instead of holding everyone up); worker w
+    leaves the number of chunks it did in tally[w]."""
     nchunks = (x.size + CHUNK - 1) // CHUNK
     counter = np.zeros(1, np.int64)
-    for _ in prange(workers):
+    for w in prange(tally.size):
         buf = np.empty(_BUFFER, np.float32)
+        done = 0
         c = fetch_add(counter, 1)
         while c < nchunks:
+            done += 1
             i0 = c * CHUNK
             n = min(CHUNK, x.size - i0)
             if lp.uniform == 1:
@@ -393,6 +397,7 @@ def _driver(x, s, z, y, lp, params, table, workers):
                              z[k:k + m], block, first, params, table, buf)
                     j += run
             c = fetch_add(counter, 1)
+        tally[w] = done
 
 
 @njit(**_INLINE)
@@ -438,14 +443,16 @@ def _minmax_exact(xs):
     return lo, hi, bad
 
 
-def _minmax_driver(x, out, workers):
+def _minmax_driver(x, out, tally):
     """Per-chunk min, max and NaN/Inf count of float32 x: out[c] = (min, max, bad); chunks
     drawn dynamically as in _driver."""
     nchunks = (x.size + CHUNK - 1) // CHUNK
     counter = np.zeros(1, np.int64)
-    for _ in prange(workers):
+    for w in prange(tally.size):
+        done = 0
         c = fetch_add(counter, 1)
         while c < nchunks:
+            done += 1
             i0 = c * CHUNK
             xs = x[i0:min(x.size, i0 + CHUNK)]
             lo, hi, flag = _minmax_fast(xs)
@@ -456,6 +463,7 @@ def _minmax_driver(x, out, workers):
             out[c, 1] = hi
             out[c, 2] = bad
             c = fetch_add(counter, 1)
+        tally[w] = done
 
 
 def _bound(template, name: str, flags: dict, **constants):
@@ -558,9 +566,31 @@ def _readonly(a: np.ndarray) -> np.ndarray:
     return a
 
 
-def _workers(n: int) -> int:
-    """Workers drawing chunks: numba's thread count for the parallel kernels, else 1."""
-    return numba.get_num_threads() if n >= PARALLEL_THRESHOLD else 1
+#: Families whose speed is the memory's rather than the core's. When other processes keep cores
+#: busy they run on the free cores alone: one worker reaches about 0.6x of two here, while a
+#: second worker on a taken core makes the join wait a time slice (0.5x). The others (small-float
+#: encoding, table decoding, 16-bit conversions) keep every thread: they scale with cores, and
+#: the taken core's share is worth more than the wait (float8 and int4 dequantize: 0.7-0.8x
+#: with both threads, 0.5-0.7x with one). Measured with ``python -m qcore.bench --busy``.
+BANDWIDTH_BOUND = frozenset({"quantize int", "dequantize numeric", "minmax"})
+
+
+def _launch(family: str, args: tuple, n: int) -> None:
+    """Run the kernel of `family` for n elements: serial below the parallel threshold, else
+    parallel on numba's threads (for BANDWIDTH_BOUND families: on the cores other processes
+    leave free; one means the serial kernel). Each worker's chunk count lands in the last
+    argument."""
+    parallel, serial = FAMILIES[family]
+    workers = 1
+    if n >= PARALLEL_THRESHOLD:
+        threads = numba.get_num_threads()
+        workers = parallel_workers(threads) if family in BANDWIDTH_BOUND else threads
+    tally = np.zeros(workers, np.int64)
+    if workers == 1:
+        serial(*args, tally)
+        return
+    with parallel_call(workers):
+        parallel(*args, tally)
 
 
 def quantize_family(qp: QuantizeParams) -> str:
@@ -574,12 +604,6 @@ def quantize_family(qp: QuantizeParams) -> str:
     return "quantize generic"
 
 
-def quantize_kernel(qp: QuantizeParams, n: int):
-    """The compiled kernel that quantize() runs for these parameters and n elements."""
-    parallel, serial = FAMILIES[quantize_family(qp)]
-    return parallel if n >= PARALLEL_THRESHOLD else serial
-
-
 def dequantize_family(dp, okind_is_f32: bool) -> str:
     """Which kernel family dequantizes: "numeric" (8/16-bit integers to float32), "table"
     (sub-byte and small-float codes to float32) or "generic" (int32, 16-bit outputs)."""
@@ -588,26 +612,16 @@ def dequantize_family(dp, okind_is_f32: bool) -> str:
     return "generic"
 
 
-_DEQUANTIZE_FAMILIES = {"numeric": _DQ_NUMERIC, "table": _DQ_TABLE, "generic": _DQ_GENERIC}
-
-
-def dequantize_kernel(dp, okind_is_f32: bool, n: int):
-    parallel, serial = _DEQUANTIZE_FAMILIES[dequantize_family(dp, okind_is_f32)]
-    return parallel if n >= PARALLEL_THRESHOLD else serial
-
-
 def quantize(x, s, z, y, lp, qp) -> None:
     """Run the quantize kernel: x flat input, s float32 scales, z float64 zero points, y codes."""
-    kernel = quantize_kernel(qp, x.size)
-    kernel(_readonly(x), _readonly(s), _readonly(z), y, lp, qp, _NO_TABLE,
-           _workers(x.size))
+    _launch(quantize_family(qp),
+            (_readonly(x), _readonly(s), _readonly(z), y, lp, qp, _NO_TABLE), x.size)
 
 
 def dequantize(x, s, z, y, lp, dp, tab) -> None:
     """Run the dequantize kernel: x flat codes, y float32 or 16-bit float bits."""
-    kernel = dequantize_kernel(dp, dp.okind == PKind.F32, x.size)
-    kernel(_readonly(x), _readonly(s), _readonly(z), y, lp, dp, _readonly(tab),
-           _workers(x.size))
+    _launch("dequantize " + dequantize_family(dp, dp.okind == PKind.F32),
+            (_readonly(x), _readonly(s), _readonly(z), y, lp, dp, _readonly(tab)), x.size)
 
 
 def minmax(x, xkind) -> tuple[float, float, int]:
@@ -615,6 +629,5 @@ def minmax(x, xkind) -> tuple[float, float, int]:
     float32; `xkind` keeps the signature of the CUDA backend, which also reads 16-bit floats)."""
     nchunks = (x.size + CHUNK - 1) // CHUNK
     out = np.empty((nchunks, 3), np.float32)
-    kernel = minmax_parallel if x.size >= PARALLEL_THRESHOLD else minmax_serial
-    kernel(_readonly(x), out, _workers(x.size))
+    _launch("minmax", (_readonly(x), out), x.size)
     return float(out[:, 0].min()), float(out[:, 1].max()), int(out[:, 2].sum())
