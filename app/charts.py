@@ -53,10 +53,11 @@ def _bars(fig: go.Figure, counts: np.ndarray, edges: np.ndarray, *, name: str, c
 # --------------------------------------------------------------------------- home
 
 
-def home_number_line(df: pd.DataFrame, levels: np.ndarray) -> go.Figure:
-    """The 8 example values, the grid of representable values, and where each value lands."""
-    x = df["x"].to_numpy()
-    x_hat = df["x̂ = (y − zp)·scale"].to_numpy()
+def home_number_line(df: pd.DataFrame | None, levels: np.ndarray) -> go.Figure:
+    """The 8 example values, the grid of representable values, and where each value lands
+    (df None: the grid alone)."""
+    x = np.empty(0) if df is None else df["x"].to_numpy()
+    x_hat = np.empty(0) if df is None else df["x̂ = (y − zp)·scale"].to_numpy()
     fig = figure("Each x snaps to the nearest representable value", "value", "", height=260)
     for lv in levels:
         fig.add_shape(type="line", x0=lv, x1=lv, y0=-0.35, y1=0.35, line=dict(

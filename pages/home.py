@@ -26,9 +26,17 @@ with right:
                         help="The code that stands for 0 (clipped into the type's range).")
     scale = widgets.slider("Scale", "h_scale", 0.25, min_value=0.01, max_value=1.0, step=0.01,
                            where=c2, help="The step between neighbouring codes.")
-    df = errors.require(compute.home_example, scale, float(zp), target)
     levels = codes.grid_levels(scale, float(zp), target, -2.2, 2.2)
-    charts.show(charts.home_number_line(df, levels))
+    chart = st.empty()
+    if not st.session_state.get("h_chart_sent"):
+        # a new tab: send the grid alone first, so the browser loads the charting library
+        # while the example runs (on a cold start, while its kernels compile), not after
+        st.session_state["h_chart_sent"] = True
+        with chart:
+            charts.show(charts.home_number_line(None, levels))
+    df = errors.require(compute.home_example, scale, float(zp), target)
+    with chart:
+        charts.show(charts.home_number_line(df, levels))
     st.dataframe(df, hide_index=True, column_config={
         c: st.column_config.NumberColumn(format="%.4g") for c in df.columns if c != "bits"})
     st.caption("Move the scale: a large scale means coarse steps (big rounding error); a small "

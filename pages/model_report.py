@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import math
+import os
 import tempfile
 from pathlib import Path
 
@@ -26,6 +27,7 @@ SOURCES = {
     "report": "A finished report file (.csv / .parquet)",
 }
 AUTO_RUN_ELEMENTS = 8_000_000  # smaller selections run on opening the page (a shared link)
+REPORT_THREADS = min(4, os.cpu_count() or 1)  # tensors at a time (each holds its tensor)
 
 st.title("Model Report")
 st.markdown("Every tensor of a checkpoint through every recipe — the same rows as "
@@ -121,6 +123,7 @@ if rows is None:
             bar.progress(min(1.0, frac), text=f"{done}/{n} tensors")
 
         report = errors.require(core.run_report, model, chosen, progress=progress,
+                                threads=REPORT_THREADS,
                                 what="Running the report")
         bar.empty()
         cache[key] = report.rows

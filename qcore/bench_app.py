@@ -90,26 +90,33 @@ def server(cache_dir: Path | None, log_path: Path, timeout: float = 120,
 
 
 def wait_rendered(page, timeout: float = 300, *, charts: bool = False,
-                  settle: float = 0.3) -> None:
-    """Until the script run is over, nothing is stale and every plotly chart has drawn (plotly
-    loads lazily, so charts appear after the run: their number must stay the same for `settle`
-    seconds). `charts`: the page has at least one chart, wait for the first to draw."""
+                  settle: float = 0.3) -> float:
+    """Wait until the script run is over, nothing is stale and every plotly chart has drawn
+    (plotly loads lazily, so charts appear after the run: their number must stay the same for
+    `settle` seconds). `charts`: the page has at least one chart, wait for the first to draw.
+    Returns the time.perf_counter() at which the page first looked so (the settle time, spent
+    making sure, is not the page's)."""
     done = '[data-testid="stApp"][data-test-script-state="notRunning"]'
     deadline = time.time() + timeout
     page.wait_for_selector(done, timeout=timeout * 1000)
     if charts:
         page.wait_for_selector('[data-testid="stPlotlyChart"] svg.main-svg',
                                timeout=timeout * 1000)
-    last, since = -1, time.time()
+    last, since, rendered_at = -1, time.time(), None
     while time.time() < deadline:
         n = page.locator('[data-testid="stPlotlyChart"]').count()
         drawn = page.locator('[data-testid="stPlotlyChart"] .js-plotly-plot svg.main-svg').count()
         if n != last:
             last, since = n, time.time()
         ready = (page.locator(done).count() and not page.locator('[data-stale="true"]').count()
-                 and page.locator('[data-testid="stMainBlockContainer"]').count())
-        if ready and drawn >= n and time.time() - since > settle:
-            return
+                 and page.locator('[data-testid="stMainBlockContainer"]').count()
+                 and drawn >= n)
+        if not ready:
+            rendered_at = None
+        elif rendered_at is None:
+            rendered_at = time.perf_counter()
+        if ready and time.time() - since > settle:
+            return rendered_at
         page.wait_for_timeout(50)
     raise TimeoutError("the page did not finish rendering in time")
 
@@ -129,11 +136,11 @@ def _timed(page, action, what: str, charts: bool) -> float:
     `charts`); an exception on the page is an error."""
     t0 = time.perf_counter()
     action()
-    wait_rendered(page, charts=charts)
+    rendered_at = wait_rendered(page, charts=charts)
     if page.locator('[data-testid="stException"]').count():
         raise RuntimeError(f"{what}: " + "; ".join(
             page.locator('[data-testid="stException"]').all_inner_texts())[:500])
-    return time.perf_counter() - t0
+    return rendered_at - t0
 
 
 def _navigate(page, title: str, path: str) -> float:
@@ -188,9 +195,10 @@ def measure(warm_timeout: float = 900, progress=None) -> dict:
                     out["load_average_start"] = os.getloadavg()[0]
                     for title, path in PAGES[:2]:
                         say(f"cold: {title}")
+                        opened = time.perf_counter()
                         page_s = _open(browser, f"{base}/{path}", title not in CHARTLESS)
                         out["cold"][title] = {"page_s": page_s,
-                                              "since_start_s": time.perf_counter() - t0,
+                                              "since_start_s": opened + page_s - t0,
                                               "server_cpu_s": cpu_seconds(pid)}
                     say("waiting for the background warm-up to finish")
                     out["cold"]["warm_up_s"] = _wait_warm(root / "cold.log", warm_timeout)

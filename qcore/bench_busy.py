@@ -57,47 +57,66 @@ def _rate(fn: Callable[[], object], n: int, min_time: float) -> float:
 def measure(names, shape: tuple[int, int], make_call: Callable[[str, tuple[int, int]], Callable],
             *, rounds: int = 2, pin: int | None = None, min_time: float = 0.5, busy=None,
             progress=None) -> dict:
-    """{case: {"idle": [elements/s per round], "busy": [...]}} plus the thread count.
+    """{case: {"idle": [elements/s per round], "busy": [...], "busy_every_thread": [...]}}
+    plus the thread count.
 
-    `make_call(name, shape)` returns the timed call (python -m qcore.bench passes its qcore
-    call for the case of that name); `busy(pin)` is the context that keeps a core busy
-    (default: :func:`spinner`)."""
+    "busy" is qcore as it runs (config.ADAPTIVE_WORKERS: the bandwidth-bound kernels move to
+    the free cores), "busy_every_thread" the same calls with every thread regardless, timed in
+    alternating order within each busy spell. `make_call(name, shape)` returns the timed call
+    (python -m qcore.bench passes its qcore call for the case of that name); `busy(pin)` is the
+    context that keeps a core busy (default: :func:`spinner`)."""
     import numba
+
+    from . import config
 
     busy = busy or spinner
     calls = {name: make_call(name, shape) for name in names}
     n = shape[0] * shape[1]
     out: dict = {"shape": list(shape), "threads": numba.get_num_threads(), "pin": pin,
-                 "cases": {name: {"idle": [], "busy": []} for name in names}}
-    for r in range(rounds):
-        for name, fn in calls.items():
-            if progress:
-                progress(f"round {r + 1}/{rounds} idle: {name}")
-            out["cases"][name]["idle"].append(_rate(fn, n, min_time))
-        with busy(pin):
+                 "cases": {name: {"idle": [], "busy": [], "busy_every_thread": []}
+                           for name in names}}
+    adaptive = config.ADAPTIVE_WORKERS
+    try:
+        for r in range(rounds):
             for name, fn in calls.items():
                 if progress:
-                    progress(f"round {r + 1}/{rounds} busy: {name}")
-                out["cases"][name]["busy"].append(_rate(fn, n, min_time))
+                    progress(f"round {r + 1}/{rounds} idle: {name}")
+                out["cases"][name]["idle"].append(_rate(fn, n, min_time))
+            with busy(pin):
+                for name, fn in calls.items():
+                    if progress:
+                        progress(f"round {r + 1}/{rounds} busy: {name}")
+                    order = (True, False) if r % 2 == 0 else (False, True)
+                    for free_cores_only in order:
+                        config.ADAPTIVE_WORKERS = free_cores_only and adaptive
+                        key = "busy" if free_cores_only else "busy_every_thread"
+                        out["cases"][name][key].append(_rate(fn, n, min_time))
+    finally:
+        config.ADAPTIVE_WORKERS = adaptive
     return out
 
 
-def ratios(result: dict) -> dict[str, float]:
-    """busy/idle throughput per case: the median busy rate over the median idle rate."""
-    return {name: float(np.median(v["busy"]) / np.median(v["idle"]))
-            for name, v in result["cases"].items()}
+def ratios(result: dict, key: str = "busy") -> dict[str, float]:
+    """busy/idle throughput per case: the median busy rate (`key`: "busy", or
+    "busy_every_thread") over the median idle rate."""
+    return {name: float(np.median(v[key]) / np.median(v["idle"]))
+            for name, v in result["cases"].items() if v.get(key)}
 
 
 def format_report(result: dict) -> str:
     rows = ratios(result)
+    every = ratios(result, "busy_every_thread")
     pin = f"pinned to CPU {result['pin']}" if result["pin"] is not None else "not pinned"
     lines = [f"busy machine: one core kept busy by a spinning process ({pin}); qcore with "
              f"{result['threads']} threads, {result['shape'][0]}x{result['shape'][1]} float32, "
-             f"wall clock, median of {len(next(iter(result['cases'].values()))['idle'])} rounds",
-             "| case | idle Gelem/s | busy Gelem/s | busy/idle | target |", "|---|---|---|---|---|"]
+             f"wall clock, median of {len(next(iter(result['cases'].values()))['idle'])} rounds; "
+             "'every thread': the same calls with every thread even when a core is taken",
+             "| case | idle Gelem/s | busy Gelem/s | busy/idle | target | every thread: busy/idle |",
+             "|---|---|---|---|---|---|"]
     for name, v in result["cases"].items():
         r = rows[name]
         verdict = f"≥ {BUSY_TARGET:g}×: {'met' if r >= BUSY_TARGET else 'NOT met'}"
+        other = f"{every[name]:.2f}×" if name in every else "—"
         lines.append(f"| {name} | {np.median(v['idle']) / 1e9:.2f} | "
-                     f"{np.median(v['busy']) / 1e9:.2f} | {r:.2f}× | {verdict} |")
+                     f"{np.median(v['busy']) / 1e9:.2f} | {r:.2f}× | {verdict} | {other} |")
     return "\n".join(lines)

@@ -17,6 +17,7 @@ from numba import njit
 
 from .errors import QuantizationError
 from .formats import INT, Format
+from .kernels import bound
 from .kernels.bits import f32_as_u32
 from .kernels.scalar import encode_f32_bits, saturate_int
 from .quant_params import QuantParams, as_input, target_format
@@ -54,34 +55,60 @@ def _on_grid(q, ebits, mbits, bias, max_code, has_inf, nan_style):
                            True), k
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
-def _steps(xs, s, z, xkind, pkind, is_int, has_zp, lo, hi, ebits, mbits, bias, max_code,
-           has_inf, nan_style, saturate, out, codes):
-    """Per element: out = (x/scale, rounded, + zero point, saturated) and the stored codes.
+@njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def _quotient(x, s, xkind, pkind):
+    """x / scale in the division type, both rounded to it first."""
+    return round_to_precision(load_x(x, xkind, pkind) / round_to_precision(np.float32(s), pkind),
+                              pkind)
 
-    Float targets leave the decoding to the caller: out[:, 2] holds the quotient plus the zero
-    point, rounded / + zero point come as (code, k) pairs in ``codes[:, 1:5]`` and the stored
-    code in ``codes[:, 0]``."""
+
+# One kernel per kind of target and per input and precision type (bound as constants, see
+# _steps_kernel): a view compiles only its own decoding and rounding, and an integer target no
+# float encoder. All of it in one kernel behind flags took 4 s to compile, for a few elements.
+
+_XKIND = 0  # bound per kernel: the input's kind (XKind)
+_PKIND = 0  # bound per kernel: the division type's kind (PKind)
+
+
+def _int_steps(xs, s, z, lo, hi, out):
+    """Per element: out = (x/scale, rounded, + zero point, saturated = the stored code)."""
     for j in range(xs.size):
-        sv = round_to_precision(np.float32(s[j]), pkind)
-        q = round_to_precision(load_x(xs[j], xkind, pkind) / sv, pkind)
+        q = _quotient(xs[j], s[j], _XKIND, _PKIND)
+        r = np.rint(q)
         out[j, 0] = q
-        if is_int:
-            r = np.rint(q)
-            c = saturate_int(r, np.int64(z[j]), lo, hi)
-            out[j, 1] = r
-            out[j, 2] = np.float64(r) + z[j]
-            out[j, 3] = c
-            codes[j, 0] = c
-        else:
-            qz = round_to_precision(q + np.float32(z[j]), pkind) if has_zp else q
-            out[j, 2] = qz
-            codes[j, 0] = encode_f32_bits(f32_as_u32(qz), ebits, mbits, bias, max_code, has_inf,
-                                          nan_style, saturate)
-            codes[j, 1], codes[j, 2] = _on_grid(q, ebits, mbits, bias, max_code, has_inf,
-                                                nan_style)
-            codes[j, 3], codes[j, 4] = _on_grid(qz, ebits, mbits, bias, max_code, has_inf,
-                                                nan_style)
+        out[j, 1] = r
+        out[j, 2] = np.float64(r) + z[j]
+        out[j, 3] = saturate_int(r, np.int64(z[j]), lo, hi)
+
+
+def _float_steps(xs, s, z, has_zp, ebits, mbits, bias, max_code, has_inf, nan_style, saturate,
+                 out, codes):
+    """Per element: out[:, 0] = x/scale and out[:, 2] the quotient plus the zero point; the
+    stored code in ``codes[:, 0]``, rounded / + zero point as (code, k) pairs in
+    ``codes[:, 1:5]`` (the caller decodes them)."""
+    for j in range(xs.size):
+        q = _quotient(xs[j], s[j], _XKIND, _PKIND)
+        qz = round_to_precision(q + np.float32(z[j]), _PKIND) if has_zp else q
+        out[j, 0] = q
+        out[j, 2] = qz
+        codes[j, 0] = encode_f32_bits(f32_as_u32(qz), ebits, mbits, bias, max_code, has_inf,
+                                      nan_style, saturate)
+        codes[j, 1], codes[j, 2] = _on_grid(q, ebits, mbits, bias, max_code, has_inf, nan_style)
+        codes[j, 3], codes[j, 4] = _on_grid(qz, ebits, mbits, bias, max_code, has_inf,
+                                            nan_style)
+
+
+_STEPS: dict = {}  # (template name, x kind, precision kind) -> kernel
+
+
+def _steps_kernel(template, xkind: int, pkind: int):
+    """`template` compiled for one input kind and division type (made on first use)."""
+    key = (template.__name__, xkind, pkind)
+    if key not in _STEPS:
+        _STEPS[key] = bound(template, f"{template.__name__}_x{xkind}_p{pkind}",
+                            {"cache": True, "nogil": True, "error_model": "numpy"},
+                            _XKIND=xkind, _PKIND=pkind)
+    return _STEPS[key]
 
 
 def _float_values(fmt: Format, code: np.ndarray, k: np.ndarray, q: np.ndarray) -> np.ndarray:
@@ -132,10 +159,14 @@ def walkthrough(x: Any, params: QuantParams, target: Any, indices: Any, *, satur
         with np.errstate(all="ignore"):
             s32 = np.ascontiguousarray(s_val.astype(np.float32))
         xin = xv.view(np.uint16) if xv.dtype.itemsize == 2 else xv
-        lo, hi = (int(fmt.min), int(fmt.max)) if fmt.kind == INT else (0, 0)
-        _steps(xin, s32, np.ascontiguousarray(zp_val), xkind, pkind, fmt.kind == INT, has_zp,
-               lo, hi, fmt.ebits, fmt.mbits, fmt.bias, fmt.max_code if fmt.kind != INT else 0,
-               fmt.has_inf, fmt.nan_style, bool(saturate), out, codes)
+        z64 = np.ascontiguousarray(zp_val)
+        if fmt.kind == INT:
+            _steps_kernel(_int_steps, xkind, pkind)(xin, s32, z64, int(fmt.min), int(fmt.max),
+                                                    out)
+        else:
+            _steps_kernel(_float_steps, xkind, pkind)(
+                xin, s32, z64, has_zp, fmt.ebits, fmt.mbits, fmt.bias, fmt.max_code,
+                fmt.has_inf, fmt.nan_style, bool(saturate), out, codes)
     quot = out[:, 0]
     ycodes = y.reshape(-1)[flat]
     if fmt.kind == INT:

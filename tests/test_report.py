@@ -276,6 +276,18 @@ def test_rows_cover_every_tensor_and_recipe_in_model_order(single):
     assert c["sqnr_db"] == direct["sqnr_db"]
 
 
+def test_threads_give_the_rows_of_one_thread_in_model_order(tmp_path):
+    index = write_checkpoint(tmp_path / "ckpt", 400_000, hidden=32, shards=2)
+    one = run_report(index, DEFAULT_RECIPES)
+    seen = []
+    four = run_report(index, DEFAULT_RECIPES, threads=4,
+                      progress=lambda done, n, el, total: seen.append((done, n, el, total)))
+    assert len(one.rows) > 8
+    pd.testing.assert_frame_equal(four.rows, one.rows, check_exact=True)
+    assert seen[0][0] == 0 and seen[-1][0] == seen[-1][1] and seen[-1][2] == seen[-1][3]
+    assert [d for d, *_ in seen] == list(range(len(seen)))  # one call per tensor, in order
+
+
 def test_filters(single):
     path, _ = single
     r = run_report(path, ["int8:per-axis"], include=["*.weight"], exclude=["b.*"])

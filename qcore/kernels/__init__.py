@@ -65,6 +65,18 @@ def _ensure_fresh_cache() -> None:
             pass  # a cache folder we cannot write: numba cannot write it either
 
 
+def bound(template, name: str, flags: dict, **constants):
+    """A kernel compiled (njit with `flags`) from `template` with some of its module globals
+    bound to `constants`, under its own name: numba folds the constants, so each binding
+    holds only its own branches; and numba's cache keys a kernel by name and line, so two
+    bindings of one function must not share one."""
+    from numba import njit
+
+    fn = types.FunctionType(template.__code__, dict(template.__globals__, **constants), name)
+    fn.__qualname__ = name
+    return njit(**flags)(fn)
+
+
 def renamed(fn, suffix: str):
     """A copy of fn under another name, for compiling one function two ways.
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import sys
 import threading
-import types
 
 import numba
 import numpy as np
@@ -35,7 +34,7 @@ from numba import njit, prange
 from .. import config
 from ..concurrency import parallel_call, parallel_workers
 from ..config import CHUNK, PARALLEL_THRESHOLD
-from . import renamed
+from . import bound, renamed
 from .bits import f32_as_u32, fetch_add, u32_as_f32
 from .params import DXKind, NanStyle, PKind, QuantizeParams, TKind, XKind
 from .scalar import (
@@ -466,19 +465,10 @@ def _minmax_driver(x, out, tally):
         tally[w] = done
 
 
-def _bound(template, name: str, flags: dict, **constants):
-    """A kernel compiled from `template` with some of its module globals bound to `constants`,
-    under its own name (numba's cache keys a kernel by name and line, so two bindings of one
-    function must not share one)."""
-    fn = types.FunctionType(template.__code__, dict(globals(), **constants), name)
-    fn.__qualname__ = name
-    return njit(**flags)(fn)
-
-
 def _family(segment, name: str, buffer: int) -> tuple:
     """(parallel, serial) drivers bound to one segment function: each its own small kernel,
     compiled (or cache-loaded) only when first called."""
-    return tuple(_bound(_driver, name + suffix, flags, _SEGMENT=segment, _BUFFER=buffer)
+    return tuple(bound(_driver, name + suffix, flags, _SEGMENT=segment, _BUFFER=buffer)
                  for suffix, flags in (("_parallel", {"parallel": True, **_JIT}),
                                        ("_serial", _JIT)))
 
@@ -487,7 +477,7 @@ _Q_INT = _family(_seg_int, "quantize_int", 0)
 def _float_family(fnuz: bool, add: bool) -> tuple:
     """The drivers of one small-float case, over _seg_float compiled with its flags."""
     name = _float_case(fnuz, add).replace(" ", "_")
-    segment = _bound(_seg_float, "_seg_" + name, _JIT, _FNUZ=fnuz, _ADD=add)
+    segment = bound(_seg_float, "_seg_" + name, _JIT, _FNUZ=fnuz, _ADD=add)
     return _family(segment, "quantize_" + name, 0)
 
 

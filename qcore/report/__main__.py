@@ -47,6 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=0,
                    help="run on a Dask LocalCluster of N worker processes")
     p.add_argument("--scheduler", default=None, help="run on an existing Dask cluster")
+    p.add_argument("--threads", type=int, default=1,
+                   help="without Dask: run N tensors at a time in this process (default 1)")
     p.add_argument("--top", type=int, default=10, help="worst tensors shown per recipe")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--list", action="store_true", help="list the model's tensors and exit")
@@ -110,7 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         report = run_report(model, recipes, out=args.out, resume=args.resume,
                             include=args.include, exclude=args.exclude,
                             min_elements=args.min_elements, workers=args.workers,
-                            scheduler=args.scheduler, progress=bar)
+                            scheduler=args.scheduler, progress=bar, threads=args.threads)
     except QuantizationError as exc:  # TensorFileError included
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -19,6 +19,7 @@ import math
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -194,12 +195,13 @@ def run_report(model: str | os.PathLike, recipes: Sequence[str] | str = DEFAULT_
                resume: bool = False, include: Sequence[str] = (), exclude: Sequence[str] = (),
                min_elements: int = 0, workers: int = 0, scheduler: str | None = None,
                progress: ProgressFn | None = None, cluster_kwargs: dict | None = None,
-               on_client: Callable[[Any], None] | None = None) -> Report:
+               on_client: Callable[[Any], None] | None = None, threads: int = 1) -> Report:
     """Run every recipe on every selected tensor of ``model``; see the module docstring.
 
     ``out``: one or more .csv / .parquet paths (the first also names the journal).
     ``workers > 0`` runs a Dask ``LocalCluster`` of that many single-threaded worker processes;
-    ``scheduler`` connects to an existing Dask cluster. Neither: in this process.
+    ``scheduler`` connects to an existing Dask cluster. Neither: in this process, on
+    ``threads`` threads, one tensor each at a time (the kernels release the GIL).
     """
     t0 = time.perf_counter()
     names = [r.name for r in parse_recipes(recipes)]
@@ -247,6 +249,16 @@ def run_report(model: str | os.PathLike, recipes: Sequence[str] | str = DEFAULT_
 
         run_tasks(tasks, on_rows, workers=workers, scheduler=scheduler,
                   cluster_kwargs=cluster_kwargs, on_client=on_client)
+    elif threads > 1 and len(tasks) > 1:
+        with ThreadPoolExecutor(min(threads, len(tasks)), "qcore-report") as pool:
+            running = {pool.submit(run_task, task): task for task in tasks}
+            try:
+                for done in as_completed(running):  # rows land on this thread as they come
+                    on_rows(running[done], done.result())
+            except BaseException:
+                for future in running:
+                    future.cancel()
+                raise
     else:
         for task in tasks:
             on_rows(task, run_task(task))
