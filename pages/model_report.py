@@ -27,7 +27,7 @@ SOURCES = {
     "report": "A finished report file (.csv / .parquet)",
 }
 AUTO_RUN_ELEMENTS = 8_000_000  # smaller selections run on opening the page (a shared link)
-REPORT_THREADS = min(4, os.cpu_count() or 1)  # tensors at a time (each holds its tensor)
+REPORT_THREADS = min(2, os.cpu_count() or 1)  # tensors at a time: 4 was slower than 2 here (GIL)
 
 st.title("Model Report")
 st.markdown("Every tensor of a checkpoint through every recipe — the same rows as "

@@ -77,7 +77,9 @@ def guarded(kernel):
 # ---------------------------------------------------------------------------------------------
 
 _last_parallel = (float("-inf"), 1)  # (time.monotonic() at its end, workers) of our last one
-_others_before = 0  # other processes' runnable threads at the previous parallel_workers call
+_others_before = 0  # other processes' runnable threads at the previous reading
+_decided = (float("-inf"), 0, 1)  # (time.monotonic(), threads, workers) of the last reading
+_CPUS = os.cpu_count()
 
 
 def runnable_threads() -> int | None:
@@ -108,21 +110,27 @@ def parallel_workers(threads: int) -> int:
     :func:`workers_for`). Always `threads` with config.ADAPTIVE_WORKERS off or where the run
     queue cannot be read. Not exact under concurrency (two threads calling at once share this
     state): that only shifts a count."""
-    global _others_before
+    global _others_before, _decided
     if not config.ADAPTIVE_WORKERS or threads <= 1:
         return threads
+    now = time.monotonic()
+    at, for_threads, workers = _decided
+    if now - at < config.RUN_QUEUE_EVERY and for_threads == threads:
+        return workers  # a reading costs ~25 us: 5% of a call at the parallel threshold
     runnable = runnable_threads()
     if runnable is None:
         return threads
-    end, workers = _last_parallel
-    spinning = workers - 1 if time.monotonic() - end < config.OWN_SPIN_SECONDS else 0
+    end, last_workers = _last_parallel
+    spinning = last_workers - 1 if now - end < config.OWN_SPIN_SECONDS else 0
     others = others_runnable(runnable, spinning)
     # the lower of two readings in a row: a thread runnable for a moment (2-3% of readings on
     # an idle machine) does not cost a call its second worker; a process that keeps a core
-    # busy is seen by the second call on
+    # busy is seen by the second reading on
     held = min(others, _others_before)
     _others_before = others
-    return workers_for(threads, os.cpu_count() or threads, held)
+    workers = workers_for(threads, _CPUS or threads, held)
+    _decided = (now, threads, workers)
+    return workers
 
 
 @contextlib.contextmanager

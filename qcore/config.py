@@ -20,6 +20,9 @@ PARALLEL_THRESHOLD = 1 << 21
 #: time slice or more and the call's join waits for it. Off: always numba's thread count.
 ADAPTIVE_WORKERS = True
 
+#: Seconds a run-queue reading stands for the parallel calls that follow it.
+RUN_QUEUE_EVERY = 0.01
+
 #: After a parallel call its worker threads spin for a while before sleeping (OpenMP's wait
 #: policy: 3-10 ms measured on znver3) and count as runnable meanwhile: for this long after a
 #: parallel call they are taken for ours, not for another process's.

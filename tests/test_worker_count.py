@@ -40,8 +40,10 @@ def readings(monkeypatch):
     """Feed parallel_workers run-queue readings; the machine has 2 CPUs, no call ran before."""
     queue: list[int | None] = []
     monkeypatch.setattr(concurrency, "runnable_threads", lambda: queue.pop(0))
-    monkeypatch.setattr(concurrency.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(concurrency, "_CPUS", 2)
     monkeypatch.setattr(concurrency, "_others_before", 0)
+    monkeypatch.setattr(concurrency, "_decided", (float("-inf"), 0, 1))
+    monkeypatch.setattr(config, "RUN_QUEUE_EVERY", 0.0)  # a reading for every call
     monkeypatch.setattr(concurrency, "_last_parallel", (float("-inf"), 1))
     monkeypatch.setattr(config, "ADAPTIVE_WORKERS", True)
     return queue
@@ -53,6 +55,16 @@ def test_a_busy_core_seen_twice_in_a_row_takes_a_worker_away(readings):
     # one busy reading alone is a passing thread; the second in a row counts; one idle
     # reading gives the worker back at once
     assert seen == [2, 1, 1, 2, 2]
+
+
+def test_a_reading_stands_for_the_calls_right_after_it(readings, monkeypatch):
+    monkeypatch.setattr(config, "RUN_QUEUE_EVERY", 60.0)
+    readings += [2, 2]
+    assert [concurrency.parallel_workers(2) for _ in range(5)] == [2] * 5
+    assert readings == [2]  # one reading taken for the five calls
+    # another thread count: a new reading, the second in a row to show another process
+    assert concurrency.parallel_workers(4) == 1
+    assert readings == []
 
 
 def test_our_own_spinning_workers_are_not_taken_for_another_process(readings):
@@ -126,7 +138,10 @@ def test_other_processes_on_every_core_but_one_leave_one_worker():
     try:
         time.sleep(0.5)
         concurrency._last_parallel = (float("-inf"), 1)
-        seen = [concurrency.parallel_workers(cpus) for _ in range(3)]
+        seen = []
+        for _ in range(3):
+            concurrency._decided = (float("-inf"), 0, 1)  # a fresh reading each time
+            seen.append(concurrency.parallel_workers(cpus))
     finally:
         for p in spinners:
             p.kill()

@@ -556,31 +556,35 @@ def _readonly(a: np.ndarray) -> np.ndarray:
     return a
 
 
-#: Families whose speed is the memory's rather than the core's. When other processes keep cores
-#: busy they run on the free cores alone: one worker reaches about 0.6x of two here, while a
-#: second worker on a taken core makes the join wait a time slice (0.5x). The others (small-float
-#: encoding, table decoding, 16-bit conversions) keep every thread: they scale with cores, and
-#: the taken core's share is worth more than the wait (float8 and int4 dequantize: 0.7-0.8x
-#: with both threads, 0.5-0.7x with one). Measured with ``python -m qcore.bench --busy``.
+#: Families whose speed is the memory's rather than the core's, on a per-tensor layout. When other
+#: processes keep cores busy these calls run on the free cores alone: one worker reaches about
+#: 0.6x of two here, while a second worker on a taken core makes the join wait a time slice
+#: (0.5x). Everything else keeps every thread: small-float encoding, table decoding, 16-bit
+#: conversions and the per-block walk scale with cores, and the taken core's share is worth
+#: more than the wait (blocked 32: 0.64-0.77x with both threads, 0.56-0.66x with one; float8
+#: and int4 dequantize: 0.7-0.8x against 0.5-0.7x). Measured with ``python -m qcore.bench --busy``.
 BANDWIDTH_BOUND = frozenset({"quantize int", "dequantize numeric", "minmax"})
 
 
-def _launch(family: str, args: tuple, n: int) -> None:
+def _launch(family: str, args: tuple, n: int, bandwidth_bound: bool) -> None:
     """Run the kernel of `family` for n elements: serial below the parallel threshold, else
-    parallel on numba's threads (for BANDWIDTH_BOUND families: on the cores other processes
-    leave free; one means the serial kernel). Each worker's chunk count lands in the last
-    argument."""
+    parallel on numba's threads (when `bandwidth_bound`: on the cores other processes leave
+    free; one means the serial kernel). Each worker's chunk count lands in the last argument."""
     parallel, serial = FAMILIES[family]
     workers = 1
     if n >= PARALLEL_THRESHOLD:
         threads = numba.get_num_threads()
-        workers = parallel_workers(threads) if family in BANDWIDTH_BOUND else threads
+        workers = parallel_workers(threads) if bandwidth_bound else threads
     tally = np.zeros(workers, np.int64)
     if workers == 1:
         serial(*args, tally)
         return
     with parallel_call(workers):
         parallel(*args, tally)
+
+
+def _bandwidth_bound(family: str, lp) -> bool:
+    return family in BANDWIDTH_BOUND and lp.uniform == 1
 
 
 def quantize_family(qp: QuantizeParams) -> str:
@@ -604,14 +608,16 @@ def dequantize_family(dp, okind_is_f32: bool) -> str:
 
 def quantize(x, s, z, y, lp, qp) -> None:
     """Run the quantize kernel: x flat input, s float32 scales, z float64 zero points, y codes."""
-    _launch(quantize_family(qp),
-            (_readonly(x), _readonly(s), _readonly(z), y, lp, qp, _NO_TABLE), x.size)
+    family = quantize_family(qp)
+    _launch(family, (_readonly(x), _readonly(s), _readonly(z), y, lp, qp, _NO_TABLE), x.size,
+            _bandwidth_bound(family, lp))
 
 
 def dequantize(x, s, z, y, lp, dp, tab) -> None:
     """Run the dequantize kernel: x flat codes, y float32 or 16-bit float bits."""
-    _launch("dequantize " + dequantize_family(dp, dp.okind == PKind.F32),
-            (_readonly(x), _readonly(s), _readonly(z), y, lp, dp, _readonly(tab)), x.size)
+    family = "dequantize " + dequantize_family(dp, dp.okind == PKind.F32)
+    _launch(family, (_readonly(x), _readonly(s), _readonly(z), y, lp, dp, _readonly(tab)),
+            x.size, _bandwidth_bound(family, lp))
 
 
 def minmax(x, xkind) -> tuple[float, float, int]:
@@ -619,5 +625,5 @@ def minmax(x, xkind) -> tuple[float, float, int]:
     float32; `xkind` keeps the signature of the CUDA backend, which also reads 16-bit floats)."""
     nchunks = (x.size + CHUNK - 1) // CHUNK
     out = np.empty((nchunks, 3), np.float32)
-    _launch("minmax", (_readonly(x), out), x.size)
+    _launch("minmax", (_readonly(x), out), x.size, True)
     return float(out[:, 0].min()), float(out[:, 1].max()), int(out[:, 2].sum())
