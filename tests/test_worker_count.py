@@ -147,3 +147,18 @@ def test_other_processes_on_every_core_but_one_leave_one_worker():
             p.kill()
             p.wait()
     assert seen[1:] == [1, 1], seen
+
+
+def test_every_chunk_is_done_once_by_the_workers_that_drew_it(monkeypatch):
+    # the drivers' dynamic scheduling: workers draw chunks from one counter until none is left
+    import numba
+
+    monkeypatch.setattr(cpu, "PARALLEL_THRESHOLD", 0)
+    monkeypatch.setattr(config, "ADAPTIVE_WORKERS", False)
+    n = 40 * cpu.CHUNK + 123
+    x = np.linspace(-3, 3, n, dtype=np.float32)
+    out = np.empty((-(-n // cpu.CHUNK), 3), np.float32)
+    tally = cpu._launch("minmax", (cpu._readonly(x), out), n, True)
+    assert tally.size == numba.get_num_threads()
+    assert tally.sum() == out.shape[0]
+    assert out[:, 0].min() == -3 and out[:, 1].max() == 3 and out[:, 2].sum() == 0

@@ -566,10 +566,10 @@ def _readonly(a: np.ndarray) -> np.ndarray:
 BANDWIDTH_BOUND = frozenset({"quantize int", "dequantize numeric", "minmax"})
 
 
-def _launch(family: str, args: tuple, n: int, bandwidth_bound: bool) -> None:
+def _launch(family: str, args: tuple, n: int, bandwidth_bound: bool) -> np.ndarray:
     """Run the kernel of `family` for n elements: serial below the parallel threshold, else
     parallel on numba's threads (when `bandwidth_bound`: on the cores other processes leave
-    free; one means the serial kernel). Each worker's chunk count lands in the last argument."""
+    free; one means the serial kernel). Returns the number of chunks each worker did."""
     parallel, serial = FAMILIES[family]
     workers = 1
     if n >= PARALLEL_THRESHOLD:
@@ -578,9 +578,10 @@ def _launch(family: str, args: tuple, n: int, bandwidth_bound: bool) -> None:
     tally = np.zeros(workers, np.int64)
     if workers == 1:
         serial(*args, tally)
-        return
+        return tally
     with parallel_call(workers):
         parallel(*args, tally)
+    return tally
 
 
 def _bandwidth_bound(family: str, lp) -> bool:
