@@ -65,6 +65,13 @@ def _ensure_fresh_cache() -> None:
             pass  # a cache folder we cannot write: numba cannot write it either
 
 
+def _copy(fn, name: str, qualname: str, globals_: dict):
+    """fn's code as a new function object under another name, reading `globals_`."""
+    copy = types.FunctionType(fn.__code__, globals_, name, fn.__defaults__, fn.__closure__)
+    copy.__qualname__ = qualname
+    return copy
+
+
 def bound(template, name: str, flags: dict, **constants):
     """A kernel compiled (njit with `flags`) from `template` with some of its module globals
     bound to `constants`, under its own name: numba folds the constants, so each binding
@@ -72,9 +79,7 @@ def bound(template, name: str, flags: dict, **constants):
     bindings of one function must not share one."""
     from numba import njit
 
-    fn = types.FunctionType(template.__code__, dict(template.__globals__, **constants), name)
-    fn.__qualname__ = name
-    return njit(**flags)(fn)
+    return njit(**flags)(_copy(template, name, name, dict(template.__globals__, **constants)))
 
 
 def renamed(fn, suffix: str):
@@ -83,10 +88,7 @@ def renamed(fn, suffix: str):
     numba's on-disk cache is keyed by the function's name and line, not by its flags: a
     parallel and a serial compilation of one function would load each other's machine code.
     """
-    copy = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__ + suffix,
-                              fn.__defaults__, fn.__closure__)
-    copy.__qualname__ = fn.__qualname__ + suffix
-    return copy
+    return _copy(fn, fn.__name__ + suffix, fn.__qualname__ + suffix, fn.__globals__)
 
 
 _ensure_fresh_cache()
