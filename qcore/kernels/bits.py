@@ -1,9 +1,11 @@
-"""Scalar float32 <-> uint32 bit casts for the numba CPU kernels (an LLVM bitcast, free)."""
+"""LLVM-level helpers for the numba CPU kernels: bit casts (free), an atomic counter, float16
+conversions, and the vector width the kernels ask for."""
 
 from __future__ import annotations
 
 from llvmlite import ir
 from numba import types
+from numba.core import cgutils
 from numba.extending import intrinsic
 
 
@@ -84,5 +86,63 @@ def f32_via_f16(typingctx, value):
 
     def codegen(context, builder, signature, args):
         return builder.fpext(builder.fptrunc(args[0], ir.HalfType()), ir.FloatType())
+
+    return sig, codegen
+
+
+@intrinsic
+def f16_bits_as_f32(typingctx, value):
+    """float16 bits (uint16) as float32, exactly (vcvtph2ps where HAS_F16C; callers keep an
+    integer rule elsewhere). A signalling NaN comes back quiet, its payload kept."""
+    if not (isinstance(value, types.Integer) and value.bitwidth == 16):
+        return None
+    sig = types.float32(value)
+
+    def codegen(context, builder, signature, args):
+        return builder.fpext(builder.bitcast(args[0], ir.HalfType()), ir.FloatType())
+
+    return sig, codegen
+
+
+@intrinsic
+def rint_to_int32(typingctx, value):
+    """A float32 rounded half to even and converted to int32 in one step (LLVM's lrint: one
+    cvtps2dq per vector on x86, where np.rint then a conversion take two instructions, three
+    micro-ops on 512-bit vectors). Only for values already clamped into int32's range: outside
+    it the result is unspecified. Rounds in the current rounding mode, which numba (and so
+    every kernel's np.rint) leaves at the default, half to even."""
+    if value != types.float32:
+        return None
+    sig = types.int32(types.float32)
+
+    def codegen(context, builder, signature, args):
+        fnty = ir.FunctionType(ir.IntType(32), [ir.FloatType()])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.lrint.i32.f32")
+        return builder.call(fn, args)
+
+    return sig, codegen
+
+
+#: The function attribute wide_vectors() sets: LLVM reads it when it vectorises the function.
+_WIDE = '"prefer-vector-width"="512"'
+
+
+@intrinsic
+def wide_vectors(typingctx):
+    """Ask LLVM to vectorise the calling function with 512-bit vectors where the target has them.
+
+    LLVM's tuning for Intel's AVX-512 cores prefers 256-bit vectors (older cores lowered their
+    clock for 512-bit work); our streaming loops then issue twice the instructions and stay
+    short of the memory's speed: int8 QuantizeLinear on a 2-core Xeon took 2.1-2.5 ms with
+    256-bit vectors, 1.7 ms with 512 (as onnxruntime's own AVX-512 kernels do). On a target
+    without AVX-512 the attribute changes nothing. Call it once at the top of a function whose
+    loops should be wide (every function: inlining does not carry it to the caller)."""
+    sig = types.void()
+
+    def codegen(context, builder, signature, args):
+        # llvmlite's attribute set accepts only keyword attributes; a string attribute is
+        # written as is into the function's definition
+        set.add(builder.function.attributes, _WIDE)
+        return context.get_dummy_value()
 
     return sig, codegen
