@@ -319,6 +319,30 @@ def plan_quantize(x_dtype, x_shape, scale_dtype, scale_shape, zero_point_dtype=N
     return QuantizePlan(ov, xf, sf, target, pf, layout, _check_saturate(ov, saturate))
 
 
+_PLANS: dict = {}  # (planner, its arguments) -> plan; see _remembered
+_PLANS_KEPT = 512
+
+
+def _remembered(planner, *args, **kwargs):
+    """planner(*args, **kwargs), remembered: a plan is a pure function of the dtypes, shapes
+    and attributes it is given, and validating them again took about a third of the Python
+    time of a large call (which runs its kernel in under 2 ms). Each value is keyed with its
+    type, since True == 1 but axis=True is an error where axis=1 is not; arguments that cannot
+    be hashed are planned every time, and errors are never remembered."""
+    try:
+        key = (planner, *((type(a), a) for a in args),
+               *((k, type(v), v) for k, v in sorted(kwargs.items())))
+        plan = _PLANS.get(key)
+    except TypeError:  # an unhashable argument
+        return planner(*args, **kwargs)
+    if plan is None:
+        plan = planner(*args, **kwargs)
+        if len(_PLANS) >= _PLANS_KEPT:
+            _PLANS.clear()
+        _PLANS[key] = plan
+    return plan
+
+
 def quantize_linear(x: Any, y_scale: Any, y_zero_point: Any = None, *, axis: int = 1,
                     block_size: int = 0, saturate: bool = True, output_dtype: Any = None,
                     precision: Any = None, opset: int = LATEST_OPSET,
@@ -391,10 +415,10 @@ def prepare_quantize(x: Any, y_scale: Any, y_zero_point: Any = None, *, axis: in
                 y_zero_point = y_zero_point.astype(get_format(target_hint).dtype)
         y_zero_point = _native(np.asarray(y_zero_point))
         zp_dtype = y_zero_point.dtype
-    plan = plan_quantize(x.dtype, x.shape, y_scale.dtype, y_scale.shape, zp_dtype,
-                         None if y_zero_point is None else y_zero_point.shape, axis=axis,
-                         block_size=block_size, saturate=saturate, output_dtype=output_dtype,
-                         precision=precision, opset=opset)
+    plan = _remembered(plan_quantize, x.dtype, x.shape, y_scale.dtype, y_scale.shape, zp_dtype,
+                       None if y_zero_point is None else y_zero_point.shape, axis=axis,
+                       block_size=block_size, saturate=saturate, output_dtype=output_dtype,
+                       precision=precision, opset=opset)
     kernels = _check_backend(backend, ov)
     s = _scale_values(ov, np.asarray(y_scale), plan.scale, "y_scale", plan.precision)
     if _is_float8(plan.target):
@@ -514,10 +538,10 @@ def prepare_dequantize(x: Any, x_scale: Any, x_zero_point: Any = None, *, axis: 
         x_zero_point = _as_array(x_zero_point, "x_zero_point", ov, integer_dtype=x.dtype)
     elif x_zero_point is not None:
         x_zero_point = _native(np.asarray(x_zero_point))
-    plan = plan_dequantize(x.dtype, x.shape, x_scale.dtype, x_scale.shape,
-                           None if x_zero_point is None else x_zero_point.dtype,
-                           None if x_zero_point is None else x_zero_point.shape, axis=axis,
-                           block_size=block_size, output_dtype=output_dtype, opset=opset)
+    plan = _remembered(plan_dequantize, x.dtype, x.shape, x_scale.dtype, x_scale.shape,
+                       None if x_zero_point is None else x_zero_point.dtype,
+                       None if x_zero_point is None else x_zero_point.shape, axis=axis,
+                       block_size=block_size, output_dtype=output_dtype, opset=opset)
     kernels = _check_backend(backend, ov)
     s = _scale_values(ov, np.asarray(x_scale), plan.scale, "x_scale", None)
     if _is_float8(plan.x) and x_zero_point is not None:

@@ -506,3 +506,21 @@ def test_symlink_loop_has_its_own_message(tmp_path: Path):
     os.symlink(a, b)
     with pytest.raises(TensorFileError, match="loop of symbolic links"):
         load_tensor(a)
+
+
+@pytest.mark.parametrize("good, bad, word", [
+    ({"opset": 28}, {"opset": True}, "opset"),
+    ({"axis": 1}, {"axis": True}, "axis"),
+    ({"saturate": True}, {"saturate": 1.0}, "saturate"),
+])
+def test_remembered_plans_keep_their_errors(good, bad, word):
+    """Plans are remembered by their arguments' values and types: after a valid call, one whose
+    arguments are equal in Python (True == 1, 1.0 == True) but invalid still raises."""
+    s = np.full(4, F32(0.1)) if "axis" in good else F32(0.1)
+    Q(X, s, **good)
+    Q(X, s, **good)  # the second call finds the plan remembered
+    with pytest.raises(qcore.QuantizationError, match=word):
+        Q(X, s, **bad)
+    qcore.ops._PLANS.clear()  # and the same error without anything remembered
+    with pytest.raises(qcore.QuantizationError, match=word):
+        Q(X, s, **bad)
