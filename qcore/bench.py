@@ -49,6 +49,8 @@ class Case:
     block_size: int = 0
     saturate: bool = True
     x_dtype: str = "float32"
+    scale_dtype: str = ""  # "": the same type as x
+    precision: str = ""  # "": the operator's default (the scale's type)
     packed: bool = False
     results: dict = field(default_factory=dict)  # implementation -> elements/s
     roofline: float = 0.0  # elements/s the copy bandwidth allows
@@ -79,6 +81,12 @@ def default_cases(quick: bool = False) -> list[Case]:
         Case("Q int8 per-tensor, float16 x", "quantize", "int8", x_dtype="float16"),
         Case("Q int8 per-tensor, bfloat16 x", "quantize", "int8", x_dtype="bfloat16"),
         Case("Q float8e4m3fn, float16 x", "quantize", "float8e4m3fn", x_dtype="float16"),
+        Case("Q int8 per-tensor, float16 x, float32 scale", "quantize", "int8",
+             x_dtype="float16", scale_dtype="float32"),
+        Case("Q int8 per-tensor, bfloat16 x, float32 scale", "quantize", "int8",
+             x_dtype="bfloat16", scale_dtype="float32"),
+        Case("Q int8 per-tensor, bfloat16 x, precision float16", "quantize", "int8",
+             x_dtype="bfloat16", precision="float16"),
         Case("DQ int8 per-tensor", "dequantize", "int8"),
         Case("DQ uint8 per-tensor", "dequantize", "uint8"),
         Case("DQ int8 per-axis (last axis)", "dequantize", "int8", "per-axis", 1),
@@ -166,7 +174,7 @@ def make_inputs(case: Case, shape: tuple[int, int], seed: int = 0) -> dict:
                     scale_value, np.float32)
     if case.x_dtype != "float32":
         x = x.astype(x_dtype)
-        scale = scale.astype(x_dtype)
+        scale = scale.astype(get_format(case.scale_dtype or case.x_dtype).dtype)
     zero_point = np.zeros(scale.shape, fmt.dtype)
     inputs = {"x": x, "scale": scale, "zero_point": zero_point}
     if case.op == "dequantize":
@@ -176,6 +184,8 @@ def make_inputs(case: Case, shape: tuple[int, int], seed: int = 0) -> dict:
 
 def _kwargs(case: Case) -> dict:
     kw: dict = {"saturate": case.saturate}
+    if case.precision:
+        kw["precision"] = case.precision
     if case.granularity != "per-tensor":
         kw["axis"] = case.axis
     if case.granularity == "blocked":
@@ -229,6 +239,8 @@ def ml_dtypes_impl(case: Case, inputs: dict) -> Callable[[], object] | None:
     fmt = get_format(case.target)
     if case.op != "quantize" or fmt.kind != "float" or case.granularity != "per-tensor":
         return None
+    if case.scale_dtype or case.precision:
+        return None  # mixed types: astype is not the operator
     x, s, dt = inputs["x"], inputs["scale"], fmt.dtype
     if case.saturate and fmt.name.startswith("float8"):
         lo, hi = fmt.min, fmt.max
@@ -246,7 +258,7 @@ def onnxruntime_impl(case: Case, inputs: dict) -> Callable[[], object] | None:
     fmt = get_format(case.target)
     x_fmt = get_format(case.x_dtype)
     if x_fmt.name == "bfloat16" or fmt.bits < 4 or fmt.name.startswith("float6") or (
-            fmt.name == "float4e2m1") or case.packed:
+            fmt.name == "float4e2m1") or case.packed or case.scale_dtype or case.precision:
         return None  # no onnxruntime CPU kernel (README) or nothing comparable
     attrs = {} if case.granularity == "per-tensor" else {"axis": case.axis}
     if case.block_size:
