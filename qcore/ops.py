@@ -232,12 +232,16 @@ def _scale_values(ov: OpVersion, scale: np.ndarray, fmt: Format, argument: str,
 
 
 def _zero_point_values(ov: OpVersion, zp: np.ndarray | None, scale: np.ndarray, fmt: Format,
-                       argument: str, scale_name: str) -> np.ndarray:
+                       argument: str, scale_name: str, dtype=np.float64) -> np.ndarray:
+    """Zero points as the kernels read them: flat, `dtype` (float32 for QuantizeLinear, whose
+    targets' zero points are all exact in float32 and whose kernels add them in float32: half
+    the bytes to write per call and to read per element; float64 for DequantizeLinear, whose
+    int32 zero points need it)."""
     if zp is None:  # one zero per scale: the kernels index zero points like scales
-        return np.zeros(max(scale.size, 1), np.float64)
+        return np.zeros(max(scale.size, 1), dtype)
     _check_zero_point_shape(ov, zp.shape, scale.shape, argument, scale_name)
     with np.errstate(all="ignore"):
-        values = zp.astype(np.float64).reshape(-1)
+        values = zp.astype(dtype).reshape(-1)
     if fmt.kind == FLOAT and not np.isfinite(values).all():
         raise QuantizationError(f"{ov.label}: {argument} must be finite, got {zp.reshape(-1)!r}")
     return np.ascontiguousarray(values)
@@ -367,7 +371,8 @@ class PreparedCall:
     :func:`prepare_dequantize`): what the operators run, and what the CUDA benchmark times.
 
     ``x`` keeps its shape (a device array stays on the device); ``scale`` is float32 (rounded to
-    the precision type for QuantizeLinear), ``zero_point`` float64, both flat, one zero per scale
+    the precision type for QuantizeLinear), ``zero_point`` float32 for QuantizeLinear and float64
+    for DequantizeLinear, both flat, one zero per scale
     when none was given; ``kernels`` the backend module.
     """
 
@@ -427,7 +432,8 @@ def prepare_quantize(x: Any, y_scale: Any, y_zero_point: Any = None, *, axis: in
         # used". qcore agrees with them (README, Semantics): its type names the target only.
         y_zero_point = None
     z = _zero_point_values(ov, None if y_zero_point is None else np.asarray(y_zero_point),
-                           np.asarray(y_scale), plan.target, "y_zero_point", "y_scale")
+                           np.asarray(y_scale), plan.target, "y_zero_point", "y_scale",
+                           np.float32)
     return PreparedCall(plan, x, s, z, y_zero_point is not None, kernels)
 
 

@@ -36,7 +36,8 @@ def _jobs() -> list[tuple[str, Callable[[], None]]]:
     lp = LayoutParams(pre=1, dim=n, post=1, block=n, scale_pre=1, scale_blocks=1, scale_post=1,
                       uniform=1)
     s = cpu._readonly(np.ones(1, np.float32))
-    z = cpu._readonly(np.zeros(1, np.float64))
+    zq = cpu._readonly(np.zeros(1, np.float32))  # QuantizeLinear's zero points (ops.py)
+    zd = cpu._readonly(np.zeros(1, np.float64))  # DequantizeLinear's
     qp = QuantizeParams(xkind=0, pkind=int(PKind.F32), tkind=int(TKind.INT), lo=-128, hi=127,
                         mask=255, ebits=0, mbits=0, bias=0, max_code=0, has_inf=0, nan_style=0,
                         saturate=1, has_zp=1)
@@ -45,11 +46,11 @@ def _jobs() -> list[tuple[str, Callable[[], None]]]:
     enc = cpu._readonly(np.zeros(1 << 17, np.uint8))
     jobs = []
     for family, (xts, yts) in FAMILY_TYPES.items():
-        params, tab = (qp, enc) if family.startswith("quantize") else (dp, table)
+        params, tab, z = (qp, enc, zq) if family.startswith("quantize") else (dp, table, zd)
         for kernel, label in zip(cpu.FAMILIES[family], ("parallel", "serial")):
             for xt in xts:
                 for yt in yts:
-                    def job(kernel=kernel, xt=xt, yt=yt, params=params, tab=tab):
+                    def job(kernel=kernel, xt=xt, yt=yt, params=params, tab=tab, z=z):
                         kernel(cpu._readonly(np.zeros(n, xt)), s, z, np.empty(n, yt), lp,
                                params, tab, np.zeros(1, np.int64))
                     jobs.append((f"{family} {label} {np.dtype(xt).name}->{np.dtype(yt).name}",

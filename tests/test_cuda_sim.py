@@ -102,7 +102,7 @@ def _gpu_signatures():
     sigs = []  # every x type and every y type at least once (the rest is the same code)
     for xt, yt in ((t.float32, t.uint8), (t.uint16, t.int8), (t.int32, t.uint16),
                    (t.float32, t.int16)):
-        sigs.append((kk.quantize_kernel, (arr(xt), arr(f32), arr(f64), arr(yt), lp, qp)))
+        sigs.append((kk.quantize_kernel, (arr(xt), arr(f32), arr(f32), arr(yt), lp, qp)))
     for xt, yt in ((t.int8, t.float32), (t.uint8, t.uint16), (t.int16, t.float32),
                    (t.uint16, t.uint16), (t.int32, t.float32)):
         sigs.append((kk.dequantize_kernel, (arr(xt), arr(f32), arr(f64), arr(yt), lp, dp,

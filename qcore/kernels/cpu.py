@@ -702,7 +702,7 @@ def dequantize_family(dp, okind_is_f32: bool) -> str:
 
 
 def quantize(x, s, z, y, lp, qp) -> None:
-    """Run the quantize kernel: x flat input, s float32 scales, z float64 zero points, y codes."""
+    """Run the quantize kernel: x flat input, s float32 scales, z float32 zero points, y codes."""
     family = quantize_family(qp)
     _launch(family, (_readonly(x), _readonly(s), _readonly(z), y, lp, qp, _NO_TABLE), x.size,
             _bandwidth_bound(family, lp))

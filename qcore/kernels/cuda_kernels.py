@@ -8,8 +8,8 @@ device when a kernel calls them). This module only moves data and reinterprets b
 no element rule of its own.
 
 Parameters are the CPU path's: the NamedTuples of :mod:`qcore.kernels.params` ``lp`` (layout),
-``qp`` (quantize) and ``dp`` (dequantize), passed by value, float32 scales, float64 zero points,
-and the decode tables. Launching, copying and
+``qp`` (quantize) and ``dp`` (dequantize), passed by value, float32 scales, zero points
+(float32 for quantize, float64 for dequantize), and the decode tables. Launching, copying and
 the host/device API are :mod:`qcore.kernels.cuda`'s.
 
 Under the CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``) the same kernels run as Python threads; the
