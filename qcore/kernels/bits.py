@@ -92,7 +92,7 @@ def f32_via_f16(typingctx, value):
 
 @intrinsic
 def f16_bits_as_f32(typingctx, value):
-    """float16 bits (uint16) as float32, exactly (vcvtph2ps where HAS_F16C; callers keep an
+    """float16 bits (a uint16) as float32, exactly (vcvtph2ps where HAS_F16C; callers keep an
     integer rule elsewhere). A signalling NaN comes back quiet, its payload kept."""
     if not (isinstance(value, types.Integer) and value.bitwidth == 16):
         return None

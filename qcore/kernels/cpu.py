@@ -35,7 +35,15 @@ from .. import config
 from ..concurrency import parallel_call, parallel_workers
 from ..config import CHUNK, PARALLEL_THRESHOLD
 from . import bound, renamed
-from .bits import f32_as_u32, fetch_add, rint_to_int32, u32_as_f32, wide_vectors
+from .bits import (
+    HAS_F16C,
+    f16_bits_as_f32,
+    f32_as_u32,
+    fetch_add,
+    rint_to_int32,
+    u32_as_f32,
+    wide_vectors,
+)
 from .params import DXKind, NanStyle, PKind, QuantizeParams, TKind, XKind
 from .scalar import (
     bf16_to_f32,
@@ -225,8 +233,14 @@ def _int_block(v, ys, j0, j1, s0, z0, lo, hi, wrap, pkind):
 
 @njit(**_INLINE)
 def _half_to_f32(h, xkind):
-    """A float16 or bfloat16 element (its uint16 bits) as float32, exactly."""
-    return f16_to_f32(h) if xkind == XKind.F16 else bf16_to_f32(h)
+    """A float16 or bfloat16 element (its uint16 bits) as float32, exactly (float16 by one
+    vcvtph2ps where the target has F16C; it quiets a signalling NaN, which no integer code
+    can tell apart: every NaN saturates alike)."""
+    if xkind == XKind.BF16:
+        return bf16_to_f32(h)
+    if HAS_F16C:  # (the cast: kernels that compile this for other x types never run it)
+        return f16_bits_as_f32(np.uint16(h))
+    return f16_to_f32(h)
 
 
 @njit(**_INLINE)
