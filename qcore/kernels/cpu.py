@@ -11,8 +11,9 @@ one family, not every path):
 - quantize, float32 x divided in float32, to an integer target (``_seg_int``)
 - quantize, float32 x divided in float32, to a small float target (``_seg_float``: encoded
   arithmetically, branch-free)
-- quantize, anything else (16-bit or int32 x, another precision): ``_seg_generic``: x decoded
-  into a chunk buffer, then one fused loop per block (divide, round to the precision, encode)
+- quantize, anything else (16-bit or int32 x, another precision): ``_seg_generic``: 16-bit x to
+  an integer target in one loop per block (decode, divide, round to the precision, encode);
+  otherwise x decoded into a chunk buffer, then one fused loop per block
 - dequantize, 8/16-bit integers to float32 (``_dseg_numeric``), and everything else
   (``_dseg_generic``: decode tables, int32, 16-bit outputs)
 
