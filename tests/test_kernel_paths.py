@@ -53,6 +53,9 @@ SHAPES = [
     ((2, 96, 70), 1, 7),      # a middle axis
     ((200, 700), 1, 64),      # 140000 elements: the parallel kernel
     ((1, 200000), 1, 300),
+    ((3, 5000), 1, 128),      # blocks of whole 32s, the last one and chunk-cut ones not
+    ((4, 4096), 1, 96),
+    ((2, 70000), 1, 1024),    # the largest block run 32 at a time, across chunk boundaries
 ]
 
 
@@ -136,3 +139,23 @@ def test_warmup_compiles_every_kernel_family():
             assert kernel.signatures, f"{family}: {kernel.py_func.__qualname__} not compiled"
     assert seen and seen[-1][0] == seen[-1][1] == len(seen)
     assert set(timings) == {"quantize", "dequantize", "minmax", "packing"}
+
+
+@pytest.mark.parametrize("target", [np.int8, np.uint8, ml_dtypes.int4, ml_dtypes.uint4,
+                                    ml_dtypes.int2, np.int16, np.uint16])
+@pytest.mark.parametrize("n", [1000, 3_000_000])  # serial and parallel kernels
+def test_integer_codes_round_half_to_even_then_saturate(target, n):
+    """Exact ties, saturation and infinities against NumPy's own rule: the integer kernels clamp
+    to [lo - zp, hi - zp] before one round-and-convert instruction, which must equal rounding
+    first, adding the zero point, then saturating."""
+    info = ml_dtypes.iinfo(target)
+    rng = np.random.default_rng(7)
+    scale = np.float32(0.25)  # a power of two: x / scale is exact, so k + 0.5 stays a tie
+    ties = (rng.integers(-70000, 70000, n) + 0.5).astype(np.float32) * scale
+    ties[:6] = [np.inf, -np.inf, 1e30, -1e30, 0.125, -0.125]
+    for zp in (info.min, 0, 1, info.max):
+        z = np.array(zp, target)
+        got = qcore.quantize_linear(ties, scale, z).astype(np.int64)
+        with np.errstate(invalid="ignore"):
+            want = np.clip(np.rint(ties.astype(np.float64) / 0.25) + zp, info.min, info.max)
+        np.testing.assert_array_equal(got, want.astype(np.int64), err_msg=f"zero point {zp}")
