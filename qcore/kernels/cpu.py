@@ -269,6 +269,19 @@ def _int_blocks_half(xs, ys, sv, zv, block, first, n, lo, hi, mask, xkind, pkind
 
 
 @njit(**_INLINE)
+def _int_blocks_half_as(xs, ys, sv, zv, block, first, n, lo, hi, qp, xkind):
+    """_int_blocks_half for a constant `xkind`, with the precision made a constant too: one
+    loop per precision."""
+    mask = np.int32(qp.mask)
+    if qp.pkind == PKind.F16:
+        _int_blocks_half(xs, ys, sv, zv, block, first, n, lo, hi, mask, xkind, PKind.F16)
+    elif qp.pkind == PKind.BF16:
+        _int_blocks_half(xs, ys, sv, zv, block, first, n, lo, hi, mask, xkind, PKind.BF16)
+    else:
+        _int_blocks_half(xs, ys, sv, zv, block, first, n, lo, hi, mask, xkind, PKind.F32)
+
+
+@njit(**_INLINE)
 def _float_block(v, ys, j0, j1, s0, za, add, c, fnuz, pkind):
     """ys[j] = small float code of v[j] / s0 rounded to the precision (then + za, rounded
     again, when `add`)."""
@@ -299,27 +312,11 @@ def _seg_generic(xs, ys, sv, zv, block, first, qp, enc, buf):
     is_int = qp.tkind == TKind.INT
     lo = np.float32(qp.lo)
     hi = np.float32(qp.hi)
-    if is_int and (xkind == XKind.F16 or xkind == XKind.BF16):
-        mask = np.int32(qp.mask)
-        if xkind == XKind.F16:
-            if pkind == PKind.F16:
-                _int_blocks_half(xs, ys, sv, zv, block, first, n, lo, hi, mask, XKind.F16,
-                                 PKind.F16)
-            elif pkind == PKind.BF16:
-                _int_blocks_half(xs, ys, sv, zv, block, first, n, lo, hi, mask, XKind.F16,
-                                 PKind.BF16)
-            else:
-                _int_blocks_half(xs, ys, sv, zv, block, first, n, lo, hi, mask, XKind.F16,
-                                 PKind.F32)
-        elif pkind == PKind.F16:
-            _int_blocks_half(xs, ys, sv, zv, block, first, n, lo, hi, mask, XKind.BF16,
-                             PKind.F16)
-        elif pkind == PKind.BF16:
-            _int_blocks_half(xs, ys, sv, zv, block, first, n, lo, hi, mask, XKind.BF16,
-                             PKind.BF16)
-        else:
-            _int_blocks_half(xs, ys, sv, zv, block, first, n, lo, hi, mask, XKind.BF16,
-                             PKind.F32)
+    if is_int and xkind == XKind.F16:
+        _int_blocks_half_as(xs, ys, sv, zv, block, first, n, lo, hi, qp, XKind.F16)
+        return
+    if is_int and xkind == XKind.BF16:
+        _int_blocks_half_as(xs, ys, sv, zv, block, first, n, lo, hi, qp, XKind.BF16)
         return
     v = buf
     _load_block(xs, v, 0, n, xkind, pkind)
