@@ -153,9 +153,19 @@ def test_integer_codes_round_half_to_even_then_saturate(target, n):
     scale = np.float32(0.25)  # a power of two: x / scale is exact, so k + 0.5 stays a tie
     ties = (rng.integers(-70000, 70000, n) + 0.5).astype(np.float32) * scale
     ties[:6] = [np.inf, -np.inf, 1e30, -1e30, 0.125, -0.125]
+    nan_at = np.arange(37, n, 97)  # inside the kernels' vector blocks and their tails
+    ties[nan_at] = np.nan
     for zp in (info.min, 0, 1, info.max):
         z = np.array(zp, target)
         got = qcore.quantize_linear(ties, scale, z).astype(np.int64)
         with np.errstate(invalid="ignore"):
             want = np.clip(np.rint(ties.astype(np.float64) / 0.25) + zp, info.min, info.max)
+        want[nan_at] = info.min  # NaN into an integer type: the minimum (README, Semantics)
         np.testing.assert_array_equal(got, want.astype(np.int64), err_msg=f"zero point {zp}")
+        # blocks of 32 along the last axis: the blocked kernels' fixed-width loops
+        rows = ties[:n - n % 64].reshape(-1, 64)
+        scales = np.full((rows.shape[0], 2), scale)
+        got = qcore.quantize_linear(rows, scales, np.full(scales.shape, zp, target), axis=1,
+                                    block_size=32).astype(np.int64)
+        np.testing.assert_array_equal(got.ravel(), want[:rows.size].astype(np.int64),
+                                      err_msg=f"blocked, zero point {zp}")

@@ -146,3 +146,79 @@ def wide_vectors(typingctx):
         return context.get_dummy_value()
 
     return sig, codegen
+
+
+def _target_is_x86() -> bool:
+    """Whether numba compiles for x86-64, where LLVM lowers a vector lrint to cvtps2dq (one
+    instruction per vector); elsewhere it may become a call per lane."""
+    import platform
+
+    return platform.machine().lower() in ("x86_64", "amd64")
+
+
+#: True where int_codes_32 / int_codes_64 compile to straight vector code (see their doc).
+EXPLICIT_VECTORS = _target_is_x86()
+
+
+def _int_codes_intrinsic(width: int):
+    """An intrinsic that writes `width` integer codes at once: ys[j + k] =
+    (lrint(clamp(xs[j + k] / scale, a, b)) + zero) & mask for k < width, as one vector
+    division, two compare-and-selects, one lrint, an add, an AND, a truncation to ys's item
+    and one store, with the same IEEE operations per lane as the scalar rule (so the same
+    bits). `a`, `b` are the clamp bounds (lo - zero point, hi - zero point); NaN fails the first
+    test and becomes `a`. xs (float32) and ys (integers) are contiguous 1-D arrays and
+    j + width <= their sizes (not checked)."""
+
+    def typer(typingctx, xs, j, ys, scale, a, b, zero, mask):
+        if not (isinstance(xs, types.Array) and xs.dtype == types.float32 and xs.ndim == 1
+                and xs.layout == "C" and isinstance(ys, types.Array) and ys.ndim == 1
+                and ys.layout == "C" and isinstance(ys.dtype, types.Integer)
+                and ys.dtype.bitwidth <= 32 and isinstance(j, types.Integer)):
+            return None
+        sig = types.void(xs, j, ys, types.float32, types.float32, types.float32, types.int32,
+                         types.int32)
+
+        def codegen(context, builder, signature, args):
+            xs_ty, j_ty, ys_ty = signature.args[:3]
+            xs_v, j_v, ys_v, scale_v, a_v, b_v, zero_v, mask_v = args
+            index = context.cast(builder, j_v, j_ty, types.int64)
+            f32 = ir.FloatType()
+            i32 = ir.IntType(32)
+            fvec = ir.VectorType(f32, width)
+            ivec = ir.VectorType(i32, width)
+            out_item = ir.IntType(ys_ty.dtype.bitwidth)
+            ovec = ir.VectorType(out_item, width)
+
+            def splat(value, vec):
+                one = builder.insert_element(ir.Constant(vec, ir.Undefined), value,
+                                             ir.Constant(i32, 0))
+                return builder.shuffle_vector(one, ir.Constant(vec, ir.Undefined),
+                                              ir.Constant(ir.VectorType(i32, width), [0] * width))
+
+            xdata = context.make_array(xs_ty)(context, builder, xs_v).data
+            ydata = context.make_array(ys_ty)(context, builder, ys_v).data
+            xp = builder.bitcast(builder.gep(xdata, [index]), fvec.as_pointer())
+            q = builder.fdiv(builder.load(xp, align=4), splat(scale_v, fvec))
+            lo = splat(a_v, fvec)
+            hi = splat(b_v, fvec)
+            q = builder.select(builder.fcmp_ordered(">", q, lo), q, lo)
+            q = builder.select(builder.fcmp_ordered("<", q, hi), q, hi)
+            lrint = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(ivec, [fvec]),
+                f"llvm.lrint.v{width}i32.v{width}f32")
+            codes = builder.add(builder.call(lrint, [q]), splat(zero_v, ivec))
+            codes = builder.and_(codes, splat(mask_v, ivec))
+            if out_item.width < 32:
+                codes = builder.trunc(codes, ovec)
+            yp = builder.bitcast(builder.gep(ydata, [index]), ovec.as_pointer())
+            builder.store(codes, yp, align=out_item.width // 8)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    typer.__name__ = f"int_codes_{width}"
+    return intrinsic(typer)
+
+
+int_codes_32 = _int_codes_intrinsic(32)
+int_codes_64 = _int_codes_intrinsic(64)

@@ -37,10 +37,13 @@ from ..concurrency import parallel_call, parallel_workers
 from ..config import CHUNK, PARALLEL_THRESHOLD
 from . import bound, renamed
 from .bits import (
+    EXPLICIT_VECTORS,
     HAS_F16C,
     f16_bits_as_f32,
     f32_as_u32,
     fetch_add,
+    int_codes_32,
+    int_codes_64,
     rint_to_int32,
     u32_as_f32,
     wide_vectors,
@@ -96,6 +99,24 @@ def _int_code_masked(q, zf, lo, hi, mask):
 # ---------------------------------------------------------------------------------------------
 
 
+@njit(**_INLINE)
+def _int_run(xs, ys, j0, j1, s0, zf, lo, hi, mask):
+    """ys[j] for j0 <= j < j1, all with scale s0 and zero point zf (see _int_code_masked).
+    Where EXPLICIT_VECTORS, 64 at a time as written-out vector code: LLVM's own vectorisation
+    of the scalar loop reached 0.88x onnxruntime on a 2-core Xeon (AVX-512) where the same
+    operations written as vectors reach 1.0x. The rest one at a time."""
+    j = j0
+    if EXPLICIT_VECTORS:
+        a = lo - zf
+        b = hi - zf
+        zi = np.int32(zf)
+        while j + 64 <= j1:
+            int_codes_64(xs, j, ys, s0, a, b, zi, mask)
+            j += 64
+    for k in range(np.uint64(j), np.uint64(j1)):
+        ys[k] = _int_code_masked(xs[k] / s0, zf, lo, hi, mask)
+
+
 @njit(**_JIT)
 def _seg_int(xs, ys, sv, zv, block, first, qp, enc, buf):
     """float32 x, float32 division, integer target."""
@@ -117,15 +138,22 @@ def _seg_int(xs, ys, sv, zv, block, first, qp, enc, buf):
         if j1 - j0 <= 1024 and (j1 - j0) % 32 == 0:
             # small blocks of whole 32s (block 32, 64, 128...): fixed trip counts, no
             # remainder loops or alias checks
-            while j0 < j1:
-                xb = xs[j0:j0 + 32]
-                yb = ys[j0:j0 + 32]
-                for k in range(32):
-                    yb[k] = _int_code_masked(xb[k] / s0, z0, lo, hi, mask)
-                j0 += 32
+            if EXPLICIT_VECTORS:
+                a = lo - z0
+                bb = hi - z0
+                zi = np.int32(z0)
+                while j0 < j1:
+                    int_codes_32(xs, j0, ys, s0, a, bb, zi, mask)
+                    j0 += 32
+            else:
+                while j0 < j1:
+                    xb = xs[j0:j0 + 32]
+                    yb = ys[j0:j0 + 32]
+                    for k in range(32):
+                        yb[k] = _int_code_masked(xb[k] / s0, z0, lo, hi, mask)
+                    j0 += 32
         else:
-            for j in range(np.uint64(j0), np.uint64(j1)):
-                ys[j] = _int_code_masked(xs[j] / s0, z0, lo, hi, mask)
+            _int_run(xs, ys, j0, j1, s0, z0, lo, hi, mask)
         j0 = j1
         b += 1
 
