@@ -237,14 +237,18 @@ def _zero_point_values(ov: OpVersion, zp: np.ndarray | None, scale: np.ndarray, 
     targets' zero points are all exact in float32 and whose kernels add them in float32: half
     the bytes to write per call and to read per element; float64 for DequantizeLinear, whose
     int32 zero points need it)."""
+    # converted into a pooled buffer (cpu.new_output): blocked zero points are 1/32 of x
     if zp is None:  # one zero per scale: the kernels index zero points like scales
-        return np.zeros(max(scale.size, 1), dtype)
+        values = cpu.new_output(max(scale.size, 1), dtype)
+        values.fill(0)
+        return values
     _check_zero_point_shape(ov, zp.shape, scale.shape, argument, scale_name)
+    values = cpu.new_output(zp.size, dtype)
     with np.errstate(all="ignore"):
-        values = zp.astype(dtype).reshape(-1)
+        np.copyto(values, zp.reshape(-1), casting="unsafe")
     if fmt.kind == FLOAT and not np.isfinite(values).all():
         raise QuantizationError(f"{ov.label}: {argument} must be finite, got {zp.reshape(-1)!r}")
-    return np.ascontiguousarray(values)
+    return values
 
 
 def _check_zero_point_shape(ov: OpVersion, zero_point_shape, scale_shape, zp_name: str,
@@ -357,12 +361,60 @@ def quantize_linear(x: Any, y_scale: Any, y_zero_point: Any = None, *, axis: int
     result has the zero point's type, else `output_dtype`, else uint8 (an ml_dtypes dtype for
     the sub-byte and float8/6/4 types, one element per byte).
     """
-    call = prepare_quantize(x, y_scale, y_zero_point, axis=axis, block_size=block_size,
-                            saturate=saturate, output_dtype=output_dtype, precision=precision,
-                            opset=opset, backend=backend)
+    options = {"axis": axis, "block_size": block_size, "saturate": saturate,
+               "output_dtype": output_dtype, "precision": precision, "opset": opset,
+               "backend": backend}
+    key = _call_key(x, y_scale, y_zero_point, options)
+    known = _CALLS.get(key) if key is not None else None
+    if known is not None:
+        with parallel_guard(x.size):
+            return _run_quantize(cpu, x, *known)
+    call = prepare_quantize(x, y_scale, y_zero_point, **options)
+    params = None
+    if key is not None:
+        params = (layout_params(call.plan.layout), quantize_params(call.plan,
+                                                                   call.has_zero_point))
+        # copies (the scale may be a view of the caller's array, which they may change), read
+        # only (shared by every call with this key); not the call itself, which holds x
+        scale, zero_point = (np.array(v) for v in (call.scale, call.zero_point))
+        scale.flags.writeable = zero_point.flags.writeable = False
+        if len(_CALLS) >= _PLANS_KEPT:
+            _CALLS.clear()
+        _CALLS[key] = (scale, zero_point, call.plan, call.has_zero_point, params)
     with parallel_guard(call.x.size if call.kernels is cpu else 0):
         return _run_quantize(call.kernels, call.x, call.scale, call.zero_point, call.plan,
-                             call.has_zero_point)
+                             call.has_zero_point, params)
+
+
+_CALLS: dict = {}  # _call_key -> _run_quantize's arguments after x, for a validated call
+
+
+def _call_key(x: Any, y_scale: Any, y_zero_point: Any, options: dict) -> tuple | None:
+    """A key under which a QuantizeLinear call's validation can be remembered whole, or None.
+
+    Only for the common call whose arguments all fit in the key: x a host ndarray in native
+    byte order (its data is never validated), the scale and the zero point one-element NumPy
+    values (their bytes are in the key), CPU backend. A remembered call skips about 150 us of
+    Python, which after a kernel has streamed 80 MB through the caches is 6% of an int8
+    call on 16 Mi elements. Values are keyed with their types, as in _remembered."""
+    if type(x) is not np.ndarray or not x.dtype.isnative or options["backend"] != "cpu":
+        return None
+    parts = [x.dtype, x.shape]
+    for value in (y_scale, y_zero_point):
+        if value is None:
+            parts.append(None)
+            continue
+        if (not isinstance(value, (np.ndarray, np.generic)) or value.size != 1
+                or not value.dtype.isnative or value.dtype.hasobject):
+            return None
+        parts += [type(value), value.dtype, value.shape, value.tobytes()]
+    parts += [(k, type(v), v) for k, v in options.items()]
+    key = tuple(parts)
+    try:
+        hash(key)
+    except TypeError:  # an unhashable option
+        return None
+    return key
 
 
 @dataclass(frozen=True)
@@ -458,9 +510,10 @@ def _flat_input(x: np.ndarray) -> np.ndarray:
 
 
 def _run_quantize(kernels, x, s: np.ndarray, z: np.ndarray, plan: QuantizePlan,
-                  has_zero_point: bool) -> np.ndarray:
-    """Run the kernel. A given zero point is added even when it is 0 (the formula's
-    ``x / scale + zp`` turns -0 into +0 for the float targets)."""
+                  has_zero_point: bool, params: tuple | None = None) -> np.ndarray:
+    """Run the kernel (`params`: the plan's (layout, quantize) kernel parameters, when already
+    made). A given zero point is added even when it is 0 (the formula's ``x / scale + zp``
+    turns -0 into +0 for the float targets)."""
     if _is_device(x):
         _require_device_backend(kernels, plan.version)
         return kernels.quantize_device(x, s, z, plan, quantize_params(plan, has_zero_point),
@@ -468,8 +521,9 @@ def _run_quantize(kernels, x, s: np.ndarray, z: np.ndarray, plan: QuantizePlan,
     t = plan.target
     y = cpu.new_output(x.size, np.uint8 if t.itemsize == 1 else np.uint16)
     if x.size:
-        kernels.quantize(_flat_input(x), s, z, y, layout_params(plan.layout),
-                         quantize_params(plan, has_zero_point))
+        if params is None:
+            params = (layout_params(plan.layout), quantize_params(plan, has_zero_point))
+        kernels.quantize(_flat_input(x), s, z, y, *params)
     return y.view(t.dtype).reshape(x.shape)
 
 

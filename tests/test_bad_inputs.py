@@ -524,3 +524,35 @@ def test_remembered_plans_keep_their_errors(good, bad, word):
     qcore.ops._PLANS.clear()  # and the same error without anything remembered
     with pytest.raises(qcore.QuantizationError, match=word):
         Q(X, s, **bad)
+
+
+def test_remembered_calls_follow_the_callers_arrays():
+    """A call remembered whole (one-element scale and zero point) must not keep a view of the
+    caller's scale: changing it in place and calling again gives the new answer, and going back
+    to the old value gives the old one."""
+    x = np.linspace(-4, 4, 2001, dtype=np.float32)
+    scale = np.array(0.5, np.float32)
+    zp = np.array(3, np.int8)
+    first = qcore.quantize_linear(x, scale, zp)
+    scale[...] = 0.25
+    zp[...] = -5
+    second = qcore.quantize_linear(x, scale, zp)
+    with np.errstate(invalid="ignore"):
+        np.testing.assert_array_equal(second, np.clip(np.rint(x / np.float32(0.25)) - 5, -128, 127))
+    # the first call's values in new arrays, while the first arrays keep the new values
+    again = qcore.quantize_linear(x, np.array(0.5, np.float32), np.array(3, np.int8))
+    np.testing.assert_array_equal(again, first)
+    np.testing.assert_array_equal(first, np.clip(np.rint(x / np.float32(0.5)) + 3, -128, 127))
+
+
+def test_remembered_calls_still_refuse_bad_scales():
+    """A refused call is never remembered, and a good one does not make a bad one pass."""
+    x = np.ones(16, np.float32)
+    qcore.quantize_linear(x, np.float32(1.0), np.uint8(0))
+    for _ in range(2):
+        with pytest.raises(qcore.QuantizationError, match="y_scale must be positive"):
+            qcore.quantize_linear(x, np.float32(0.0), np.uint8(0))
+    with pytest.raises(qcore.QuantizationError, match="opset"):
+        qcore.quantize_linear(x, np.float32(1.0), np.uint8(0), opset=True)
+    with pytest.raises(qcore.QuantizationError, match="saturate"):
+        qcore.quantize_linear(x, np.float32(1.0), np.uint8(0), saturate=1.0)
