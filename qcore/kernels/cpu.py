@@ -142,9 +142,14 @@ def _seg_int(xs, ys, sv, zv, block, first, qp, enc, buf):
                 a = lo - z0
                 bb = hi - z0
                 zi = np.int32(z0)
-                while j0 < j1:
-                    int_codes_32(xs, j0, ys, s0, a, bb, zi, mask)
-                    j0 += 32
+                if (j1 - j0) % 64 == 0:
+                    while j0 < j1:
+                        int_codes_64(xs, j0, ys, s0, a, bb, zi, mask)
+                        j0 += 64
+                else:
+                    while j0 < j1:
+                        int_codes_32(xs, j0, ys, s0, a, bb, zi, mask)
+                        j0 += 32
             else:
                 while j0 < j1:
                     xb = xs[j0:j0 + 32]
