@@ -8,7 +8,8 @@ case meets its speed target. The header names the host CPU, its vector ISA, the 
 compiled for, numba's threading layer and thread count.
 
 ``--cpu NAME`` adds a column for qcore compiled for another LLVM CPU target (a subprocess with
-NUMBA_CPU_NAME=NAME and its own numba cache; e.g. ``haswell`` for AVX2 on an AVX-512 host).
+NUMBA_CPU_NAME=NAME, NUMBA_CPU_FEATURES="" so that the code has that CPU's features and not the
+host's, and its own numba cache; e.g. ``haswell`` for AVX2 on an AVX-512 host).
 ``--cold`` times the first calls from an empty numba cache (:mod:`qcore.bench_cold`).
 ``--cold-app`` times the app's first pages after a fresh ``streamlit run`` with an empty numba
 cache, and every page after a warm restart, in headless Chromium (:mod:`qcore.bench_app`).
@@ -469,7 +470,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default=None, help="run only cases whose name contains this (several: A|B)")
     parser.add_argument("--cpu", metavar="NAME", action="append", default=[],
                         help="also run the qcore side compiled for this LLVM CPU target "
-                             "(NUMBA_CPU_NAME) in a subprocess with its own numba cache; "
+                             "(NUMBA_CPU_NAME, with that CPU's own features) in a "
+                             "subprocess with its own numba cache; "
                              "repeatable")
     parser.add_argument("--cpu-time", action="store_true",
                         help="one thread each (qcore and onnxruntime), timed by the thread's "

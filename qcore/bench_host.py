@@ -66,6 +66,7 @@ def host_info() -> dict:
         "host_isa": vector_isa(features),
         "numba_cpu_name": os.environ.get("NUMBA_CPU_NAME") or None,
         "numba_cpu_features": os.environ.get("NUMBA_CPU_FEATURES") or None,
+        "target_isa": target_isa(),
         "threading_layer": layer,
         "threads": numba.get_num_threads(),
         "cores": os.cpu_count(),
@@ -73,9 +74,18 @@ def host_info() -> dict:
     }
 
 
+def target_isa() -> str:
+    """The widest vector ISA of the code numba compiles here (see bits._target_features)."""
+    from .kernels.bits import _target_features
+
+    features = _target_features()
+    return vector_isa({name.lstrip("+"): True for name in features if name.startswith("+")})
+
+
 def describe(info: dict) -> str:
     """One line for the benchmark's header."""
     compiled = info["numba_cpu_name"] or "the host (native)"
+    compiled += f", {info['target_isa']}" if info.get("target_isa") else ""
     line = (f"host CPU {info['host_cpu']} ({info['host_isa']}), {info['cores']} cores; "
             f"qcore compiled for {compiled}")
     if info["numba_cpu_features"]:
@@ -117,8 +127,10 @@ def run_for_target(cpu_name: str, args: list[str], *, cache_dir: Path | None = N
     """
     cache = cache_dir or target_cache_dir(cpu_name)
     cache.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, NUMBA_CPU_NAME=cpu_name, NUMBA_CACHE_DIR=str(cache))
-    env.pop("NUMBA_CPU_FEATURES", None)
+    # NUMBA_CPU_NAME alone tunes for the name but keeps the host's features (AVX-512 code on an
+    # AVX-512 host for "haswell"); an empty feature string gives the named CPU's own
+    env = dict(os.environ, NUMBA_CPU_NAME=cpu_name, NUMBA_CPU_FEATURES="",
+               NUMBA_CACHE_DIR=str(cache))
     proc = subprocess.run([sys.executable, "-m", "qcore.bench", *args], env=env,
                           capture_output=True, text=True, timeout=timeout)
     if proc.returncode == -signal.SIGILL or proc.returncode == 128 + signal.SIGILL:

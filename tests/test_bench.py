@@ -128,6 +128,35 @@ def test_sigill_in_the_child_is_reported(monkeypatch):
         bench_host.run_for_target("znver4", ["--quick"])
 
 
+def test_other_target_child_compiles_with_the_named_cpus_own_features(monkeypatch, tmp_path):
+    """NUMBA_CPU_NAME alone keeps the host's features (numba's rule): on an AVX-512 host
+    "haswell" would still be AVX-512 code. The child must get NUMBA_CPU_FEATURES="" too."""
+    import subprocess
+
+    from qcore import bench_host
+
+    seen = {}
+
+    def run(cmd, env, **kwargs):
+        seen.update(env)
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setenv("NUMBA_CPU_FEATURES", "+avx512f")
+    monkeypatch.setattr(subprocess, "run", run)
+    bench_host.run_for_target("haswell", ["--quick"], cache_dir=tmp_path)
+    assert seen["NUMBA_CPU_NAME"] == "haswell"
+    assert seen["NUMBA_CPU_FEATURES"] == ""
+
+
+@pytest.mark.skipif(os.uname().machine not in ("x86_64", "AMD64"), reason="x86 CPU names")
+def test_named_cpu_features_come_from_llvm():
+    from qcore.kernels.bits import named_cpu_features
+
+    assert named_cpu_features("haswell") == {"+f16c", "+avx2"}
+    assert named_cpu_features("skylake-avx512") == {"+f16c", "+avx2", "+avx512f"}
+    assert named_cpu_features("x86-64") == set()
+
+
 def test_targets_are_judged_against_the_same_run():
     case = bench.Case("Q int8 per-tensor", "quantize", "int8")
     case.results = {"qcore": 1.0e9, "onnxruntime": 1.0e9}

@@ -57,23 +57,62 @@ def fetch_add(typingctx, counter, value):
     return sig, codegen
 
 
-def _target_has_f16c() -> bool:
-    """Whether numba compiles for a CPU with F16C (float <-> half in one vector instruction):
-    the features numba itself passes to LLVM (NUMBA_CPU_FEATURES, else the host's)."""
+def _target_features() -> set[str]:
+    """The CPU features numba compiles for, as "+name": NUMBA_CPU_FEATURES when set (empty with
+    NUMBA_CPU_NAME: the named CPU's own, see :func:`named_cpu_features`), else the host's (also
+    with NUMBA_CPU_NAME alone: numba then tunes for the name but keeps the host's features).
+    Empty where they cannot be read."""
     try:
         from numba.core import codegen, config
 
         features = config.CPU_FEATURES
+        if features == "" and config.CPU_NAME:
+            return named_cpu_features(config.CPU_NAME)
         if features is None:
             features = codegen.get_host_cpu_features()
-        return "+f16c" in str(features).split(",")
-    except Exception:  # noqa: BLE001 - unknown target: the portable integer rule
-        return False
+        return set(str(features).split(","))
+    except Exception:  # noqa: BLE001 - unknown target: the portable rules
+        return set()
+
+
+#: Compiled for the probe of named_cpu_features: a float16 -> float32 vector conversion (one
+#: vcvtph2ps with F16C), a 512-bit addition (zmm registers with AVX-512) and a 256-bit integer
+#: addition (one vpaddd on ymm registers with AVX2).
+_PROBE = """
+define void @probe(ptr %h, ptr %f, ptr %v, ptr %i) {
+  %e = load <8 x i32>, ptr %i
+  %g = add <8 x i32> %e, <i32 3, i32 3, i32 3, i32 3, i32 3, i32 3, i32 3, i32 3>
+  store <8 x i32> %g, ptr %i
+  %a = load <8 x half>, ptr %h
+  %b = fpext <8 x half> %a to <8 x float>
+  store <8 x float> %b, ptr %f
+  %c = load <16 x float>, ptr %v
+  %d = fadd <16 x float> %c, %c
+  store <16 x float> %d, ptr %v
+  ret void
+}
+"""
+
+
+def named_cpu_features(cpu_name: str) -> set[str]:
+    """The features among those the kernels and the benchmark test ("+f16c", "+avx2",
+    "+avx512f") that LLVM gives the CPU `cpu_name` by itself (NUMBA_CPU_FEATURES=""), read off
+    a tiny probe compiled for it."""
+    import llvmlite.binding as llvm
+
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    machine = llvm.Target.from_default_triple().create_target_machine(cpu=cpu_name,
+                                                                      features="")
+    asm = machine.emit_assembly(llvm.parse_assembly(_PROBE))
+    found = {"+f16c": "vcvtph2ps" in asm, "+avx512f": "zmm" in asm,
+             "+avx2": any("vpaddd" in line and "ymm" in line for line in asm.splitlines())}
+    return {name for name, present in found.items() if present}
 
 
 #: True where f32_via_f16 compiles to vcvtps2ph/vcvtph2ps; without F16C LLVM would call a
 #: compiler-rt routine that numba's JIT does not provide, so callers keep an integer rule.
-HAS_F16C = _target_has_f16c()
+HAS_F16C = "+f16c" in _target_features()
 
 
 @intrinsic
