@@ -261,3 +261,80 @@ def _int_codes_intrinsic(width: int):
 
 int_codes_32 = _int_codes_intrinsic(32)
 int_codes_64 = _int_codes_intrinsic(64)
+
+
+def _float_codes_intrinsic(width: int, fnuz: bool, add: bool):
+    """An intrinsic that writes `width` small-float codes at once: for k < width, ys[j + k] =
+    encode_with(bits of xs[j + k] / scale (+ zero, when `add`), consts, `fnuz`) (see
+    :func:`qcore.kernels.scalar.encode_with`, whose every step it writes out as one vector
+    operation: the same IEEE division, addition and 32-bit integer steps per lane, so the same
+    bits). `consts` is encode_consts' tuple of ten int32; xs (float32) and ys (8-bit codes) are
+    contiguous 1-D arrays and j + width <= their sizes (not checked)."""
+
+    def typer(typingctx, xs, j, ys, scale, zero, consts):
+        if not (isinstance(xs, types.Array) and xs.dtype == types.float32 and xs.ndim == 1
+                and xs.layout == "C" and isinstance(ys, types.Array) and ys.ndim == 1
+                and ys.layout == "C" and isinstance(ys.dtype, types.Integer)
+                and ys.dtype.bitwidth == 8 and isinstance(j, types.Integer)
+                and isinstance(consts, types.UniTuple) and consts.count == 10
+                and consts.dtype == types.int32):
+            return None
+        sig = types.void(xs, j, ys, types.float32, types.float32, consts)
+
+        def codegen(context, builder, signature, args):
+            xs_ty, j_ty, ys_ty = signature.args[:3]
+            xs_v, j_v, ys_v, scale_v, zero_v, consts_v = args
+            index = context.cast(builder, j_v, j_ty, types.int64)
+            f32 = ir.FloatType()
+            i32 = ir.IntType(32)
+            fvec = ir.VectorType(f32, width)
+            ivec = ir.VectorType(i32, width)
+
+            def splat(value, vec):
+                one = builder.insert_element(ir.Constant(vec, ir.Undefined), value,
+                                             ir.Constant(i32, 0))
+                return builder.shuffle_vector(one, ir.Constant(vec, ir.Undefined),
+                                              ir.Constant(ir.VectorType(i32, width), [0] * width))
+
+            def const(value):
+                return ir.Constant(ivec, [value] * width)
+
+            (shift, min_normal, offset, over, cap, nan_code, nan_sign, neg_zero, sbit,
+             nan_bound) = (splat(builder.extract_value(consts_v, i), ivec) for i in range(10))
+            xdata = context.make_array(xs_ty)(context, builder, xs_v).data
+            ydata = context.make_array(ys_ty)(context, builder, ys_v).data
+            xp = builder.bitcast(builder.gep(xdata, [index]), fvec.as_pointer())
+            q = builder.fdiv(builder.load(xp, align=4), splat(scale_v, fvec))
+            if add:
+                q = builder.fadd(q, splat(zero_v, fvec))
+            b = builder.bitcast(q, ivec)
+            shift = builder.and_(shift, const(31))
+            a = builder.and_(b, const(0x7FFFFFFF))
+            smask = builder.ashr(b, const(31))
+            ac = builder.select(builder.icmp_signed("<", a, over), a, over)
+            e = builder.and_(ac, const(0x7F800000))
+            e = builder.select(builder.icmp_signed(">", e, min_normal), e, min_normal)
+            m = builder.add(e, builder.shl(shift, const(23)))
+            k = builder.bitcast(builder.fadd(builder.bitcast(ac, fvec), builder.bitcast(m, fvec)),
+                                ivec)
+            code = builder.sub(builder.add(builder.sub(k, e), builder.ashr(e, shift)), offset)
+            code = builder.select(builder.icmp_signed("<", code, cap), code, cap)
+            r = builder.or_(code, builder.and_(sbit, smask))
+            if fnuz:
+                r = builder.select(builder.icmp_signed("==", r, neg_zero), const(0), r)
+            nan = builder.or_(nan_code, builder.and_(nan_sign, r))
+            r = builder.select(builder.icmp_signed(">", a, nan_bound), nan, r)
+            ovec = ir.VectorType(ir.IntType(8), width)
+            yp = builder.bitcast(builder.gep(ydata, [index]), ovec.as_pointer())
+            builder.store(builder.trunc(r, ovec), yp, align=1)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    typer.__name__ = f"float_codes_{width}{'_fnuz' if fnuz else ''}{'_zp' if add else ''}"
+    return intrinsic(typer)
+
+
+#: float_codes(fnuz, add): the intrinsic of float_codes_intrinsic for one small-float case.
+FLOAT_CODES = {(fnuz, add): _float_codes_intrinsic(32, fnuz, add)
+               for fnuz in (False, True) for add in (False, True)}

@@ -38,6 +38,7 @@ from ..config import CHUNK, PARALLEL_THRESHOLD
 from . import bound, renamed
 from .bits import (
     EXPLICIT_VECTORS,
+    FLOAT_CODES,
     HAS_F16C,
     f16_bits_as_f32,
     f32_as_u32,
@@ -171,6 +172,7 @@ def _float_consts(qp):
 
 _FNUZ = False  # bound per kernel (_Q_FLOATS): the target has no -0 (NanStyle.NEG_ZERO)
 _ADD = False  # bound per kernel (_Q_FLOATS): a zero point is added
+_FLOAT_CODES = FLOAT_CODES[False, False]  # bound per kernel: the vector step of its case
 
 
 def _seg_float(xs, ys, sv, zv, block, first, qp, enc, buf):
@@ -193,6 +195,10 @@ def _seg_float(xs, ys, sv, zv, block, first, qp, enc, buf):
         j1 = min(n, (b + 1) * block - first)
         s0 = sv[b]
         za = np.float32(zv[b])
+        if EXPLICIT_VECTORS:  # 32 at a time as written-out vector code (see _int_run)
+            while j0 + 32 <= j1:
+                _FLOAT_CODES(xs, j0, ys, s0, za, c)
+                j0 += 32
         for j in range(np.uint64(j0), np.uint64(j1)):
             q = xs[j] / s0
             q = q + za if _ADD else q
@@ -616,7 +622,8 @@ _Q_INT = _family(_seg_int, "quantize_int", 0)
 def _float_family(fnuz: bool, add: bool) -> tuple:
     """The drivers of one small-float case, over _seg_float compiled with its flags."""
     name = _float_case(fnuz, add).replace(" ", "_")
-    segment = bound(_seg_float, "_seg_" + name, _JIT, _FNUZ=fnuz, _ADD=add)
+    segment = bound(_seg_float, "_seg_" + name, _JIT, _FNUZ=fnuz, _ADD=add,
+                    _FLOAT_CODES=FLOAT_CODES[fnuz, add])
     return _family(segment, "quantize_" + name, 0)
 
 
