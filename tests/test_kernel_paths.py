@@ -169,3 +169,52 @@ def test_integer_codes_round_half_to_even_then_saturate(target, n):
                                     block_size=32).astype(np.int64)
         np.testing.assert_array_equal(got.ravel(), want[:rows.size].astype(np.int64),
                                       err_msg=f"blocked, zero point {zp}")
+
+
+def _portable_families():
+    """The integer and small-float quantize kernels as they compile off x86: the segment
+    loops without the written-out vector steps (EXPLICIT_VECTORS bound to False)."""
+    from qcore.kernels import bound
+
+    flags = {"nogil": True, "error_model": "numpy"}
+    families = {"quantize int": cpu._family(
+        bound(cpu._seg_int.py_func, "_seg_int_portable", flags, EXPLICIT_VECTORS=False),
+        "quantize_int_portable", 0)}
+    for (fnuz, add) in [(f, a) for f in (False, True) for a in (False, True)]:
+        name = cpu._float_case(fnuz, add)
+        segment = bound(cpu._seg_float, "_seg_portable_" + name.replace(" ", "_"),
+                        flags, EXPLICIT_VECTORS=False, _FNUZ=fnuz, _ADD=add)
+        families["quantize " + name] = cpu._family(
+            segment, "quantize_portable_" + name.replace(" ", "_"), 0)
+    return families
+
+
+@pytest.mark.parametrize("target", [np.int8, np.uint8, ml_dtypes.int4, np.int16,
+                                    ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2fnuz,
+                                    ml_dtypes.float4_e2m1fn])
+@pytest.mark.parametrize("block", [0, 32, 64, 96])
+def test_vector_steps_equal_the_portable_loops(target, block, monkeypatch):
+    """On x86 the integer and small-float codes are computed by written-out vector code (see
+    qcore.kernels.bits); elsewhere by the plain loops. Both must give the same bits, on values
+    that hit every select: ties, saturation, infinities, NaN, signed zeros, subnormals."""
+    rng = np.random.default_rng(3)
+    rows, cols = 37, 192
+    x = (rng.standard_normal((rows, cols)) * 40).astype(np.float32)
+    flat = x.reshape(-1)
+    flat[::7] = np.round(flat[::7]) + 0.5  # ties once divided by a scale of 1
+    specials = np.array([np.inf, -np.inf, np.nan, -0.0, 0.0, 1e-40, -3e38, 3e38, 448.5,
+                         -57344.0, 6.0, 0.25, 1e30, -1e-45, 65504.0, 6.5], np.float32)
+    flat[3::29] = np.resize(specials, flat[3::29].size)
+    if block:
+        scales = np.ones((rows, -(-cols // block)), np.float32)
+    else:
+        scales = np.float32(1.0)
+    zero = np.zeros(np.shape(scales), target)
+    if np.dtype(target).kind in "iu" and np.dtype(target).itemsize == 1:
+        zero = np.full(np.shape(scales), 3, target)
+    kwargs = {"axis": 1, "block_size": block} if block else {}
+    want = qcore.quantize_linear(x, scales, zero, **kwargs)
+    monkeypatch.setattr(cpu, "FAMILIES", {**cpu.FAMILIES, **_portable_families()})
+    got = qcore.quantize_linear(x, scales, zero, **kwargs)
+    np.testing.assert_array_equal(got.view(np.uint8) if got.itemsize == 1 else got,
+                                  want.view(np.uint8) if want.itemsize == 1 else want)
