@@ -104,8 +104,8 @@ def _int_code_masked(q, zf, lo, hi, mask):
 def _int_run(xs, ys, j0, j1, s0, zf, lo, hi, mask):
     """ys[j] for j0 <= j < j1, all with scale s0 and zero point zf (see _int_code_masked).
     Where EXPLICIT_VECTORS, 64 at a time as written-out vector code: LLVM's own vectorisation
-    of the scalar loop reached 0.88x onnxruntime on a 2-core Xeon (AVX-512) where the same
-    operations written as vectors reach 1.0x. The rest one at a time."""
+    of the scalar loop reached 0.88x onnxruntime's whole call on a 2-core Xeon (AVX-512),
+    the same operations written as vectors 0.94-1.01x (kernel alone). The rest one at a time."""
     j = j0
     if EXPLICIT_VECTORS:
         a = lo - zf
@@ -116,6 +116,33 @@ def _int_run(xs, ys, j0, j1, s0, zf, lo, hi, mask):
             j += 64
     for k in range(np.uint64(j), np.uint64(j1)):
         ys[k] = _int_code_masked(xs[k] / s0, zf, lo, hi, mask)
+
+
+@njit(**_INLINE)
+def _int_whole_32s(xs, ys, j0, j1, s0, zf, lo, hi, mask):
+    """_int_run for a short block made of whole 32s (block 32, 64, 128...): fixed steps, no
+    remainder loop or alias checks; blocks of whole 64s take 64 per vector step. (While loops:
+    a stepped range costs a division per block, and blocks are short.)"""
+    j = j0
+    if EXPLICIT_VECTORS:
+        a = lo - zf
+        b = hi - zf
+        zi = np.int32(zf)
+        if (j1 - j0) % 64 == 0:
+            while j < j1:
+                int_codes_64(xs, j, ys, s0, a, b, zi, mask)
+                j += 64
+        else:
+            while j < j1:
+                int_codes_32(xs, j, ys, s0, a, b, zi, mask)
+                j += 32
+        return
+    while j < j1:
+        xb = xs[j:j + 32]
+        yb = ys[j:j + 32]
+        for k in range(32):
+            yb[k] = _int_code_masked(xb[k] / s0, zf, lo, hi, mask)
+        j += 32
 
 
 @njit(**_JIT)
@@ -134,32 +161,10 @@ def _seg_int(xs, ys, sv, zv, block, first, qp, enc, buf):
     j0 = 0
     while j0 < n:
         j1 = min(n, (b + 1) * block - first)
-        s0 = sv[b]
-        z0 = np.float32(zv[b])
         if j1 - j0 <= 1024 and (j1 - j0) % 32 == 0:
-            # small blocks of whole 32s (block 32, 64, 128...): fixed trip counts, no
-            # remainder loops or alias checks
-            if EXPLICIT_VECTORS:
-                a = lo - z0
-                bb = hi - z0
-                zi = np.int32(z0)
-                if (j1 - j0) % 64 == 0:
-                    while j0 < j1:
-                        int_codes_64(xs, j0, ys, s0, a, bb, zi, mask)
-                        j0 += 64
-                else:
-                    while j0 < j1:
-                        int_codes_32(xs, j0, ys, s0, a, bb, zi, mask)
-                        j0 += 32
-            else:
-                while j0 < j1:
-                    xb = xs[j0:j0 + 32]
-                    yb = ys[j0:j0 + 32]
-                    for k in range(32):
-                        yb[k] = _int_code_masked(xb[k] / s0, z0, lo, hi, mask)
-                    j0 += 32
+            _int_whole_32s(xs, ys, j0, j1, sv[b], np.float32(zv[b]), lo, hi, mask)
         else:
-            _int_run(xs, ys, j0, j1, s0, z0, lo, hi, mask)
+            _int_run(xs, ys, j0, j1, sv[b], np.float32(zv[b]), lo, hi, mask)
         j0 = j1
         b += 1
 
