@@ -1,5 +1,6 @@
 """LLVM-level helpers for the numba CPU kernels: bit casts (free), an atomic counter, float16
-conversions, and the vector width the kernels ask for."""
+conversions, the vector width the kernels ask for, the features of the target numba compiles
+for, and (on x86) the integer and small-float code steps written out as LLVM vector code."""
 
 from __future__ import annotations
 
