@@ -364,9 +364,13 @@ def quantize_linear(x: Any, y_scale: Any, y_zero_point: Any = None, *, axis: int
     options = {"axis": axis, "block_size": block_size, "saturate": saturate,
                "output_dtype": output_dtype, "precision": precision, "opset": opset,
                "backend": backend}
-    key = _call_key(x, y_scale, y_zero_point, options)
+    key, whole = _call_key(x, y_scale, y_zero_point, options)
     known = _CALLS.get(key) if key is not None else None
     if known is not None:
+        if not whole:  # the plan is known; the scale and zero point values are checked anew
+            plan, params = known
+            scale, zero_point, has_zero_point = _quantize_values(plan, y_scale, y_zero_point)
+            known = (scale, zero_point, plan, has_zero_point, params)
         with parallel_guard(x.size):
             return _run_quantize(cpu, x, *known)
     call = prepare_quantize(x, y_scale, y_zero_point, **options)
@@ -374,47 +378,60 @@ def quantize_linear(x: Any, y_scale: Any, y_zero_point: Any = None, *, axis: int
     if key is not None:
         params = (layout_params(call.plan.layout), quantize_params(call.plan,
                                                                    call.has_zero_point))
-        # copies (the scale may be a view of the caller's array, which they may change), read
-        # only (shared by every call with this key); not the call itself, which holds x
-        scale, zero_point = (np.array(v) for v in (call.scale, call.zero_point))
-        scale.flags.writeable = zero_point.flags.writeable = False
         if len(_CALLS) >= _PLANS_KEPT:
             _CALLS.clear()
-        _CALLS[key] = (scale, zero_point, call.plan, call.has_zero_point, params)
+        if whole:
+            # copies (the scale may be a view of the caller's array, which they may change),
+            # read only (shared by every call with this key); not the call, which holds x
+            scale, zero_point = (np.array(v) for v in (call.scale, call.zero_point))
+            scale.flags.writeable = zero_point.flags.writeable = False
+            _CALLS[key] = (scale, zero_point, call.plan, call.has_zero_point, params)
+        else:
+            _CALLS[key] = (call.plan, params)
     with parallel_guard(call.x.size if call.kernels is cpu else 0):
         return _run_quantize(call.kernels, call.x, call.scale, call.zero_point, call.plan,
                              call.has_zero_point, params)
 
 
-_CALLS: dict = {}  # _call_key -> _run_quantize's arguments after x, for a validated call
+_CALLS: dict = {}  # _call_key -> what a validated call with that key runs (see there)
 
 
-def _call_key(x: Any, y_scale: Any, y_zero_point: Any, options: dict) -> tuple | None:
-    """A key under which a QuantizeLinear call's validation can be remembered whole, or None.
+def _call_key(x: Any, y_scale: Any, y_zero_point: Any, options: dict) -> tuple:
+    """(key, whole): a key under which a QuantizeLinear call's validation can be remembered, or
+    (None, False).
 
-    Only for the common call whose arguments all fit in the key: x a host ndarray in native
-    byte order (its data is never validated), the scale and the zero point one-element NumPy
-    values (their bytes are in the key), CPU backend. A remembered call skips about 150 us of
-    Python, which after a kernel has streamed 80 MB through the caches is 6% of an int8
-    call on 16 Mi elements. Values are keyed with their types, as in _remembered."""
+    Only for the common call: x a host ndarray in native byte order (its data is never
+    validated), the scale and the zero point NumPy values in native byte order, CPU backend.
+    With one-element scale and zero point their bytes are in the key and the call is
+    remembered whole (`whole`: its scale, zero point, plan and kernel parameters); otherwise
+    the key holds their types and shapes and the plan and parameters are remembered, the values
+    checked and converted on every call. Right after a kernel has streamed 80 MB through the
+    caches Python runs 5-10x slower than in a microbenchmark: a remembered per-tensor int8 call
+    on 16 Mi elements spends 70-90 us outside its kernel instead of ~250. Values are keyed
+    with their types, as in _remembered."""
     if type(x) is not np.ndarray or not x.dtype.isnative or options["backend"] != "cpu":
-        return None
+        return None, False
     parts = [x.dtype, x.shape]
+    values = [v for v in (y_scale, y_zero_point) if v is not None]
+    if not all(isinstance(v, (np.ndarray, np.generic)) and v.dtype.isnative
+               and not v.dtype.hasobject for v in values):
+        return None, False
+    whole = all(v.size == 1 for v in values)
     for value in (y_scale, y_zero_point):
         if value is None:
             parts.append(None)
-            continue
-        if (not isinstance(value, (np.ndarray, np.generic)) or value.size != 1
-                or not value.dtype.isnative or value.dtype.hasobject):
-            return None
-        parts += [type(value), value.dtype, value.shape, value.tobytes()]
+        else:
+            parts += [type(value), value.dtype, value.shape]
+            if whole:
+                parts.append(value.tobytes())
     parts += [(k, type(v), v) for k, v in options.items()]
+    parts.append(whole)
     key = tuple(parts)
     try:
         hash(key)
     except TypeError:  # an unhashable option
-        return None
-    return key
+        return None, False
+    return key, whole
 
 
 @dataclass(frozen=True)
@@ -477,6 +494,14 @@ def prepare_quantize(x: Any, y_scale: Any, y_zero_point: Any = None, *, axis: in
                        block_size=block_size, saturate=saturate, output_dtype=output_dtype,
                        precision=precision, opset=opset)
     kernels = _check_backend(backend, ov)
+    s, z, has_zero_point = _quantize_values(plan, y_scale, y_zero_point)
+    return PreparedCall(plan, x, s, z, has_zero_point, kernels)
+
+
+def _quantize_values(plan: QuantizePlan, y_scale: Any, y_zero_point: Any) -> tuple:
+    """(scale, zero point, whether one was given) as the kernels read them, checked against
+    the plan (see _scale_values, _zero_point_values)."""
+    ov = plan.version
     s = _scale_values(ov, np.asarray(y_scale), plan.scale, "y_scale", plan.precision)
     if _is_float8(plan.target):
         # Both the onnx reference and onnxruntime ignore a float8 zero point in QuantizeLinear
@@ -486,7 +511,7 @@ def prepare_quantize(x: Any, y_scale: Any, y_zero_point: Any = None, *, axis: in
     z = _zero_point_values(ov, None if y_zero_point is None else np.asarray(y_zero_point),
                            np.asarray(y_scale), plan.target, "y_zero_point", "y_scale",
                            np.float32)
-    return PreparedCall(plan, x, s, z, y_zero_point is not None, kernels)
+    return s, z, y_zero_point is not None
 
 
 def quantize_params(plan: QuantizePlan, has_zero_point: bool) -> QuantizeParams:

@@ -556,3 +556,28 @@ def test_remembered_calls_still_refuse_bad_scales():
         qcore.quantize_linear(x, np.float32(1.0), np.uint8(0), opset=True)
     with pytest.raises(qcore.QuantizationError, match="saturate"):
         qcore.quantize_linear(x, np.float32(1.0), np.uint8(0), saturate=1.0)
+
+
+def test_remembered_blocked_calls_check_their_values_every_time():
+    """A call with many scales is remembered by shapes only: each call's scale and zero point
+    values are still read (new values give new codes) and checked (a zero scale is refused)."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((8, 64)).astype(np.float32)
+    scales = rng.uniform(0.01, 0.1, (8, 2)).astype(np.float32)
+    zps = rng.integers(-3, 4, (8, 2)).astype(np.int8)
+
+    def want(s, z):
+        full_s = np.repeat(s, 32, axis=1)
+        full_z = np.repeat(z.astype(np.float64), 32, axis=1)
+        return np.clip(np.rint(x / full_s) + full_z, -128, 127)
+
+    for _ in range(2):  # the second call finds the plan remembered
+        np.testing.assert_array_equal(
+            qcore.quantize_linear(x, scales, zps, axis=1, block_size=32), want(scales, zps))
+    other_s, other_z = scales * 2, (zps + 1).astype(np.int8)
+    np.testing.assert_array_equal(
+        qcore.quantize_linear(x, other_s, other_z, axis=1, block_size=32), want(other_s, other_z))
+    bad = scales.copy()
+    bad[3, 1] = 0
+    with pytest.raises(qcore.QuantizationError, match="y_scale must be positive"):
+        qcore.quantize_linear(x, bad, zps, axis=1, block_size=32)
