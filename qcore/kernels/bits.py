@@ -200,6 +200,34 @@ def _target_is_x86() -> bool:
 EXPLICIT_VECTORS = _target_is_x86()
 
 
+def _splat(builder, value, vec: ir.VectorType):
+    """`value` in every lane of a vector of type `vec`."""
+    lane0 = ir.Constant(ir.IntType(32), 0)
+    one = builder.insert_element(ir.Constant(vec, ir.Undefined), value, lane0)
+    return builder.shuffle_vector(one, ir.Constant(vec, ir.Undefined),
+                                  ir.Constant(ir.VectorType(ir.IntType(32), vec.count),
+                                              [0] * vec.count))
+
+
+def _quotients(context, builder, xs_ty, xs_v, index, scale_v, width: int):
+    """xs[index:index + width] / scale as one float32 vector (xs contiguous float32)."""
+    fvec = ir.VectorType(ir.FloatType(), width)
+    xdata = context.make_array(xs_ty)(context, builder, xs_v).data
+    xp = builder.bitcast(builder.gep(xdata, [index]), fvec.as_pointer())
+    return builder.fdiv(builder.load(xp, align=4), _splat(builder, scale_v, fvec))
+
+
+def _store_codes(context, builder, ys_ty, ys_v, index, codes):
+    """ys[index:index + lanes] = an int32 vector of codes, truncated to ys's item type."""
+    item = ir.IntType(ys_ty.dtype.bitwidth)
+    ovec = ir.VectorType(item, codes.type.count)
+    if item.width < 32:
+        codes = builder.trunc(codes, ovec)
+    ydata = context.make_array(ys_ty)(context, builder, ys_v).data
+    yp = builder.bitcast(builder.gep(ydata, [index]), ovec.as_pointer())
+    builder.store(codes, yp, align=item.width // 8)
+
+
 def _int_codes_intrinsic(width: int):
     """An intrinsic that writes `width` integer codes at once: ys[j + k] =
     (lrint(clamp(xs[j + k] / scale, a, b)) + zero) & mask for k < width, as one vector
@@ -222,36 +250,19 @@ def _int_codes_intrinsic(width: int):
             xs_ty, j_ty, ys_ty = signature.args[:3]
             xs_v, j_v, ys_v, scale_v, a_v, b_v, zero_v, mask_v = args
             index = context.cast(builder, j_v, j_ty, types.int64)
-            f32 = ir.FloatType()
-            i32 = ir.IntType(32)
-            fvec = ir.VectorType(f32, width)
-            ivec = ir.VectorType(i32, width)
-            out_item = ir.IntType(ys_ty.dtype.bitwidth)
-            ovec = ir.VectorType(out_item, width)
-
-            def splat(value, vec):
-                one = builder.insert_element(ir.Constant(vec, ir.Undefined), value,
-                                             ir.Constant(i32, 0))
-                return builder.shuffle_vector(one, ir.Constant(vec, ir.Undefined),
-                                              ir.Constant(ir.VectorType(i32, width), [0] * width))
-
-            xdata = context.make_array(xs_ty)(context, builder, xs_v).data
-            ydata = context.make_array(ys_ty)(context, builder, ys_v).data
-            xp = builder.bitcast(builder.gep(xdata, [index]), fvec.as_pointer())
-            q = builder.fdiv(builder.load(xp, align=4), splat(scale_v, fvec))
-            lo = splat(a_v, fvec)
-            hi = splat(b_v, fvec)
+            fvec = ir.VectorType(ir.FloatType(), width)
+            ivec = ir.VectorType(ir.IntType(32), width)
+            q = _quotients(context, builder, xs_ty, xs_v, index, scale_v, width)
+            lo = _splat(builder, a_v, fvec)
+            hi = _splat(builder, b_v, fvec)
             q = builder.select(builder.fcmp_ordered(">", q, lo), q, lo)
             q = builder.select(builder.fcmp_ordered("<", q, hi), q, hi)
             lrint = cgutils.get_or_insert_function(
                 builder.module, ir.FunctionType(ivec, [fvec]),
                 f"llvm.lrint.v{width}i32.v{width}f32")
-            codes = builder.add(builder.call(lrint, [q]), splat(zero_v, ivec))
-            codes = builder.and_(codes, splat(mask_v, ivec))
-            if out_item.width < 32:
-                codes = builder.trunc(codes, ovec)
-            yp = builder.bitcast(builder.gep(ydata, [index]), ovec.as_pointer())
-            builder.store(codes, yp, align=out_item.width // 8)
+            codes = builder.add(builder.call(lrint, [q]), _splat(builder, zero_v, ivec))
+            codes = builder.and_(codes, _splat(builder, mask_v, ivec))
+            _store_codes(context, builder, ys_ty, ys_v, index, codes)
             return context.get_dummy_value()
 
         return sig, codegen
@@ -286,28 +297,18 @@ def _float_codes_intrinsic(width: int, fnuz: bool, add: bool):
             xs_ty, j_ty, ys_ty = signature.args[:3]
             xs_v, j_v, ys_v, scale_v, zero_v, consts_v = args
             index = context.cast(builder, j_v, j_ty, types.int64)
-            f32 = ir.FloatType()
-            i32 = ir.IntType(32)
-            fvec = ir.VectorType(f32, width)
-            ivec = ir.VectorType(i32, width)
-
-            def splat(value, vec):
-                one = builder.insert_element(ir.Constant(vec, ir.Undefined), value,
-                                             ir.Constant(i32, 0))
-                return builder.shuffle_vector(one, ir.Constant(vec, ir.Undefined),
-                                              ir.Constant(ir.VectorType(i32, width), [0] * width))
+            fvec = ir.VectorType(ir.FloatType(), width)
+            ivec = ir.VectorType(ir.IntType(32), width)
 
             def const(value):
                 return ir.Constant(ivec, [value] * width)
 
             (shift, min_normal, offset, over, cap, nan_code, nan_sign, neg_zero, sbit,
-             nan_bound) = (splat(builder.extract_value(consts_v, i), ivec) for i in range(10))
-            xdata = context.make_array(xs_ty)(context, builder, xs_v).data
-            ydata = context.make_array(ys_ty)(context, builder, ys_v).data
-            xp = builder.bitcast(builder.gep(xdata, [index]), fvec.as_pointer())
-            q = builder.fdiv(builder.load(xp, align=4), splat(scale_v, fvec))
+             nan_bound) = (_splat(builder, builder.extract_value(consts_v, i), ivec)
+                           for i in range(10))
+            q = _quotients(context, builder, xs_ty, xs_v, index, scale_v, width)
             if add:
-                q = builder.fadd(q, splat(zero_v, fvec))
+                q = builder.fadd(q, _splat(builder, zero_v, fvec))
             b = builder.bitcast(q, ivec)
             shift = builder.and_(shift, const(31))
             a = builder.and_(b, const(0x7FFFFFFF))
@@ -325,9 +326,7 @@ def _float_codes_intrinsic(width: int, fnuz: bool, add: bool):
                 r = builder.select(builder.icmp_signed("==", r, neg_zero), const(0), r)
             nan = builder.or_(nan_code, builder.and_(nan_sign, r))
             r = builder.select(builder.icmp_signed(">", a, nan_bound), nan, r)
-            ovec = ir.VectorType(ir.IntType(8), width)
-            yp = builder.bitcast(builder.gep(ydata, [index]), ovec.as_pointer())
-            builder.store(builder.trunc(r, ovec), yp, align=1)
+            _store_codes(context, builder, ys_ty, ys_v, index, r)
             return context.get_dummy_value()
 
         return sig, codegen

@@ -510,6 +510,19 @@ def _claim(counters, share, nchunks, workers):
     return c if c < hi else -1
 
 
+@njit(**_INLINE)
+def _next_chunk(counters, w, k, nchunks, workers):
+    """(chunk, k) for worker w: from the share k steps after its own (k = 0 first), the next
+    unclaimed chunk, moving on to the following shares as each runs out; chunk -1 once all
+    have (see _claim)."""
+    while k < workers:
+        c = _claim(counters, (w + k) % workers, nchunks, workers)
+        if c >= 0:
+            return c, k
+        k += 1
+    return -1, k
+
+
 def _driver(x, s, z, y, lp, params, table, tally):
     """Chunks shared out among tally.size workers (see _claim): each walks its own contiguous
     share, then helps with the others' (a thread whose core is busy does fewer chunks instead
@@ -521,25 +534,22 @@ def _driver(x, s, z, y, lp, params, table, tally):
         wide_vectors()
         buf = np.empty(_BUFFER, np.float32)
         done = 0
-        for k in range(workers):
-            share = (w + k) % workers
-            c = _claim(counters, share, nchunks, workers)
-            while c >= 0:
-                done += 1
-                i0 = c * CHUNK
-                n = min(CHUNK, x.size - i0)
-                if lp.uniform == 1:
-                    _SEGMENT(x[i0:i0 + n], y[i0:i0 + n], s, z, n, np.int64(0), params, table,
-                             buf)
-                else:
-                    p, d, q = locate(i0, lp)
-                    j = 0
-                    while j < n:
-                        run, k2, m, block, first, p, d, q = next_segment(p, d, q, n - j, lp)
-                        _SEGMENT(x[i0 + j:i0 + j + run], y[i0 + j:i0 + j + run], s[k2:k2 + m],
-                                 z[k2:k2 + m], block, first, params, table, buf)
-                        j += run
-                c = _claim(counters, share, nchunks, workers)
+        c, k = _next_chunk(counters, w, 0, nchunks, workers)
+        while c >= 0:
+            done += 1
+            i0 = c * CHUNK
+            n = min(CHUNK, x.size - i0)
+            if lp.uniform == 1:
+                _SEGMENT(x[i0:i0 + n], y[i0:i0 + n], s, z, n, np.int64(0), params, table, buf)
+            else:
+                p, d, q = locate(i0, lp)
+                j = 0
+                while j < n:
+                    run, k2, m, block, first, p, d, q = next_segment(p, d, q, n - j, lp)
+                    _SEGMENT(x[i0 + j:i0 + j + run], y[i0 + j:i0 + j + run], s[k2:k2 + m],
+                             z[k2:k2 + m], block, first, params, table, buf)
+                    j += run
+            c, k = _next_chunk(counters, w, k, nchunks, workers)
         tally[w] = done
 
 
@@ -597,21 +607,19 @@ def _minmax_driver(x, out, tally):
     for w in prange(workers):
         wide_vectors()
         done = 0
-        for k in range(workers):
-            share = (w + k) % workers
-            c = _claim(counters, share, nchunks, workers)
-            while c >= 0:
-                done += 1
-                i0 = c * CHUNK
-                xs = x[i0:min(x.size, i0 + CHUNK)]
-                lo, hi, flag = _minmax_fast(xs)
-                bad = 0
-                if flag:
-                    lo, hi, bad = _minmax_exact(xs)
-                out[c, 0] = lo
-                out[c, 1] = hi
-                out[c, 2] = bad
-                c = _claim(counters, share, nchunks, workers)
+        c, k = _next_chunk(counters, w, 0, nchunks, workers)
+        while c >= 0:
+            done += 1
+            i0 = c * CHUNK
+            xs = x[i0:min(x.size, i0 + CHUNK)]
+            lo, hi, flag = _minmax_fast(xs)
+            bad = 0
+            if flag:
+                lo, hi, bad = _minmax_exact(xs)
+            out[c, 0] = lo
+            out[c, 1] = hi
+            out[c, 2] = bad
+            c, k = _next_chunk(counters, w, k, nchunks, workers)
         tally[w] = done
 
 
