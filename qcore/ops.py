@@ -211,16 +211,16 @@ def _check_backend(backend: str, ov: OpVersion):
 
 
 def _scale_values(ov: OpVersion, scale: np.ndarray, fmt: Format, argument: str,
-                  precision: Format | None) -> np.ndarray:
-    """Scale values as float32, rounded to the precision type; zero/negative/non-finite refused."""
+                  precision: Format | None, check: bool = True) -> np.ndarray:
+    """Scale values as float32, rounded to the precision type; zero/negative/non-finite refused
+    (`check` False: by the kernel, see cpu.checks_values)."""
     with np.errstate(all="ignore"):
         values = scale.astype(np.float32, copy=False)  # read, never written
         if precision is not None and precision.name != "float":
             values = values.astype(precision.dtype).astype(np.float32)
     flat = values.reshape(-1)
-    # two reductions and no temporaries (a NaN makes min NaN, which fails the comparison);
-    # blocked scales are 1/32 of x, and this check was 4% of a blocked-32 call
-    if flat.size and not (flat.min() > 0 and flat.max() < np.inf):
+    # two reductions and no temporaries (a NaN makes min NaN, which fails the comparison)
+    if check and flat.size and not (flat.min() > 0 and flat.max() < np.inf):
         i = int(np.argmax(~np.isfinite(flat) | (flat <= 0)))
         where = f" (as {precision.name}, the division type)" if precision is not None else ""
         raise QuantizationError(
@@ -249,6 +249,18 @@ def _zero_point_values(ov: OpVersion, zp: np.ndarray | None, scale: np.ndarray, 
     if fmt.kind == FLOAT and not np.isfinite(values).all():
         raise QuantizationError(f"{ov.label}: {argument} must be finite, got {zp.reshape(-1)!r}")
     return values
+
+
+def _zero_point_codes(ov: OpVersion, zp: np.ndarray | None, scale: np.ndarray,
+                      target: Format) -> np.ndarray:
+    """An integer target's zero points as the CPU integer kernels read them (see
+    cpu.zero_point_view): its own codes, flat, no conversion; zeros when none was given."""
+    if zp is None:
+        zeros = cpu.new_output(max(scale.size, 1), np.int8 if target.itemsize == 1 else np.int16)
+        zeros.fill(0)
+        return zeros
+    _check_zero_point_shape(ov, zp.shape, scale.shape, "y_zero_point", "y_scale")
+    return cpu.zero_point_view(zp)
 
 
 def _check_zero_point_shape(ov: OpVersion, zero_point_shape, scale_shape, zp_name: str,
@@ -367,17 +379,24 @@ def quantize_linear(x: Any, y_scale: Any, y_zero_point: Any = None, *, axis: int
     key, whole = _call_key(x, y_scale, y_zero_point, options)
     known = _CALLS.get(key) if key is not None else None
     if known is not None:
-        if not whole:  # the plan is known; the scale and zero point values are checked anew
+        if whole:
+            scale, zero_point, plan, has_zero_point, params = known
+        else:  # the plan is known; the scale and zero point values are read anew
             plan, params = known
-            scale, zero_point, has_zero_point = _quantize_values(plan, y_scale, y_zero_point)
-            known = (scale, zero_point, plan, has_zero_point, params)
+            scale, zero_point, has_zero_point = _quantize_values(
+                plan, y_scale, y_zero_point, _kernel_checks(cpu, params[1], x.size))
         with parallel_guard(x.size):
-            return _run_quantize(cpu, x, *known)
+            return _run_quantize(cpu, x, scale, zero_point, plan, has_zero_point, params,
+                                 y_scale)
     call = prepare_quantize(x, y_scale, y_zero_point, **options)
     params = None
     if key is not None:
         params = (layout_params(call.plan.layout), quantize_params(call.plan,
                                                                    call.has_zero_point))
+    with parallel_guard(call.x.size if call.kernels is cpu else 0):
+        y = _run_quantize(call.kernels, call.x, call.scale, call.zero_point, call.plan,
+                          call.has_zero_point, params, y_scale)
+    if key is not None:  # remembered once it has run: a refused call never is
         if len(_CALLS) >= _PLANS_KEPT:
             _CALLS.clear()
         if whole:
@@ -388,9 +407,7 @@ def quantize_linear(x: Any, y_scale: Any, y_zero_point: Any = None, *, axis: int
             _CALLS[key] = (scale, zero_point, call.plan, call.has_zero_point, params)
         else:
             _CALLS[key] = (call.plan, params)
-    with parallel_guard(call.x.size if call.kernels is cpu else 0):
-        return _run_quantize(call.kernels, call.x, call.scale, call.zero_point, call.plan,
-                             call.has_zero_point, params)
+    return y
 
 
 _CALLS: dict = {}  # _call_key -> what a validated call with that key runs (see there)
@@ -440,9 +457,10 @@ class PreparedCall:
     :func:`prepare_dequantize`): what the operators run, and what the CUDA benchmark times.
 
     ``x`` keeps its shape (a device array stays on the device); ``scale`` is float32 (rounded to
-    the precision type for QuantizeLinear), ``zero_point`` float32 for QuantizeLinear and float64
-    for DequantizeLinear, both flat, one zero per scale
-    when none was given; ``kernels`` the backend module.
+    the precision type for QuantizeLinear), ``zero_point`` float32 for QuantizeLinear (the
+    target's codes as int8/int16 for the CPU integer kernels, which also check the scales
+    themselves: cpu.checks_values) and float64 for DequantizeLinear, both flat, one zero per
+    scale when none was given; ``kernels`` the backend module.
     """
 
     plan: Any  # QuantizePlan or DequantizePlan
@@ -494,24 +512,37 @@ def prepare_quantize(x: Any, y_scale: Any, y_zero_point: Any = None, *, axis: in
                        block_size=block_size, saturate=saturate, output_dtype=output_dtype,
                        precision=precision, opset=opset)
     kernels = _check_backend(backend, ov)
-    s, z, has_zero_point = _quantize_values(plan, y_scale, y_zero_point)
+    s, z, has_zero_point = _quantize_values(
+        plan, y_scale, y_zero_point, _kernel_checks(kernels, quantize_params(plan, False), x.size))
     return PreparedCall(plan, x, s, z, has_zero_point, kernels)
 
 
-def _quantize_values(plan: QuantizePlan, y_scale: Any, y_zero_point: Any) -> tuple:
+def _quantize_values(plan: QuantizePlan, y_scale: Any, y_zero_point: Any,
+                     kernel_checks: bool = False) -> tuple:
     """(scale, zero point, whether one was given) as the kernels read them, checked against
-    the plan (see _scale_values, _zero_point_values)."""
+    the plan (see _scale_values, _zero_point_values). `kernel_checks`: the kernel checks the
+    scales and reads the zero points as codes (see _kernel_checks)."""
     ov = plan.version
-    s = _scale_values(ov, np.asarray(y_scale), plan.scale, "y_scale", plan.precision)
+    s = _scale_values(ov, np.asarray(y_scale), plan.scale, "y_scale", plan.precision,
+                      check=not kernel_checks)
     if _is_float8(plan.target):
         # Both the onnx reference and onnxruntime ignore a float8 zero point in QuantizeLinear
         # (-0 stays -0, a zero point of 1 changes nothing); the spec says it is "usually not
         # used". qcore agrees with them (README, Semantics): its type names the target only.
         y_zero_point = None
-    z = _zero_point_values(ov, None if y_zero_point is None else np.asarray(y_zero_point),
-                           np.asarray(y_scale), plan.target, "y_zero_point", "y_scale",
-                           np.float32)
+    zp = None if y_zero_point is None else np.asarray(y_zero_point)
+    if kernel_checks:
+        z = _zero_point_codes(ov, zp, np.asarray(y_scale), plan.target)
+    else:
+        z = _zero_point_values(ov, zp, np.asarray(y_scale), plan.target, "y_zero_point",
+                               "y_scale", np.float32)
     return s, z, y_zero_point is not None
+
+
+def _kernel_checks(kernels, qp: QuantizeParams, x_size: int) -> bool:
+    """Whether the kernel checks the scales and reads the zero points as codes
+    (cpu.checks_values): the CPU integer family, when x has elements for it to read."""
+    return kernels is cpu and x_size > 0 and cpu.checks_values(qp)
 
 
 def quantize_params(plan: QuantizePlan, has_zero_point: bool) -> QuantizeParams:
@@ -535,10 +566,13 @@ def _flat_input(x: np.ndarray) -> np.ndarray:
 
 
 def _run_quantize(kernels, x, s: np.ndarray, z: np.ndarray, plan: QuantizePlan,
-                  has_zero_point: bool, params: tuple | None = None) -> np.ndarray:
+                  has_zero_point: bool, params: tuple | None = None,
+                  y_scale: Any = None) -> np.ndarray:
     """Run the kernel (`params`: the plan's (layout, quantize) kernel parameters, when already
     made). A given zero point is added even when it is 0 (the formula's ``x / scale + zp``
-    turns -0 into +0 for the float targets)."""
+    turns -0 into +0 for the float targets). A kernel that finds an unusable scale (see
+    cpu.checks_values) has its call refused as _scale_values refuses it (`y_scale`: the scale
+    as given, for the message)."""
     if _is_device(x):
         _require_device_backend(kernels, plan.version)
         return kernels.quantize_device(x, s, z, plan, quantize_params(plan, has_zero_point),
@@ -548,7 +582,10 @@ def _run_quantize(kernels, x, s: np.ndarray, z: np.ndarray, plan: QuantizePlan,
     if x.size:
         if params is None:
             params = (layout_params(plan.layout), quantize_params(plan, has_zero_point))
-        kernels.quantize(_flat_input(x), s, z, y, *params)
+        if kernels.quantize(_flat_input(x), s, z, y, *params):
+            _scale_values(plan.version, np.asarray(s if y_scale is None else y_scale),
+                          plan.scale, "y_scale", plan.precision)
+            raise AssertionError("the kernel found an unusable scale that _scale_values passed")
     return y.view(t.dtype).reshape(x.shape)
 
 

@@ -145,28 +145,54 @@ def _int_whole_32s(xs, ys, j0, j1, s0, zf, lo, hi, mask):
         j += 32
 
 
+@njit(**_INLINE)
+def _int_zero_point(zv, k, mask, top):
+    """Zero point k as float32 (exact). zv holds the target's own codes viewed as int8 or int16
+    (no conversion per call: blocked zero points are 1/32 of x); ml_dtypes keeps a sub-byte
+    code in the low bits unextended, so the value is the low bits, less 2**bits above the
+    target's largest value `top`."""
+    z = np.int32(zv[k]) & mask
+    return np.float32(z - (mask + 1) if z > top else z)
+
+
+@njit(**_INLINE)
+def _unusable(s):
+    """1 when scale s is not positive and finite (NaN included), else 0."""
+    return np.int64(0) if s > np.float32(0) and s < np.float32(np.inf) else np.int64(1)
+
+
 @njit(**_JIT)
 def _seg_int(xs, ys, sv, zv, block, first, qp, enc, buf):
-    """float32 x, float32 division, integer target."""
+    """float32 x, float32 division, integer target; zero points as the target's codes (see
+    _int_zero_point). Returns how many of the scales it read were not usable (_unusable)."""
     wide_vectors()
     n = xs.size
     lo = np.float32(qp.lo)
     hi = np.float32(qp.hi)
     mask = np.int32(qp.mask)
+    top = np.int32(qp.hi)
+    bad = 0
     if block == 0:
         for j in range(n):
-            ys[j] = _int_code_masked(xs[j] / sv[j], np.float32(zv[j]), lo, hi, mask)
-        return
+            s0 = sv[j]
+            bad += _unusable(s0)
+            ys[j] = _int_code_masked(xs[j] / s0, _int_zero_point(zv, j, mask, top), lo, hi,
+                                     mask)
+        return bad
     b = 0
     j0 = 0
     while j0 < n:
         j1 = min(n, (b + 1) * block - first)
+        s0 = sv[b]
+        bad += _unusable(s0)
+        zf = _int_zero_point(zv, b, mask, top)
         if j1 - j0 <= 1024 and (j1 - j0) % 32 == 0:
-            _int_whole_32s(xs, ys, j0, j1, sv[b], np.float32(zv[b]), lo, hi, mask)
+            _int_whole_32s(xs, ys, j0, j1, s0, zf, lo, hi, mask)
         else:
-            _int_run(xs, ys, j0, j1, sv[b], np.float32(zv[b]), lo, hi, mask)
+            _int_run(xs, ys, j0, j1, s0, zf, lo, hi, mask)
         j0 = j1
         b += 1
+    return bad
 
 
 @njit(**_INLINE)
@@ -495,6 +521,7 @@ def _dseg_generic(xs, ys, sv, zv, block, first, dp, tab, buf):
 
 _SEGMENT = _seg_generic
 _BUFFER = CHUNK
+_CHECK_SCALES = False  # bound per family: its segments count the scales that are not usable
 _LINE = 8  # int64s per cache line: each share's counter on its own line
 
 
@@ -524,33 +551,50 @@ def _next_chunk(counters, w, k, nchunks, workers):
 
 
 def _driver(x, s, z, y, lp, params, table, tally):
-    """Chunks shared out among tally.size workers (see _claim): each walks its own contiguous
-    share, then helps with the others' (a thread whose core is busy does fewer chunks instead
-    of holding everyone up); worker w leaves the number of chunks it did in tally[w]."""
+    """Chunks shared out among the workers, tally.shape[0] of them (see _claim): each walks its
+    own contiguous share, then helps with the others' (a thread whose core is busy does fewer
+    chunks instead of holding everyone up). Worker w leaves the number of chunks it did in
+    tally[w, 0] and, where the family's segments check scales (_CHECK_SCALES: they return how
+    many unusable ones they read), their count in tally[w, 1]: the segments read the scales
+    anyway, while a check before the call was a pass over them of its own (blocked 32: 1/32
+    of x, 4% of the call)."""
     nchunks = (x.size + CHUNK - 1) // CHUNK
-    workers = tally.size
+    workers = tally.shape[0]
     counters = np.zeros(workers * _LINE, np.int64)
     for w in prange(workers):
         wide_vectors()
         buf = np.empty(_BUFFER, np.float32)
         done = 0
+        bad = 0
         c, k = _next_chunk(counters, w, 0, nchunks, workers)
         while c >= 0:
             done += 1
             i0 = c * CHUNK
             n = min(CHUNK, x.size - i0)
             if lp.uniform == 1:
-                _SEGMENT(x[i0:i0 + n], y[i0:i0 + n], s, z, n, np.int64(0), params, table, buf)
+                if _CHECK_SCALES:
+                    bad += _SEGMENT(x[i0:i0 + n], y[i0:i0 + n], s, z, n, np.int64(0), params,
+                                    table, buf)
+                else:
+                    _SEGMENT(x[i0:i0 + n], y[i0:i0 + n], s, z, n, np.int64(0), params, table,
+                             buf)
             else:
                 p, d, q = locate(i0, lp)
                 j = 0
                 while j < n:
                     run, k2, m, block, first, p, d, q = next_segment(p, d, q, n - j, lp)
-                    _SEGMENT(x[i0 + j:i0 + j + run], y[i0 + j:i0 + j + run], s[k2:k2 + m],
-                             z[k2:k2 + m], block, first, params, table, buf)
+                    if _CHECK_SCALES:
+                        bad += _SEGMENT(x[i0 + j:i0 + j + run], y[i0 + j:i0 + j + run],
+                                        s[k2:k2 + m], z[k2:k2 + m], block, first, params,
+                                        table, buf)
+                    else:
+                        _SEGMENT(x[i0 + j:i0 + j + run], y[i0 + j:i0 + j + run],
+                                 s[k2:k2 + m], z[k2:k2 + m], block, first, params, table,
+                                 buf)
                     j += run
             c, k = _next_chunk(counters, w, k, nchunks, workers)
-        tally[w] = done
+        tally[w, 0] = done
+        tally[w, 1] = bad
 
 
 @njit(**_INLINE)
@@ -602,7 +646,7 @@ def _minmax_driver(x, out, tally):
     """Per-chunk min, max and NaN/Inf count of float32 x: out[c] = (min, max, bad); chunks
     shared out as in _driver."""
     nchunks = (x.size + CHUNK - 1) // CHUNK
-    workers = tally.size
+    workers = tally.shape[0]
     counters = np.zeros(workers * _LINE, np.int64)
     for w in prange(workers):
         wide_vectors()
@@ -620,18 +664,21 @@ def _minmax_driver(x, out, tally):
             out[c, 1] = hi
             out[c, 2] = bad
             c, k = _next_chunk(counters, w, k, nchunks, workers)
-        tally[w] = done
+        tally[w, 0] = done
 
 
-def _family(segment, name: str, buffer: int) -> tuple:
+def _family(segment, name: str, buffer: int, check_scales: bool = False) -> tuple:
     """(parallel, serial) drivers bound to one segment function: each its own small kernel,
     compiled (or cache-loaded) only when first called."""
-    return tuple(bound(_driver, name + suffix, flags, _SEGMENT=segment, _BUFFER=buffer)
+    return tuple(bound(_driver, name + suffix, flags, _SEGMENT=segment, _BUFFER=buffer,
+                       _CHECK_SCALES=check_scales)
                  for suffix, flags in (("_parallel", {"parallel": True, **_JIT}),
                                        ("_serial", _JIT)))
 
 
-_Q_INT = _family(_seg_int, "quantize_int", 0)
+#: Reads its zero points as the target's codes and counts unusable scales itself (see
+#: checks_values)
+_Q_INT = _family(_seg_int, "quantize_int", 0, check_scales=True)
 def _float_family(fnuz: bool, add: bool) -> tuple:
     """The drivers of one small-float case, over _seg_float compiled with its flags."""
     name = _float_case(fnuz, add).replace(" ", "_")
@@ -728,13 +775,14 @@ BANDWIDTH_BOUND = frozenset({"quantize int", "dequantize numeric", "minmax"})
 def _launch(family: str, args: tuple, n: int, bandwidth_bound: bool) -> np.ndarray:
     """Run the kernel of `family` for n elements: serial below the parallel threshold, else
     parallel on numba's threads (when `bandwidth_bound`: on the cores other processes leave
-    free; one means the serial kernel). Returns the number of chunks each worker did."""
+    free; one means the serial kernel). Returns each worker's (chunks done, unusable scales
+    read) (see _driver)."""
     parallel, serial = FAMILIES[family]
     workers = 1
     if n >= PARALLEL_THRESHOLD:
         threads = numba.get_num_threads()
         workers = parallel_workers(threads) if bandwidth_bound else threads
-    tally = np.zeros(workers, np.int64)
+    tally = np.zeros((workers, 2), np.int64)
     if workers == 1:
         serial(*args, tally)
         return tally
@@ -766,11 +814,29 @@ def dequantize_family(dp, okind_is_f32: bool) -> str:
     return "generic"
 
 
-def quantize(x, s, z, y, lp, qp) -> None:
-    """Run the quantize kernel: x flat input, s float32 scales, z float32 zero points, y codes."""
+def checks_values(qp: QuantizeParams) -> bool:
+    """Whether the quantize kernel for `qp` checks its scales itself (:func:`quantize` returns
+    how many were not positive and finite) and reads its zero points as the target's codes,
+    viewed as int8 or int16 (see :func:`zero_point_view`): the integer family, where a check
+    and a conversion before the call were two more passes over blocked scales. Other families
+    take scales already checked and float32 zero points."""
+    return quantize_family(qp) == "quantize int"
+
+
+def zero_point_view(codes: np.ndarray) -> np.ndarray:
+    """Integer zero points (a target's codes, any shape) flat, as the int8 or int16 the integer
+    family reads (no copy where they are contiguous)."""
+    return codes.reshape(-1).view(np.int8 if codes.dtype.itemsize == 1 else np.int16)
+
+
+def quantize(x, s, z, y, lp, qp) -> int:
+    """Run the quantize kernel: x flat input, s float32 scales, z zero points (float32, or the
+    target's codes where :func:`checks_values`), y codes. Returns how many scales the kernel
+    found not positive and finite (always 0 where it does not check them)."""
     family = quantize_family(qp)
-    _launch(family, (_readonly(x), _readonly(s), _readonly(z), y, lp, qp, _NO_TABLE), x.size,
-            _bandwidth_bound(family, lp))
+    tally = _launch(family, (_readonly(x), _readonly(s), _readonly(z), y, lp, qp, _NO_TABLE),
+                    x.size, _bandwidth_bound(family, lp))
+    return int(tally[:, 1].sum())
 
 
 def dequantize(x, s, z, y, lp, dp, tab) -> None:
