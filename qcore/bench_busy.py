@@ -57,8 +57,12 @@ def _rate(fn: Callable[[], object], n: int, min_time: float) -> float:
 def measure(names, shape: tuple[int, int], make_call: Callable[[str, tuple[int, int]], Callable],
             *, rounds: int = 2, pin: int | None = None, min_time: float = 0.5, busy=None,
             progress=None) -> dict:
-    """{case: {"idle": [elements/s per round], "busy": [...], "busy_every_thread": [...]}}
-    plus the thread count.
+    """{case: {"idle": [elements/s per round], "one_thread": [...], "busy": [...],
+    "busy_every_thread": [...]}} plus the thread count.
+
+    "one_thread" is the same call on one thread of the idle machine: what a free core alone
+    moves, the ceiling of "busy" wherever the taken core's share is worth less than the wait
+    it costs.
 
     "busy" is qcore as it runs (config.ADAPTIVE_WORKERS: the bandwidth-bound kernels move to
     the free cores), "busy_every_thread" the same calls with every thread regardless, timed in
@@ -73,7 +77,8 @@ def measure(names, shape: tuple[int, int], make_call: Callable[[str, tuple[int, 
     calls = {name: make_call(name, shape) for name in names}
     n = shape[0] * shape[1]
     out: dict = {"shape": list(shape), "threads": numba.get_num_threads(), "pin": pin,
-                 "cases": {name: {"idle": [], "busy": [], "busy_every_thread": []}
+                 "cases": {name: {"idle": [], "one_thread": [], "busy": [],
+                                  "busy_every_thread": []}
                            for name in names}}
     adaptive = config.ADAPTIVE_WORKERS
     try:
@@ -82,6 +87,12 @@ def measure(names, shape: tuple[int, int], make_call: Callable[[str, tuple[int, 
                 if progress:
                     progress(f"round {r + 1}/{rounds} idle: {name}")
                 out["cases"][name]["idle"].append(_rate(fn, n, min_time))
+                threads = numba.get_num_threads()
+                numba.set_num_threads(1)
+                try:
+                    out["cases"][name]["one_thread"].append(_rate(fn, n, min_time))
+                finally:
+                    numba.set_num_threads(threads)
             with busy(pin):
                 for name, fn in calls.items():
                     if progress:
@@ -106,17 +117,23 @@ def ratios(result: dict, key: str = "busy") -> dict[str, float]:
 def format_report(result: dict) -> str:
     rows = ratios(result)
     every = ratios(result, "busy_every_thread")
+    alone = ratios(result, "one_thread")
     pin = f"pinned to CPU {result['pin']}" if result["pin"] is not None else "not pinned"
     lines = [f"busy machine: one core kept busy by a spinning process ({pin}); qcore with "
              f"{result['threads']} threads, {result['shape'][0]}x{result['shape'][1]} float32, "
              f"wall clock, median of {len(next(iter(result['cases'].values()))['idle'])} rounds; "
-             "'every thread': the same calls with every thread even when a core is taken",
-             "| case | idle Gelem/s | busy Gelem/s | busy/idle | target | every thread: busy/idle |",
-             "|---|---|---|---|---|---|"]
+             "'every thread': the same calls with every thread even when a core is taken; "
+             "'one thread idle': the calls on one thread of the idle machine, what a free core "
+             "alone moves",
+             "| case | idle Gelem/s | busy Gelem/s | busy/idle | target | every thread: busy/idle "
+             "| one thread idle/idle |",
+             "|---|---|---|---|---|---|---|"]
     for name, v in result["cases"].items():
         r = rows[name]
         verdict = f"≥ {BUSY_TARGET:g}×: {'met' if r >= BUSY_TARGET else 'NOT met'}"
         other = f"{every[name]:.2f}×" if name in every else "—"
+        one = f"{alone[name]:.2f}×" if name in alone else "—"
         lines.append(f"| {name} | {np.median(v['idle']) / 1e9:.2f} | "
-                     f"{np.median(v['busy']) / 1e9:.2f} | {r:.2f}× | {verdict} | {other} |")
+                     f"{np.median(v['busy']) / 1e9:.2f} | {r:.2f}× | {verdict} | {other} "
+                     f"| {one} |")
     return "\n".join(lines)
