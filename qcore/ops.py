@@ -384,7 +384,7 @@ def quantize_linear(x: Any, y_scale: Any, y_zero_point: Any = None, *, axis: int
         else:  # the plan is known; the scale and zero point values are read anew
             plan, params = known
             scale, zero_point, has_zero_point = _quantize_values(
-                plan, y_scale, y_zero_point, _kernel_checks(cpu, params[1], x.size))
+                plan, y_scale, y_zero_point, _kernel_checks(cpu, params, x.size))
         with parallel_guard(x.size):
             return _run_quantize(cpu, x, scale, zero_point, plan, has_zero_point, params,
                                  y_scale)
@@ -458,8 +458,8 @@ class PreparedCall:
 
     ``x`` keeps its shape (a device array stays on the device); ``scale`` is float32 (rounded to
     the precision type for QuantizeLinear), ``zero_point`` float32 for QuantizeLinear (the
-    target's codes as int8/int16 for the CPU integer kernels, which also check the scales
-    themselves: cpu.checks_values) and float64 for DequantizeLinear, both flat, one zero per
+    target's codes as int8/int16 for the CPU integer kernels, which then check the scales
+    themselves: see _kernel_checks) and float64 for DequantizeLinear, both flat, one zero per
     scale when none was given; ``kernels`` the backend module.
     """
 
@@ -512,8 +512,9 @@ def prepare_quantize(x: Any, y_scale: Any, y_zero_point: Any = None, *, axis: in
                        block_size=block_size, saturate=saturate, output_dtype=output_dtype,
                        precision=precision, opset=opset)
     kernels = _check_backend(backend, ov)
-    s, z, has_zero_point = _quantize_values(
-        plan, y_scale, y_zero_point, _kernel_checks(kernels, quantize_params(plan, False), x.size))
+    params = (layout_params(plan.layout), quantize_params(plan, False))
+    s, z, has_zero_point = _quantize_values(plan, y_scale, y_zero_point,
+                                            _kernel_checks(kernels, params, x.size))
     return PreparedCall(plan, x, s, z, has_zero_point, kernels)
 
 
@@ -521,7 +522,7 @@ def _quantize_values(plan: QuantizePlan, y_scale: Any, y_zero_point: Any,
                      kernel_checks: bool = False) -> tuple:
     """(scale, zero point, whether one was given) as the kernels read them, checked against
     the plan (see _scale_values, _zero_point_values). `kernel_checks`: the kernel checks the
-    scales and reads the zero points as codes (see _kernel_checks)."""
+    scales and reads the zero points as the target's codes (see _kernel_checks)."""
     ov = plan.version
     s = _scale_values(ov, np.asarray(y_scale), plan.scale, "y_scale", plan.precision,
                       check=not kernel_checks)
@@ -539,10 +540,10 @@ def _quantize_values(plan: QuantizePlan, y_scale: Any, y_zero_point: Any,
     return s, z, y_zero_point is not None
 
 
-def _kernel_checks(kernels, qp: QuantizeParams, x_size: int) -> bool:
-    """Whether the kernel checks the scales and reads the zero points as codes
-    (cpu.checks_values): the CPU integer family, when x has elements for it to read."""
-    return kernels is cpu and x_size > 0 and cpu.checks_values(qp)
+def _kernel_checks(kernels, params: tuple, x_size: int) -> bool:
+    """Whether the kernel for `params` (layout, quantize) checks the scales and reads the zero
+    points as the target's codes (cpu.checks_values), x having elements for it to read."""
+    return kernels is cpu and x_size > 0 and cpu.checks_values(params[1], params[0])
 
 
 def quantize_params(plan: QuantizePlan, has_zero_point: bool) -> QuantizeParams:

@@ -50,14 +50,15 @@ def _jobs() -> list[tuple[str, Callable[[], None]]]:
         for kernel, label in zip(cpu.FAMILIES[family], ("parallel", "serial")):
             for xt in xts:
                 for yt in yts:
-                    if family == "quantize int":  # zero points as the target's codes
-                        z = cpu._readonly(cpu.zero_point_view(np.zeros(1, yt)))
-
-                    def job(kernel=kernel, xt=xt, yt=yt, params=params, tab=tab, z=z):
-                        kernel(cpu._readonly(np.zeros(n, xt)), s, z, np.empty(n, yt), lp,
-                               params, tab, np.zeros((1, 2), np.int64))
-                    jobs.append((f"{family} {label} {np.dtype(xt).name}->{np.dtype(yt).name}",
-                                 job))
+                    zs = [z]
+                    if family == "quantize int":  # also the target's codes (cpu.checks_values)
+                        zs.append(cpu._readonly(cpu.zero_point_view(np.zeros(1, yt))))
+                    for zt in zs:
+                        def job(kernel=kernel, xt=xt, yt=yt, params=params, tab=tab, z=zt):
+                            kernel(cpu._readonly(np.zeros(n, xt)), s, z, np.empty(n, yt), lp,
+                                   params, tab, np.zeros((1, 2), np.int64))
+                        jobs.append((f"{family} {label} {np.dtype(xt).name}->"
+                                     f"{np.dtype(yt).name} (zero points {zt.dtype.name})", job))
     for kernel, label in zip(cpu.FAMILIES["minmax"], ("parallel", "serial")):
         def job(kernel=kernel):
             kernel(cpu._readonly(np.zeros(n, np.float32)), np.empty((1, 3), np.float32),

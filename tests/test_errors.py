@@ -64,23 +64,26 @@ def test_one_bad_element_of_a_per_axis_or_blocked_scale(value):
 @pytest.mark.parametrize("value", BAD_SCALES, ids=str)
 @pytest.mark.parametrize("rows", [6, 40_000])  # the serial and the parallel kernel
 @pytest.mark.parametrize("target", [np.int8, ml_dtypes.uint4, np.int16])
-def test_bad_blocked_scale_found_by_the_integer_kernel(value, rows, target):
-    """The integer kernels check the scales as they read them, with no pass of their own
-    before the call: one bad scale anywhere (the first, one in the second worker's share, the
-    last) is refused like any other, naming its element, and every call is checked again."""
+@pytest.mark.parametrize("axis", [1, 0])
+def test_bad_blocked_scale_found_by_the_integer_kernel(value, rows, target, axis):
+    """The integer kernels check blocked scales on the last axis as they read them, with no
+    pass of their own before the call (on an earlier axis they are checked before it): one bad
+    scale anywhere (the first, one in the second worker's share, the last) is refused like any
+    other, naming its element, and every call is checked again."""
     x = np.ones((rows, 64), np.float32)
-    scale = np.full((rows, 2), 0.5, np.float32)
-    zero_point = np.zeros((rows, 2), target)
-    good = q21(x, scale, zero_point, axis=1, block_size=32)
+    sshape = (rows, 2) if axis == 1 else (-(-rows // 32), 64)
+    scale = np.full(sshape, 0.5, np.float32)
+    zero_point = np.zeros(sshape, target)
+    good = q21(x, scale, zero_point, axis=axis, block_size=32)
     np.testing.assert_array_equal(good.astype(np.int64), 2)
     for i in (0, scale.size // 2 + 3, scale.size - 1):
         bad = scale.copy()
         bad.reshape(-1)[i] = value
         for _ in range(2):
-            msg = refused(lambda bad=bad: q21(x, bad, zero_point, axis=1, block_size=32), Q21,
-                          "y_scale", "positive and finite")
+            msg = refused(lambda bad=bad: q21(x, bad, zero_point, axis=axis, block_size=32),
+                          Q21, "y_scale", "positive and finite")
             assert f"element {i} " in msg
-        np.testing.assert_array_equal(q21(x, scale, zero_point, axis=1, block_size=32), good)
+        np.testing.assert_array_equal(q21(x, scale, zero_point, axis=axis, block_size=32), good)
 
 
 def test_bad_scale_of_an_empty_x_is_still_refused():

@@ -65,3 +65,14 @@ def next_segment(p, d, q, remaining, lp):
                 d = 0
                 p += 1
     return run, start, count, blk, first, p, d, q
+
+
+def per_element_scales(lp) -> bool:
+    """Whether next_segment gives runs with a scale per element (block 0) on layout `lp`:
+    per-axis on the last axis, or scales that vary along the rows of a later axis (blocked
+    or per-axis on an earlier axis than the last, with axes after it)."""
+    if lp.uniform == 1:
+        return False
+    if lp.post == 1:
+        return lp.block == 1
+    return lp.scale_post != 1
