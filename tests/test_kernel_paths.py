@@ -179,7 +179,7 @@ def _portable_families():
     flags = {"nogil": True, "error_model": "numpy"}
     families = {"quantize int": cpu._family(
         bound(cpu._seg_int.py_func, "_seg_int_portable", flags, EXPLICIT_VECTORS=False),
-        "quantize_int_portable", 0, check_scales=True)}
+        "quantize_int_portable", 0)}
     for (fnuz, add) in [(f, a) for f in (False, True) for a in (False, True)]:
         name = cpu._float_case(fnuz, add)
         segment = bound(cpu._seg_float, "_seg_portable_" + name.replace(" ", "_"),

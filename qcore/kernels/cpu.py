@@ -94,7 +94,8 @@ def _int_code_masked(q, zf, lo, hi, mask):
 
 
 # ---------------------------------------------------------------------------------------------
-# Quantize segments: xs -> ys with scales sv and zero points zv. block == 0: element j has
+# Quantize segments: xs -> ys with scales sv and zero points zv; each returns how many unusable
+# scales it found (0 where it does not check). block == 0: element j has
 # sv[j], zv[j]; block > 0: element j has sv[(first + j) // block]. Unsigned loop indices: numba
 # then emits no negative-index wraparound, and LLVM vectorises.
 # ---------------------------------------------------------------------------------------------
@@ -178,12 +179,12 @@ def _seg_int(xs, ys, sv, zv, block, first, qp, enc, buf):
     hi = np.float32(qp.hi)
     mask = np.int32(qp.mask)
     wrap = np.float32(qp.mask + 1)
-    bad = 0
     if block == 0:  # scales checked before the call (see checks_values)
         for j in range(n):
             ys[j] = _int_code_masked(xs[j] / sv[j], _int_zero_point(zv, j, wrap, hi), lo, hi,
                                      mask)
-        return bad
+        return 0
+    bad = 0
     b = 0
     j0 = 0
     while j0 < n:
@@ -224,7 +225,7 @@ def _seg_float(xs, ys, sv, zv, block, first, qp, enc, buf):
             q = xs[j] / sv[j]
             q = q + np.float32(zv[j]) if _ADD else q
             ys[j] = encode_with(f32_as_u32(q), c, _FNUZ)
-        return
+        return 0
     b = 0
     j0 = 0
     while j0 < n:
@@ -241,6 +242,8 @@ def _seg_float(xs, ys, sv, zv, block, first, qp, enc, buf):
             ys[j] = encode_with(f32_as_u32(q), c, _FNUZ)
         j0 = j1
         b += 1
+    return 0
+
 
 
 def _float_case(fnuz: bool, add: bool) -> str:
@@ -383,16 +386,16 @@ def _seg_generic(xs, ys, sv, zv, block, first, qp, enc, buf):
         for j in range(n):
             q = round_to_precision(load_x(xs[j], xkind, pkind) / sv[j], pkind)
             ys[j] = quantize_value(q, zv[j], qp)
-        return
+        return 0
     is_int = qp.tkind == TKind.INT
     lo = np.float32(qp.lo)
     hi = np.float32(qp.hi)
     if is_int and xkind == XKind.F16:
         _int_blocks_half_as(xs, ys, sv, zv, block, first, n, lo, hi, qp, XKind.F16)
-        return
+        return 0
     if is_int and xkind == XKind.BF16:
         _int_blocks_half_as(xs, ys, sv, zv, block, first, n, lo, hi, qp, XKind.BF16)
-        return
+        return 0
     v = buf
     _load_block(xs, v, 0, n, xkind, pkind)
     wrap = np.float32(qp.mask + 1)
@@ -420,6 +423,8 @@ def _seg_generic(xs, ys, sv, zv, block, first, qp, enc, buf):
             _float_block(v, ys, j0, j1, s0, z0, add, c, fnuz, PKind.F32)
         j0 = j1
         b += 1
+    return 0
+
 
 
 # ---------------------------------------------------------------------------------------------
@@ -435,7 +440,7 @@ def _dseg_numeric(xs, ys, sv, zv, block, first, dp, tab, buf):
     if block == 0:
         for j in range(n):
             ys[j] = (np.float32(xs[j]) - np.float32(zv[j])) * sv[j]
-        return
+        return 0
     b = 0
     j0 = 0
     while j0 < n:
@@ -446,6 +451,8 @@ def _dseg_numeric(xs, ys, sv, zv, block, first, dp, tab, buf):
             ys[j] = (np.float32(xs[j]) - z0) * s0
         j0 = j1
         b += 1
+    return 0
+
 
 
 @njit(**_JIT)
@@ -458,7 +465,7 @@ def _dseg_table(xs, ys, sv, zv, block, first, dp, tab, buf):
     if block == 0:
         for j in range(n):
             ys[j] = (np.float32(tab[np.int64(xs[j])]) - np.float32(zv[j])) * sv[j]
-        return
+        return 0
     b = 0
     j0 = 0
     while j0 < n:
@@ -469,6 +476,8 @@ def _dseg_table(xs, ys, sv, zv, block, first, dp, tab, buf):
             ys[j] = (np.float32(tab[np.int64(xs[j])]) - z0) * s0
         j0 = j1
         b += 1
+    return 0
+
 
 
 @njit(**_INLINE)
@@ -496,7 +505,7 @@ def _dseg_generic(xs, ys, sv, zv, block, first, dp, tab, buf):
     if block == 0:
         for j in range(n):
             ys[j] = dequantize_value(xs[j], zv[j], sv[j], xkind, okind, tab)
-        return
+        return 0
     if block >= first + n and xs.itemsize == 1 and n >= 1024:
         # one scale and one zero point: every byte has one result, look it up
         out = np.empty(256, ys.dtype)
@@ -506,7 +515,7 @@ def _dseg_generic(xs, ys, sv, zv, block, first, dp, tab, buf):
         codes = xs.view(np.uint8)
         for j in range(n):
             ys[j] = out[codes[j]]
-        return
+        return 0
     b = 0
     j0 = 0
     while j0 < n:
@@ -517,6 +526,8 @@ def _dseg_generic(xs, ys, sv, zv, block, first, dp, tab, buf):
             ys[j] = dequantize_value(xs[j], z0, s0, xkind, okind, tab)
         j0 = j1
         b += 1
+    return 0
+
 
 
 # ---------------------------------------------------------------------------------------------
@@ -526,7 +537,6 @@ def _dseg_generic(xs, ys, sv, zv, block, first, dp, tab, buf):
 
 _SEGMENT = _seg_generic
 _BUFFER = CHUNK
-_CHECK_SCALES = False  # bound per family: its segments count the scales that are not usable
 _LINE = 8  # int64s per cache line: each share's counter on its own line
 
 
@@ -559,10 +569,10 @@ def _driver(x, s, z, y, lp, params, table, tally):
     """Chunks shared out among the workers, tally.shape[0] of them (see _claim): each walks its
     own contiguous share, then helps with the others' (a thread whose core is busy does fewer
     chunks instead of holding everyone up). Worker w leaves the number of chunks it did in
-    tally[w, 0] and, where the family's segments check scales (_CHECK_SCALES: they return how
-    many unusable ones they read), their count in tally[w, 1]: the segments read the scales
-    anyway, while a check before the call was a pass over them of its own (blocked 32: 1/32
-    of x, 4% of the call)."""
+    tally[w, 0], and in tally[w, 1] how many unusable scales its segments found (each segment
+    returns that count; only the integer quantize segment checks, see checks_values: it reads
+    the scales anyway, while a check before the call was a pass over them of its own, 4% of a
+    blocked-32 call)."""
     nchunks = (x.size + CHUNK - 1) // CHUNK
     workers = tally.shape[0]
     counters = np.zeros(workers * _LINE, np.int64)
@@ -577,25 +587,16 @@ def _driver(x, s, z, y, lp, params, table, tally):
             i0 = c * CHUNK
             n = min(CHUNK, x.size - i0)
             if lp.uniform == 1:
-                if _CHECK_SCALES:
-                    bad += _SEGMENT(x[i0:i0 + n], y[i0:i0 + n], s, z, n, np.int64(0), params,
-                                    table, buf)
-                else:
-                    _SEGMENT(x[i0:i0 + n], y[i0:i0 + n], s, z, n, np.int64(0), params, table,
-                             buf)
+                bad += _SEGMENT(x[i0:i0 + n], y[i0:i0 + n], s, z, n, np.int64(0), params,
+                                table, buf)
             else:
                 p, d, q = locate(i0, lp)
                 j = 0
                 while j < n:
                     run, k2, m, block, first, p, d, q = next_segment(p, d, q, n - j, lp)
-                    if _CHECK_SCALES:
-                        bad += _SEGMENT(x[i0 + j:i0 + j + run], y[i0 + j:i0 + j + run],
-                                        s[k2:k2 + m], z[k2:k2 + m], block, first, params,
-                                        table, buf)
-                    else:
-                        _SEGMENT(x[i0 + j:i0 + j + run], y[i0 + j:i0 + j + run],
-                                 s[k2:k2 + m], z[k2:k2 + m], block, first, params, table,
-                                 buf)
+                    bad += _SEGMENT(x[i0 + j:i0 + j + run], y[i0 + j:i0 + j + run],
+                                    s[k2:k2 + m], z[k2:k2 + m], block, first, params, table,
+                                    buf)
                     j += run
             c, k = _next_chunk(counters, w, k, nchunks, workers)
         tally[w, 0] = done
@@ -672,18 +673,15 @@ def _minmax_driver(x, out, tally):
         tally[w, 0] = done
 
 
-def _family(segment, name: str, buffer: int, check_scales: bool = False) -> tuple:
+def _family(segment, name: str, buffer: int) -> tuple:
     """(parallel, serial) drivers bound to one segment function: each its own small kernel,
     compiled (or cache-loaded) only when first called."""
-    return tuple(bound(_driver, name + suffix, flags, _SEGMENT=segment, _BUFFER=buffer,
-                       _CHECK_SCALES=check_scales)
+    return tuple(bound(_driver, name + suffix, flags, _SEGMENT=segment, _BUFFER=buffer)
                  for suffix, flags in (("_parallel", {"parallel": True, **_JIT}),
                                        ("_serial", _JIT)))
 
 
-#: Counts unusable scales and reads zero points as the target's codes itself on most layouts
-#: (see checks_values)
-_Q_INT = _family(_seg_int, "quantize_int", 0, check_scales=True)
+_Q_INT = _family(_seg_int, "quantize_int", 0)
 def _float_family(fnuz: bool, add: bool) -> tuple:
     """The drivers of one small-float case, over _seg_float compiled with its flags."""
     name = _float_case(fnuz, add).replace(" ", "_")
