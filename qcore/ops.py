@@ -238,10 +238,8 @@ def _zero_point_values(ov: OpVersion, zp: np.ndarray | None, scale: np.ndarray, 
     the bytes to write per call and to read per element; float64 for DequantizeLinear, whose
     int32 zero points need it)."""
     # converted into a pooled buffer (cpu.new_output): blocked zero points are 1/32 of x
-    if zp is None:  # one zero per scale: the kernels index zero points like scales
-        values = cpu.new_output(max(scale.size, 1), dtype)
-        values.fill(0)
-        return values
+    if zp is None:
+        return _zeros_per_scale(scale, dtype)
     _check_zero_point_shape(ov, zp.shape, scale.shape, argument, scale_name)
     values = cpu.new_output(zp.size, dtype)
     with np.errstate(all="ignore"):
@@ -256,11 +254,17 @@ def _zero_point_codes(ov: OpVersion, zp: np.ndarray | None, scale: np.ndarray,
     """An integer target's zero points as the CPU integer kernels read them (see
     cpu.zero_point_view): its own codes, flat, no conversion; zeros when none was given."""
     if zp is None:
-        zeros = cpu.new_output(max(scale.size, 1), np.int8 if target.itemsize == 1 else np.int16)
-        zeros.fill(0)
-        return zeros
+        return _zeros_per_scale(scale, np.int8 if target.itemsize == 1 else np.int16)
     _check_zero_point_shape(ov, zp.shape, scale.shape, "y_zero_point", "y_scale")
     return cpu.zero_point_view(zp)
+
+
+def _zeros_per_scale(scale: np.ndarray, dtype) -> np.ndarray:
+    """One zero per scale (at least one) in a pooled buffer, for a call without a zero point:
+    the kernels index zero points like scales."""
+    zeros = cpu.new_output(max(scale.size, 1), dtype)
+    zeros.fill(0)
+    return zeros
 
 
 def _check_zero_point_shape(ov: OpVersion, zero_point_shape, scale_shape, zp_name: str,
@@ -422,7 +426,7 @@ def _call_key(x: Any, y_scale: Any, y_zero_point: Any, options: dict) -> tuple:
     With one-element scale and zero point their bytes are in the key and the call is
     remembered whole (`whole`: its scale, zero point, plan and kernel parameters); otherwise
     the key holds their types and shapes and the plan and parameters are remembered, the values
-    checked and converted on every call. Right after a kernel has streamed 80 MB through the
+    read and checked on every call (by the kernel where cpu.checks_values). Right after a kernel has streamed 80 MB through the
     caches Python runs 5-10x slower than in a microbenchmark: a remembered per-tensor int8 call
     on 16 Mi elements spends 70-90 us outside its kernel instead of ~250. Values are keyed
     with their types, as in _remembered."""
@@ -567,8 +571,7 @@ def _flat_input(x: np.ndarray) -> np.ndarray:
 
 
 def _run_quantize(kernels, x, s: np.ndarray, z: np.ndarray, plan: QuantizePlan,
-                  has_zero_point: bool, params: tuple | None = None,
-                  y_scale: Any = None) -> np.ndarray:
+                  has_zero_point: bool, params: tuple | None, y_scale: Any) -> np.ndarray:
     """Run the kernel (`params`: the plan's (layout, quantize) kernel parameters, when already
     made). A given zero point is added even when it is 0 (the formula's ``x / scale + zp``
     turns -0 into +0 for the float targets). A kernel that finds an unusable scale (see
@@ -584,8 +587,8 @@ def _run_quantize(kernels, x, s: np.ndarray, z: np.ndarray, plan: QuantizePlan,
         if params is None:
             params = (layout_params(plan.layout), quantize_params(plan, has_zero_point))
         if kernels.quantize(_flat_input(x), s, z, y, *params):
-            _scale_values(plan.version, np.asarray(s if y_scale is None else y_scale),
-                          plan.scale, "y_scale", plan.precision)
+            _scale_values(plan.version, np.asarray(y_scale), plan.scale, "y_scale",
+                          plan.precision)
             raise AssertionError("the kernel found an unusable scale that _scale_values passed")
     return y.view(t.dtype).reshape(x.shape)
 

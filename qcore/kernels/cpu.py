@@ -245,7 +245,6 @@ def _seg_float(xs, ys, sv, zv, block, first, qp, enc, buf):
     return 0
 
 
-
 def _float_case(fnuz: bool, add: bool) -> str:
     """The small-float quantize case: "float", then " fnuz" for a target without -0 and " zp"
     when a zero point is added (FAMILIES has "quantize " + case; kernel names use "_")."""
@@ -426,7 +425,6 @@ def _seg_generic(xs, ys, sv, zv, block, first, qp, enc, buf):
     return 0
 
 
-
 # ---------------------------------------------------------------------------------------------
 # Dequantize segments: (x - zero_point) * scale in float32, rounded once to the output type
 # ---------------------------------------------------------------------------------------------
@@ -454,7 +452,6 @@ def _dseg_numeric(xs, ys, sv, zv, block, first, dp, tab, buf):
     return 0
 
 
-
 @njit(**_JIT)
 def _dseg_table(xs, ys, sv, zv, block, first, dp, tab, buf):
     """Sub-byte integers and small floats (their uint8 codes) to float32 through the decode
@@ -477,7 +474,6 @@ def _dseg_table(xs, ys, sv, zv, block, first, dp, tab, buf):
         j0 = j1
         b += 1
     return 0
-
 
 
 @njit(**_INLINE)
@@ -527,7 +523,6 @@ def _dseg_generic(xs, ys, sv, zv, block, first, dp, tab, buf):
         j0 = j1
         b += 1
     return 0
-
 
 
 # ---------------------------------------------------------------------------------------------
