@@ -104,6 +104,26 @@ def workers_for(threads: int, cpus: int, others: int) -> int:
     return max(1, min(threads, cpus - others))
 
 
+_thread_count_getter = None  # numba's C getter of the calling thread's count, once it exists
+
+
+def numba_threads() -> int:
+    """numba.get_num_threads(): the calling thread's count of numba threads. Once numba's
+    threads are up, read through numba's own C getter: numba.get_num_threads takes two locks on
+    every call first (~7 us right after a kernel has streamed its data through the caches,
+    against 0.1 us for the getter)."""
+    global _thread_count_getter
+    if _thread_count_getter is None:
+        import numba
+        from numba.np.ufunc import parallel
+
+        threads = numba.get_num_threads()  # launches the threads, which makes the getter
+        _thread_count_getter = getattr(parallel, "_get_num_threads", None) or \
+            numba.get_num_threads
+        return threads
+    return _thread_count_getter()
+
+
 def parallel_workers(threads: int) -> int:
     """How many workers a parallel kernel call should use now (1: run the serial kernel):
     `threads` (numba's count) less the cores other processes keep busy (see
@@ -133,20 +153,35 @@ def parallel_workers(threads: int) -> int:
     return workers
 
 
-@contextlib.contextmanager
-def parallel_call(workers: int) -> Iterator[None]:
-    """Run a parallel kernel call on `workers` threads (numba's count for the calling thread
-    while inside), and note when it ended (see :func:`parallel_workers`)."""
-    import numba
+class parallel_call:  # noqa: N801 - used as a context manager, like contextlib's
+    """Run a parallel kernel call on `workers` of numba's `threads` (numba's count for the
+    calling thread while inside), under :func:`parallel_guard`'s lock where the layer needs it,
+    and note when it ended (see :func:`parallel_workers`). A class, not a generator: it runs
+    around every parallel call, right after a kernel has streamed its data through the caches,
+    where every Python frame is slow."""
 
-    global _last_parallel
-    threads = numba.get_num_threads()
-    if workers < threads:
-        numba.set_num_threads(workers)
-    try:
-        with parallel_guard():
-            yield
-    finally:
-        if workers < threads:
-            numba.set_num_threads(threads)
-        _last_parallel = (time.monotonic(), workers)
+    __slots__ = ("workers", "threads", "locked")
+
+    def __init__(self, workers: int, threads: int) -> None:
+        self.workers = workers
+        self.threads = threads
+        self.locked = False
+
+    def __enter__(self) -> None:
+        if self.workers < self.threads:
+            import numba
+
+            numba.set_num_threads(self.workers)
+        if not layer_is_thread_safe():
+            _lock.acquire()
+            self.locked = True
+
+    def __exit__(self, *exc) -> None:
+        global _last_parallel
+        if self.locked:
+            _lock.release()
+        if self.workers < self.threads:
+            import numba
+
+            numba.set_num_threads(self.threads)
+        _last_parallel = (time.monotonic(), self.workers)

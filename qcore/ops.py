@@ -10,7 +10,6 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from .concurrency import parallel_guard
 from .errors import QuantizationError
 from .formats import FLOAT, INT, SCALE, Format, get_format
 from .kernels import cpu
@@ -389,17 +388,14 @@ def quantize_linear(x: Any, y_scale: Any, y_zero_point: Any = None, *, axis: int
             plan, params = known
             scale, zero_point, has_zero_point = _quantize_values(
                 plan, y_scale, y_zero_point, _kernel_checks(cpu, params, x.size))
-        with parallel_guard(x.size):
-            return _run_quantize(cpu, x, scale, zero_point, plan, has_zero_point, params,
-                                 y_scale)
+        return _run_quantize(cpu, x, scale, zero_point, plan, has_zero_point, params, y_scale)
     call = prepare_quantize(x, y_scale, y_zero_point, **options)
     params = None
     if key is not None:
         params = (layout_params(call.plan.layout), quantize_params(call.plan,
                                                                    call.has_zero_point))
-    with parallel_guard(call.x.size if call.kernels is cpu else 0):
-        y = _run_quantize(call.kernels, call.x, call.scale, call.zero_point, call.plan,
-                          call.has_zero_point, params, y_scale)
+    y = _run_quantize(call.kernels, call.x, call.scale, call.zero_point, call.plan,
+                      call.has_zero_point, params, y_scale)
     if key is not None:  # remembered once it has run: a refused call never is
         if len(_CALLS) >= _PLANS_KEPT:
             _CALLS.clear()
@@ -426,28 +422,25 @@ def _call_key(x: Any, y_scale: Any, y_zero_point: Any, options: dict) -> tuple:
     With one-element scale and zero point their bytes are in the key and the call is
     remembered whole (`whole`: its scale, zero point, plan and kernel parameters); otherwise
     the key holds their types and shapes and the plan and parameters are remembered, the values
-    read and checked on every call (by the kernel where cpu.checks_values). Right after a kernel has streamed 80 MB through the
+    read and checked on every call (by the kernel where cpu.checks_values). Values are keyed
+    with their types, as in _remembered. Right after a kernel has streamed 80 MB through the
     caches Python runs 5-10x slower than in a microbenchmark: a remembered per-tensor int8 call
-    on 16 Mi elements spends 70-90 us outside its kernel instead of ~250. Values are keyed
-    with their types, as in _remembered."""
-    if type(x) is not np.ndarray or not x.dtype.isnative or options["backend"] != "cpu":
+    on 16 Mi elements spends ~60 us outside its kernel (12 of them on this key before it was
+    one flat tuple), against ~250 before calls were remembered."""
+    if (type(x) is not np.ndarray or not x.dtype.isnative or options["backend"] != "cpu"
+            or y_scale is None):
         return None, False
-    parts = [x.dtype, x.shape]
-    values = [v for v in (y_scale, y_zero_point) if v is not None]
-    if not all(isinstance(v, (np.ndarray, np.generic)) and v.dtype.isnative
-               and not v.dtype.hasobject for v in values):
-        return None, False
-    whole = all(v.size == 1 for v in values)
     for value in (y_scale, y_zero_point):
-        if value is None:
-            parts.append(None)
-        else:
-            parts += [type(value), value.dtype, value.shape]
-            if whole:
-                parts.append(value.tobytes())
-    parts += [(k, type(v), v) for k, v in options.items()]
-    parts.append(whole)
-    key = tuple(parts)
+        if value is not None and not (isinstance(value, (np.ndarray, np.generic))
+                                      and value.dtype.isnative and not value.dtype.hasobject):
+            return None, False
+    whole = y_scale.size == 1 and (y_zero_point is None or y_zero_point.size == 1)
+    # one flat tuple: the key is hashed on every call
+    key = (x.dtype, x.shape, whole, type(y_scale), y_scale.dtype, y_scale.shape,
+           y_scale.tobytes() if whole else None, type(y_zero_point),
+           *((y_zero_point.dtype, y_zero_point.shape,
+              y_zero_point.tobytes() if whole else None) if y_zero_point is not None else ()),
+           *[(type(v), v) for v in options.values()])
     try:
         hash(key)
     except TypeError:  # an unhashable option
@@ -565,9 +558,12 @@ def _flat_input(x: np.ndarray) -> np.ndarray:
     if _is_device(x):
         return x
     flat = np.ascontiguousarray(x).reshape(-1)
-    if flat.dtype in (np.float16, ml_dtypes.bfloat16):
+    if flat.dtype in _HALF_DTYPES:
         return flat.view(np.uint16)
     return flat
+
+
+_HALF_DTYPES = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
 
 
 def _run_quantize(kernels, x, s: np.ndarray, z: np.ndarray, plan: QuantizePlan,
@@ -648,8 +644,7 @@ def dequantize_linear(x: Any, x_scale: Any, x_zero_point: Any = None, *, axis: i
     """
     call = prepare_dequantize(x, x_scale, x_zero_point, axis=axis, block_size=block_size,
                               output_dtype=output_dtype, opset=opset, backend=backend)
-    with parallel_guard(call.x.size if call.kernels is cpu else 0):
-        return _run_dequantize(call.kernels, call.x, call.scale, call.zero_point, call.plan)
+    return _run_dequantize(call.kernels, call.x, call.scale, call.zero_point, call.plan)
 
 
 def prepare_dequantize(x: Any, x_scale: Any, x_zero_point: Any = None, *, axis: int = 1,
@@ -741,8 +736,7 @@ def dynamic_quantize_linear(x: Any, *, backend: str = "cpu",
     if x.size == 0:
         lo = hi = 0.0
     else:
-        with parallel_guard(x.size if kernels is cpu else 0):
-            lo, hi, bad = kernels.minmax(_flat_input(x), int(XKind.F32))
+        lo, hi, bad = kernels.minmax(_flat_input(x), int(XKind.F32))
         if bad:
             raise QuantizationError(
                 f"{ov.label}: x contains {bad} NaN/Inf value(s); the scale computed from x's "

@@ -110,7 +110,8 @@ def test_busy_cores_move_bandwidth_bound_kernels_to_the_free_ones(busy, monkeypa
     monkeypatch.setattr(cpu, "parallel_workers", lambda threads: 1 if busy else threads)
     launched = []
     real = concurrency.parallel_call
-    monkeypatch.setattr(cpu, "parallel_call", lambda w: launched.append(w) or real(w))
+    monkeypatch.setattr(cpu, "parallel_call",
+                        lambda w, threads: launched.append(w) or real(w, threads))
     x = np.random.default_rng(3).standard_normal((512, 300)).astype(np.float32)
     x[7, 9] = np.nan
     got = _four_operators(x)
@@ -158,7 +159,7 @@ def test_every_chunk_is_done_once_by_the_workers_that_drew_it(monkeypatch):
     n = 40 * cpu.CHUNK + 123
     x = np.linspace(-3, 3, n, dtype=np.float32)
     out = np.empty((-(-n // cpu.CHUNK), 3), np.float32)
-    tally = cpu._launch("minmax", (cpu._readonly(x), out), n, True)
+    _, tally = cpu._launch("minmax", (cpu._readonly(x), out), n, True)
     assert tally.shape[0] == numba.get_num_threads()
     assert tally[:, 0].sum() == out.shape[0]
     assert out[:, 0].min() == -3 and out[:, 1].max() == 3 and out[:, 2].sum() == 0

@@ -28,12 +28,11 @@ from __future__ import annotations
 import sys
 import threading
 
-import numba
 import numpy as np
 from numba import njit, prange
 
 from .. import config
-from ..concurrency import parallel_call, parallel_workers
+from ..concurrency import numba_threads, parallel_call, parallel_workers
 from ..config import CHUNK, PARALLEL_THRESHOLD
 from . import bound, renamed
 from .bits import (
@@ -596,6 +595,10 @@ def _driver(x, s, z, y, lp, params, table, tally):
             c, k = _next_chunk(counters, w, k, nchunks, workers)
         tally[w, 0] = done
         tally[w, 1] = bad
+    total = 0
+    for w in range(workers):
+        total += tally[w, 1]
+    return total
 
 
 @njit(**_INLINE)
@@ -770,23 +773,22 @@ def _readonly(a: np.ndarray) -> np.ndarray:
 BANDWIDTH_BOUND = frozenset({"quantize int", "dequantize numeric", "minmax"})
 
 
-def _launch(family: str, args: tuple, n: int, bandwidth_bound: bool) -> np.ndarray:
+def _launch(family: str, args: tuple, n: int, bandwidth_bound: bool) -> tuple:
     """Run the kernel of `family` for n elements: serial below the parallel threshold, else
     parallel on numba's threads (when `bandwidth_bound`: on the cores other processes leave
-    free; one means the serial kernel). Returns each worker's (chunks done, unusable scales
-    read) (see _driver)."""
+    free; one means the serial kernel). Returns the kernel's result (the quantize and
+    dequantize drivers: how many unusable scales they read) and each worker's (chunks done,
+    unusable scales read) (see _driver)."""
     parallel, serial = FAMILIES[family]
-    workers = 1
+    workers = threads = 1
     if n >= PARALLEL_THRESHOLD:
-        threads = numba.get_num_threads()
+        threads = numba_threads()
         workers = parallel_workers(threads) if bandwidth_bound else threads
     tally = np.zeros((workers, 2), np.int64)
     if workers == 1:
-        serial(*args, tally)
-        return tally
-    with parallel_call(workers):
-        parallel(*args, tally)
-    return tally
+        return serial(*args, tally), tally
+    with parallel_call(workers, threads):
+        return parallel(*args, tally), tally
 
 
 def _bandwidth_bound(family: str, lp) -> bool:
@@ -835,9 +837,9 @@ def quantize(x, s, z, y, lp, qp) -> int:
     target's codes where :func:`checks_values`), y codes. Returns how many scales the kernel
     found not positive and finite (always 0 where it does not check them)."""
     family = quantize_family(qp)
-    tally = _launch(family, (_readonly(x), _readonly(s), _readonly(z), y, lp, qp, _NO_TABLE),
-                    x.size, _bandwidth_bound(family, lp))
-    return int(tally[:, 1].sum())
+    bad, _ = _launch(family, (_readonly(x), _readonly(s), _readonly(z), y, lp, qp, _NO_TABLE),
+                     x.size, _bandwidth_bound(family, lp))
+    return bad
 
 
 def dequantize(x, s, z, y, lp, dp, tab) -> None:
