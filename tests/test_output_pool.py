@@ -70,8 +70,12 @@ def test_operator_results_stay_correct_when_buffers_are_reused():
 def test_blocked_integer_call_allocates_little_beyond_its_output(axis, bound):
     """Blocked int8 on the last axis reads its float32 scales and int8 zero points in place
     (the kernel checks the scales): under 1% beyond the output, where converted zero points
-    were 25%. On the first axis the zero points are still converted to float32: 12.5%."""
+    were 25%. On the first axis the zero points are still converted to float32: 12.5%. Both
+    besides each worker's fixed scratch (a zero point per block of a chunk)."""
+    import numba
+
     from qcore.bench import extra_memory_ratio
+    from qcore.kernels import cpu
 
     rng = np.random.default_rng(0)
     x = rng.standard_normal((1024, 1024)).astype(np.float32)
@@ -80,4 +84,5 @@ def test_blocked_integer_call_allocates_little_beyond_its_output(axis, bound):
     zero_point = rng.integers(-3, 4, sshape).astype(np.int8)
     ratio = extra_memory_ratio(
         lambda: qcore.quantize_linear(x, scale, zero_point, axis=axis, block_size=32))
-    assert ratio is not None and ratio < bound, ratio
+    scratch = numba.get_num_threads() * cpu._BLOCKS * 4 / x.size  # bytes over the output's
+    assert ratio is not None and ratio < bound + scratch, (ratio, scratch)

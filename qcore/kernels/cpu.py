@@ -171,8 +171,8 @@ def _unusable(s):
     return np.int64(0) if s > np.float32(0) and s < np.float32(np.inf) else np.int64(1)
 
 
-#: Most blocks of 32 or more a chunk's segment touches: _seg_int's buffer holds three numbers
-#: for each.
+#: Most blocks of 32 or more a chunk's segment touches: _seg_int's buffer holds each one's zero
+#: point.
 _BLOCKS = CHUNK // 32 + 2
 
 
@@ -184,10 +184,10 @@ def _seg_int(xs, ys, sv, zv, block, first, qp, enc, buf):
     read again (checks_values).
 
     Blocks of whole 32s, up to 1024 long, go through the written-out vector steps with their
-    scales checked and their clamp bounds and zero points made first, for the whole segment in
-    one loop into `buf` (three numbers per block): made block by block between the steps, that
-    scalar work kept the blocked-32 kernel at 0.87-0.90x onnxruntime's whole call, against
-    0.94-1.01x this way (both in one process, AVX-512 and AVX2 code; blocked 128 the same)."""
+    scales checked and their zero points decoded first, for the whole segment in one loop, into
+    `buf`: done block by block between the steps, that scalar work kept the blocked-32 kernel
+    at 0.87-0.90x onnxruntime's whole call, against 0.96-1.01x this way (in one process,
+    AVX-512 and AVX2 code; blocked 128 the same within 2%)."""
     wide_vectors()
     n = xs.size
     lo = np.float32(qp.lo)
@@ -203,20 +203,17 @@ def _seg_int(xs, ys, sv, zv, block, first, qp, enc, buf):
     b = 0
     j0 = 0
     m = (first + n + block - 1) // block
-    if EXPLICIT_VECTORS and block % 32 == 0 and block <= 1024 and 3 * m <= buf.size:
+    if EXPLICIT_VECTORS and block % 32 == 0 and block <= 1024 and m <= buf.size:
         for k in range(m):
             bad += _unusable(sv[k])
-            zf = _int_zero_point(zv, k, wrap, hi)
-            buf[k] = lo - zf
-            buf[m + k] = hi - zf
-            buf[2 * m + k] = zf
+            buf[k] = _int_zero_point(zv, k, wrap, hi)
         while j0 < n:
             j1 = min(n, (b + 1) * block - first)
+            zf = buf[b]
             if j1 - j0 == block:
-                _int_vector_block(xs, ys, j0, j1, sv[b], buf[b], buf[m + b],
-                                  np.int32(buf[2 * m + b]), mask)
+                _int_vector_block(xs, ys, j0, j1, sv[b], lo - zf, hi - zf, np.int32(zf), mask)
             else:  # a block cut by the segment's ends
-                _int_run(xs, ys, j0, j1, sv[b], buf[2 * m + b], lo, hi, mask)
+                _int_run(xs, ys, j0, j1, sv[b], zf, lo, hi, mask)
             j0 = j1
             b += 1
         return bad
@@ -713,7 +710,7 @@ def _family(segment, name: str, buffer: int) -> tuple:
                                        ("_serial", _JIT)))
 
 
-_Q_INT = _family(_seg_int, "quantize_int", 3 * _BLOCKS)
+_Q_INT = _family(_seg_int, "quantize_int", _BLOCKS)
 def _float_family(fnuz: bool, add: bool) -> tuple:
     """The drivers of one small-float case, over _seg_float compiled with its flags."""
     name = _float_case(fnuz, add).replace(" ", "_")
