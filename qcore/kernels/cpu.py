@@ -39,11 +39,14 @@ from .bits import (
     EXPLICIT_VECTORS,
     FLOAT_CODES,
     HAS_F16C,
+    INT_STEP,
     f16_bits_as_f32,
     f32_as_u32,
     fetch_add,
     int_codes_32,
     int_codes_64,
+    int_codes_128,
+    int_codes_step,
     rint_to_int32,
     u32_as_f32,
     wide_vectors,
@@ -101,16 +104,21 @@ def _int_code_masked(q, zf, lo, hi, mask):
 
 
 @njit(**_INLINE)
-def _int_run(xs, ys, j0, j1, s0, zf, lo, hi, mask):
+def _int_run(xs, ys, j0, j1, s0, zf, lo, hi, mask, vectors):
     """ys[j] for j0 <= j < j1, all with scale s0 and zero point zf (see _int_code_masked).
-    Where EXPLICIT_VECTORS, 64 at a time as written-out vector code: LLVM's own vectorisation
-    of the scalar loop reached 0.88x onnxruntime's whole call on a 2-core Xeon (AVX-512),
-    the same operations written as vectors 0.94-1.01x (kernel alone). The rest one at a time."""
+    Where EXPLICIT_VECTORS, INT_STEP at a time as written-out vector code, then 64 at a time:
+    LLVM's own vectorisation of the scalar loop reached 0.88x onnxruntime's whole call on a
+    2-core Xeon (AVX-512), the same operations written as vectors 0.94-1.01x (kernel alone, 64
+    per step) and 1.09-1.10x (256 per step). The rest one at a time. (`vectors`: the caller's
+    EXPLICIT_VECTORS, so that a kernel compiled with it bound off has no vector step.)"""
     j = j0
-    if EXPLICIT_VECTORS:
+    if vectors:
         a = lo - zf
         b = hi - zf
         zi = np.int32(zf)
+        while j + INT_STEP <= j1:
+            int_codes_step(xs, j, ys, s0, a, b, zi, mask)
+            j += INT_STEP
         while j + 64 <= j1:
             int_codes_64(xs, j, ys, s0, a, b, zi, mask)
             j += 64
@@ -119,10 +127,10 @@ def _int_run(xs, ys, j0, j1, s0, zf, lo, hi, mask):
 
 
 @njit(**_INLINE)
-def _int_whole_32s(xs, ys, j0, j1, s0, zf, lo, hi, mask):
+def _int_whole_32s(xs, ys, j0, j1, s0, zf, lo, hi, mask, vectors):
     """_int_run for a short block made of whole 32s (block 32, 64, 128...): fixed steps, no
-    remainder loop or alias checks (see _int_vector_block)."""
-    if EXPLICIT_VECTORS:
+    remainder loop or alias checks (see _int_vector_block; `vectors` as in _int_run)."""
+    if vectors:
         _int_vector_block(xs, ys, j0, j1, s0, lo - zf, hi - zf, np.int32(zf), mask)
         return
     j = j0
@@ -137,10 +145,20 @@ def _int_whole_32s(xs, ys, j0, j1, s0, zf, lo, hi, mask):
 @njit(**_INLINE)
 def _int_vector_block(xs, ys, j0, j1, s0, a, b, zi, mask):
     """A block of whole 32s by the written-out vector steps, its clamp bounds `a`, `b` and zero
-    point `zi` made (see _int_code_masked): blocks of whole 64s take 64 per step. (While loops:
-    a stepped range costs a division per block, and blocks are short.)"""
+    point `zi` made (see _int_code_masked), in the widest steps that divide it (INT_STEP, 128,
+    64 or 32 lanes: blocked 128 on AVX-512 0.85-0.88x onnxruntime in steps of 64, 0.98x in one
+    of 128). (While loops: a stepped range costs a division per block, and blocks are short.)"""
     j = j0
-    if (j1 - j0) % 64 == 0:
+    n = j1 - j0
+    if n % INT_STEP == 0:
+        while j < j1:
+            int_codes_step(xs, j, ys, s0, a, b, zi, mask)
+            j += INT_STEP
+    elif n % 128 == 0:
+        while j < j1:
+            int_codes_128(xs, j, ys, s0, a, b, zi, mask)
+            j += 128
+    elif n % 64 == 0:
         while j < j1:
             int_codes_64(xs, j, ys, s0, a, b, zi, mask)
             j += 64
@@ -213,7 +231,7 @@ def _seg_int(xs, ys, sv, zv, block, first, qp, enc, buf):
             if j1 - j0 == block:
                 _int_vector_block(xs, ys, j0, j1, sv[b], lo - zf, hi - zf, np.int32(zf), mask)
             else:  # a block cut by the segment's ends
-                _int_run(xs, ys, j0, j1, sv[b], zf, lo, hi, mask)
+                _int_run(xs, ys, j0, j1, sv[b], zf, lo, hi, mask, EXPLICIT_VECTORS)
             j0 = j1
             b += 1
         return bad
@@ -223,9 +241,9 @@ def _seg_int(xs, ys, sv, zv, block, first, qp, enc, buf):
         bad += _unusable(s0)
         zf = _int_zero_point(zv, b, wrap, hi)
         if j1 - j0 <= 1024 and (j1 - j0) % 32 == 0:
-            _int_whole_32s(xs, ys, j0, j1, s0, zf, lo, hi, mask)
+            _int_whole_32s(xs, ys, j0, j1, s0, zf, lo, hi, mask, EXPLICIT_VECTORS)
         else:
-            _int_run(xs, ys, j0, j1, s0, zf, lo, hi, mask)
+            _int_run(xs, ys, j0, j1, s0, zf, lo, hi, mask, EXPLICIT_VECTORS)
         j0 = j1
         b += 1
     return bad
