@@ -729,6 +729,8 @@ def _family(segment, name: str, buffer: int) -> tuple:
 
 
 _Q_INT = _family(_seg_int, "quantize_int", _BLOCKS)
+
+
 def _float_family(fnuz: bool, add: bool) -> tuple:
     """The drivers of one small-float case, over _seg_float compiled with its flags."""
     name = _float_case(fnuz, add).replace(" ", "_")
