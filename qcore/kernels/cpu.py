@@ -201,11 +201,11 @@ def _seg_int(xs, ys, sv, zv, block, first, qp, enc, buf):
     scale per element is not checked here: a run reads a whole row of them, which other runs
     read again (checks_values).
 
-    Blocks of whole 32s, up to 1024 long, go through the written-out vector steps with their
-    scales checked and their zero points decoded first, for the whole segment in one loop, into
-    `buf`: done block by block between the steps, that scalar work kept the blocked-32 kernel
-    at 0.87-0.90x onnxruntime's whole call, against 0.96-1.01x this way (in one process,
-    AVX-512 and AVX2 code; blocked 128 the same within 2%)."""
+    Where `buf` has room for a zero point per block of the segment, the blocks' scales are
+    checked and their zero points decoded first, in one loop over the blocks: done block by
+    block between the vector steps, that scalar work kept the blocked-32 kernel at 0.87-0.90x
+    onnxruntime's whole call, against 0.96-1.01x this way (in one process, AVX-512 and AVX2
+    code; blocked 128 the same within 2%)."""
     wide_vectors()
     n = xs.size
     lo = np.float32(qp.lo)
@@ -221,25 +221,19 @@ def _seg_int(xs, ys, sv, zv, block, first, qp, enc, buf):
     b = 0
     j0 = 0
     m = (first + n + block - 1) // block
-    if EXPLICIT_VECTORS and block % 32 == 0 and block <= 1024 and m <= buf.size:
+    made = m <= buf.size  # every block's zero point made before the loop (see above)
+    if made:
         for k in range(m):
             bad += _unusable(sv[k])
             buf[k] = _int_zero_point(zv, k, wrap, hi)
-        while j0 < n:
-            j1 = min(n, (b + 1) * block - first)
-            zf = buf[b]
-            if j1 - j0 == block:
-                _int_vector_block(xs, ys, j0, j1, sv[b], lo - zf, hi - zf, np.int32(zf), mask)
-            else:  # a block cut by the segment's ends
-                _int_run(xs, ys, j0, j1, sv[b], zf, lo, hi, mask, EXPLICIT_VECTORS)
-            j0 = j1
-            b += 1
-        return bad
     while j0 < n:
         j1 = min(n, (b + 1) * block - first)
         s0 = sv[b]
-        bad += _unusable(s0)
-        zf = _int_zero_point(zv, b, wrap, hi)
+        if made:
+            zf = buf[b]
+        else:
+            bad += _unusable(s0)
+            zf = _int_zero_point(zv, b, wrap, hi)
         if j1 - j0 <= 1024 and (j1 - j0) % 32 == 0:
             _int_whole_32s(xs, ys, j0, j1, s0, zf, lo, hi, mask, EXPLICIT_VECTORS)
         else:
