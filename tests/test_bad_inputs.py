@@ -130,6 +130,7 @@ OPERATOR_CASES = [
     ("scale-inf", _q(X, F32(np.inf)), Err("y_scale")),
     ("scale-f16-underflow", _q(X, F32(1e-9), precision="float16"), Err("y_scale")),
     ("scale-empty", _q(X, np.ones(0, F32)), Err("y_scale")),
+    ("scale-none", _q(X, None), Err("y_scale")),  # no remembered-call key: refused as given
     ("scale-string", _q(X, "0.1"), Err("y_scale")),
     ("scale-object", _q(X, object()), Err("y_scale")),
     ("scale-ragged", _q(X, [[1.0], [1.0, 2.0]]), Err("y_scale")),
