@@ -101,11 +101,11 @@ def test_parallel_and_serial_kernels_have_their_own_cache_entries():
     # starts a thread). Each variant is compiled from a renamed copy.
     from qcore import reductions
 
-    pairs = [*cpu.FAMILIES.values(),
-             (reductions._error_par, reductions._error_ser),
-             (reductions._histogram_par, reductions._histogram_ser),
-             (reductions._group_sse_par, reductions._group_sse_ser),
-             (reductions._finite_minmax_par, reductions._finite_minmax_ser)]
+    pairs = [family[:2] for family in cpu.FAMILIES.values()] + [
+        (reductions._error_par, reductions._error_ser),
+        (reductions._histogram_par, reductions._histogram_ser),
+        (reductions._group_sse_par, reductions._group_sse_ser),
+        (reductions._finite_minmax_par, reductions._finite_minmax_ser)]
     for par, ser in pairs:
         assert par.py_func.__qualname__ != ser.py_func.__qualname__
 
@@ -135,7 +135,7 @@ def test_warmup_compiles_every_kernel_family():
     seen = []
     timings = qcore.warmup(progress=lambda done, total, label: seen.append((done, total)))
     for family, kernels in cpu.FAMILIES.items():
-        for kernel in kernels:
+        for kernel in (kernels.parallel, kernels.serial):
             assert kernel.signatures, f"{family}: {kernel.py_func.__qualname__} not compiled"
     assert seen and seen[-1][0] == seen[-1][1] == len(seen)
     assert set(timings) == {"quantize", "dequantize", "minmax", "packing"}
@@ -218,3 +218,48 @@ def test_vector_steps_equal_the_portable_loops(target, block, monkeypatch):
     got = qcore.quantize_linear(x, scales, zero, **kwargs)
     np.testing.assert_array_equal(got.view(np.uint8) if got.itemsize == 1 else got,
                                   want.view(np.uint8) if want.itemsize == 1 else want)
+
+
+_SPECIALS = np.array([np.inf, -np.inf, np.nan, -0.0, 0.0, 1e-40, -3e38, 3e38, 448.5, -57344.0,
+                      6.5, 0.25, 1e30, -1e-45, 65504.0, 2.5], np.float32)
+
+
+@pytest.mark.parametrize("x_dtype", [np.float32, np.float16, ml_dtypes.bfloat16])
+@pytest.mark.parametrize("target", [np.int8, ml_dtypes.uint4, np.int16,
+                                    ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2fnuz,
+                                    ml_dtypes.float4_e2m1fn])
+@pytest.mark.parametrize("n", [1, 31, 1000, cpu.CHUNK])
+def test_one_chunk_by_its_segment_equals_the_serial_driver(x_dtype, target, n, monkeypatch):
+    """A per-tensor call of up to one chunk runs its family's segment directly (no driver to
+    compile on a cold start); the serial driver must give the same bits, and the same
+    refusal of an unusable scale."""
+    rng = np.random.default_rng(n)
+    x = (rng.standard_normal(n) * 30).astype(np.float32)
+    x[: min(n, _SPECIALS.size)] = _SPECIALS[: min(n, _SPECIALS.size)]
+    with np.errstate(over="ignore"):
+        x = x.astype(x_dtype)
+    scale = np.array(0.75, x_dtype)
+    zero = np.array(3 if np.dtype(target).kind in "iu" else 0, target)
+
+    def both(call):
+        direct = call()
+        monkeypatch.setattr(cpu, "DIRECT_MAX", -1)
+        try:
+            driver = call()
+        finally:
+            monkeypatch.setattr(cpu, "DIRECT_MAX", cpu.CHUNK)
+        return direct, driver
+
+    direct, driver = both(lambda: qcore.quantize_linear(x, scale, zero))
+    assert direct.dtype == driver.dtype
+    np.testing.assert_array_equal(direct.view(np.uint8) if direct.itemsize == 1 else direct,
+                                  driver.view(np.uint8) if driver.itemsize == 1 else driver)
+    direct, driver = both(lambda: qcore.dequantize_linear(driver, scale, zero))
+    np.testing.assert_array_equal(direct.view(np.uint16) if direct.itemsize == 2 else direct,
+                                  driver.view(np.uint16) if driver.itemsize == 2 else driver)
+    for bad in (0.0, -1.0, np.nan, np.inf):
+        for path in (cpu.CHUNK, -1):
+            monkeypatch.setattr(cpu, "DIRECT_MAX", path)
+            with pytest.raises(qcore.QuantizationError, match="y_scale"):
+                qcore.quantize_linear(x, np.array(bad, x_dtype), zero)
+    monkeypatch.setattr(cpu, "DIRECT_MAX", cpu.CHUNK)
