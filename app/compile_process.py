@@ -29,6 +29,7 @@ WAIT_S = 120.0
 #: The process: this module run as a script.
 COMMAND = [sys.executable, "-m", "app.compile_process"]
 _READY = "[qcore.app] compiled:"
+_SERVER_PID = "QCORE_APP_SERVER_PID"
 
 _cond = threading.Condition()
 _compiled: set[str] = set()  # jobs the process has reported done
@@ -48,7 +49,8 @@ def start() -> None:
     if os.environ.get(SWITCH, "1") == "0":
         return
     root = str(Path(__file__).resolve().parent.parent)
-    env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env = {**os.environ, _SERVER_PID: str(os.getpid()),
+           "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
     try:
         proc = subprocess.Popen(COMMAND, cwd=root, env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.DEVNULL, text=True)
@@ -114,8 +116,23 @@ def _home() -> None:
     qcore.dequantize_linear(y, np.float32(1), zero, output_dtype="float")
 
 
+def _end_with_parent() -> None:
+    """End this process when the server that started it has ended (its parent is no longer
+    the server named by _SERVER_PID, or the one it had at its start): a server stopped or
+    killed leaves no compile running."""
+    parent = int(os.environ.get(_SERVER_PID) or os.getppid())
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
 def main() -> None:
     """The process: each job, then its name on stdout; at a lower priority after the Lab's."""
+    _end_with_parent()
     from_start = time.perf_counter()
 
     def later(name):

@@ -3,8 +3,10 @@ the compile process (threads and fake processes only, no kernels)."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
+from pathlib import Path
 
 from app import compile_process, warm
 
@@ -110,3 +112,37 @@ def test_without_the_compile_process_nothing_waits(monkeypatch):
     t0 = time.monotonic()
     compile_process.wait_compiled("home")
     assert time.monotonic() - t0 < 0.5
+
+
+def test_the_compile_process_ends_with_the_server_that_started_it():
+    # a "server" that starts a process watching it as the compile process does, then exits
+    import subprocess
+    import sys
+
+    child = ("from app import compile_process as c; c._end_with_parent(); import time; "
+             "print('started', flush=True); time.sleep(120)")
+    server = ("import os, subprocess, sys; "
+              "env = {**os.environ, 'QCORE_APP_SERVER_PID': str(os.getpid())}; "
+              f"p = subprocess.Popen([sys.executable, '-c', {child!r}], env=env, "
+              "stdout=subprocess.PIPE, text=True); "
+              "assert p.stdout.readline().strip() == 'started'; print(p.pid, flush=True)")
+    run = subprocess.run([sys.executable, "-c", server], cwd=Path(__file__).parent.parent,
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    pid = int(run.stdout)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _alive(pid):
+        time.sleep(0.1)
+    if _alive(pid):
+        os.kill(pid, 9)
+        raise AssertionError("the compile process outlived its server")
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` still runs (an ended one its new parent has not reaped yet is a
+    zombie: state Z)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
