@@ -5,9 +5,6 @@ import time
 
 import streamlit as st
 
-from app import compile_process  # noqa: E402 - the standard library alone: starts at once
-
-compile_process.start()  # once per server: compiles the kernels beside the app's imports
 st.set_page_config(page_title="Quantization Explorer", page_icon="🔢",
                    layout="wide", initial_sidebar_state="expanded")
 

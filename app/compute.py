@@ -27,7 +27,6 @@ from qcore.codes import (
 )
 from qcore.tiles import pool_max, sample_indices, tile_rmse
 
-from . import compile_process
 from .text import fmt_value, short_num  # noqa: F401 - app/conformance imports fmt_value here
 
 #: Every opset qcore implements, oldest first.
@@ -61,7 +60,6 @@ HOME_VALUES = np.array([-1.3, -0.62, -0.05, 0.0, 0.24, 0.5, 0.91, 1.7], np.float
 @st.cache_data(max_entries=64, show_spinner=False)
 def home_example(scale: float, zero_point: float, target: str) -> pd.DataFrame:
     """The 8-value example of the home page, through QuantizeLinear and DequantizeLinear."""
-    compile_process.wait_compiled("home")
     x = HOME_VALUES
     s = np.array(scale, np.float32)
     zp = zero_point_array(zero_point, target)
@@ -283,7 +281,6 @@ def lab(spec, cfg) -> LabResult:
     """Everything the Quantize Lab shows, reduced to plot-sized arrays."""
     from qcore import metrics
 
-    compile_process.wait_compiled("lab")
     x, params, y, x_hat = _quantize(spec, cfg)
     m = metrics.error_metrics(x, x_hat, y=y, params=params)
     xf = x.astype(np.float32, copy=False)

@@ -1,11 +1,11 @@
-"""Kernel warm-up, once per server, out of the pages' way.
+"""Kernel warm-up in the background, once per server, out of the pages' way.
 
-The kernels compile first in a process of their own (:mod:`app.compile_process`); this
-module's thread then loads every kernel into the server from the cache that process left, and
-compiles what it could not. numba compiles under the GIL and behind one process-wide lock, so
-the thread works only while no page script runs (and has not for :data:`QUIET_S` seconds), one
-specialisation at a time: the Lab's views, then the rest of :func:`qcore.warmup`, then the
-analysis kernels' parallel variants.
+numba compiles under the GIL and behind one process-wide lock, so a background compile slows a
+page's own Python code and makes a page that needs another kernel wait for it. The warm-up
+therefore compiles only while no page script runs (and has not for :data:`QUIET_S` seconds),
+one specialisation at a time, and starts with what the pages' default views use (the Quantize
+Lab's pipeline on a small tensor), then the rest of :func:`qcore.warmup`, then the analysis
+kernels' parallel variants.
 """
 
 from __future__ import annotations
@@ -21,8 +21,6 @@ import numpy as np
 import streamlit as st
 
 import qcore
-
-from . import compile_process
 
 #: Seconds without a page script running before the warm-up compiles its next kernel.
 QUIET_S = 1.0
@@ -42,7 +40,6 @@ def warm() -> threading.Thread:
     global _last_end
     with _cond:  # the first page's script has not entered page_running() yet: wait for it
         _last_end = time.monotonic()
-    compile_process.start()
     thread = threading.Thread(target=_warm_in_background, name="qcore-warmup", daemon=True)
     thread.start()
     return thread
@@ -92,7 +89,6 @@ def _warm_in_background() -> None:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)  # this thread only
     except (AttributeError, OSError):
         pass  # not Linux: keep the normal priority
-    compile_process.wait_end()
     t0 = time.perf_counter()
     timing = bool(os.environ.get("QCORE_APP_TIMING"))
     try:
@@ -110,20 +106,6 @@ def _warm_in_background() -> None:
         logging.getLogger("qcore.app").exception("warming up the kernels failed")
 
 
-def _warm_home() -> None:
-    from . import compute
-
-    compute.home_example.__wrapped__(0.25, 0.0, "int4")
-
-
-def _warm_lab_default() -> None:
-    """The Quantize Lab's default view on a small tensor (see _warm_lab)."""
-    from . import compute, controls, tensors
-
-    compute.lab.__wrapped__(tensors.TensorSpec(rows=64, cols=2 * qcore.config.CHUNK // 64),
-                            controls.QuantConfig())
-
-
 def _warm_lab() -> None:
     """The Quantize Lab's default view (and Home's example) on a small tensor: the same
     kernel specialisations as the default 1024x1024 view, compiled first. (Two chunks: a
@@ -131,15 +113,11 @@ def _warm_lab() -> None:
     from . import compute, controls, tensors
 
     lab = compute.lab.__wrapped__  # not st.cache_data's wrapper: no page's cache entry
-    _warm_home()
+    compute.home_example.__wrapped__(0.25, 0.0, "int4")
     for granularity in (qcore.PER_TENSOR, qcore.PER_AXIS, qcore.BLOCKED):
         wait_quiet()
         lab(tensors.TensorSpec(rows=64, cols=2 * qcore.config.CHUNK // 64),
             controls.QuantConfig(granularity=granularity))
-
-
-def _warm_all() -> None:
-    qcore.warmup()
 
 
 def _warm_parallel_analysis() -> None:
@@ -154,5 +132,3 @@ def _warm_parallel_analysis() -> None:
         metrics.error_metrics(x, x_hat, params=p)
         metrics.group_errors(x, x_hat, p)
         metrics.histogram(x, bins=8)
-
-

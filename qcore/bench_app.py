@@ -59,8 +59,7 @@ def server(cache_dir: Path | None, log_path: Path, timeout: float = 120,
     cmd = [str(exe) if exe.exists() else "streamlit", "run", script,
            "--server.headless", "true", "--server.port", str(port := _free_port()),
            "--browser.gatherUsageStats", "false"]
-    env = {**{k: v for k, v in os.environ.items() if k != "QCORE_APP_COMPILE_PROCESS"},
-           "QCORE_APP_TIMING": "1",
+    env = {**os.environ, "QCORE_APP_TIMING": "1",
            "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     if cache_dir is not None:
         env["NUMBA_CACHE_DIR"] = str(cache_dir)

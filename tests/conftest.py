@@ -8,10 +8,6 @@ from functools import lru_cache
 import numpy as np
 import pytest
 
-# The app's pages under AppTest compile in the test process: no compile process of their own
-# beside the test workers (tests/test_warm.py tests it; the served app in test_browser has it).
-os.environ.setdefault("QCORE_APP_COMPILE_PROCESS", "0")
-
 #: Test workers with ``-n auto`` (pyproject's addopts): one per core, at most this many (each
 #: worker compiles the numba kernels it needs until numba's disk cache holds them).
 MAX_WORKERS = 4
