@@ -17,13 +17,13 @@ one family, not every path):
 - dequantize, 8/16-bit integers to float32 (``_dseg_numeric``), and everything else
   (``_dseg_generic``: decode tables, int32, 16-bit outputs)
 
-Each family has a parallel and a serial driver, and its segment: a tensor of one chunk with one
-scale (per-tensor) is its segment's work alone, so it calls the segment directly and no driver
-compiles for it (Home's example: 2.0 s less of a cold start on a znver3 host). Parameters are
-the NamedTuples of
-:mod:`qcore.kernels.params` (int64 fields), so one compiled kernel per (family, input dtype,
-output dtype) serves every format and granularity. Array arguments are passed read-only (a
-view, no copy) so that the app's read-only arrays and writable ones share one compilation.
+Each family has a parallel and a serial driver around its segment function. A per-tensor call
+of one chunk is the segment's work alone, so it calls the segment directly and compiles no
+driver (Home's 8-element example: 2-3 s less of a cold start on a znver3 host). Parameters are
+the NamedTuples of :mod:`qcore.kernels.params` (int64 fields), so one compiled kernel per
+(family, input dtype, output dtype) serves every format and granularity. Array arguments are
+passed read-only (a view, no copy) so that the app's read-only arrays and writable ones share
+one compilation.
 """
 
 from __future__ import annotations
@@ -719,9 +719,9 @@ def _minmax_driver(x, out, tally):
 
 
 class Family(NamedTuple):
-    """A kernel family: its parallel and serial drivers, and the segment both run on each run
-    of a chunk with the size of the float32 buffer it takes (None for minmax, which has
-    none)."""
+    """A kernel family: its parallel and serial drivers, the segment function they call on each
+    run of a chunk, and how many float32s of scratch the segment takes (minmax has no
+    segment)."""
 
     parallel: Any
     serial: Any
@@ -851,7 +851,7 @@ def _launch(family: str, args: tuple, n: int, bandwidth_bound: bool,
     if uniform and n <= DIRECT_MAX and segment is not None:
         x, s, z, y, _, params, table = args
         bad = segment(x, y, s, z, n, 0, params, table, np.empty(buffer, np.float32)) if n else 0
-        return bad, np.array([[1, bad]], np.int64)
+        return bad, np.array([[1 if n else 0, bad]], np.int64)
     workers = threads = 1
     if n >= PARALLEL_THRESHOLD:
         threads = numba_threads()
