@@ -11,6 +11,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
+from conftest import assert_bits_equal
 
 import qcore
 from qcore.kernels import cpu
@@ -242,24 +243,19 @@ def test_one_chunk_by_its_segment_equals_the_serial_driver(x_dtype, target, n, m
     zero = np.array(3 if np.dtype(target).kind in "iu" else 0, target)
 
     def both(call):
-        direct = call()
-        monkeypatch.setattr(cpu, "DIRECT_MAX", -1)
-        try:
-            driver = call()
-        finally:
-            monkeypatch.setattr(cpu, "DIRECT_MAX", cpu.CHUNK)
-        return direct, driver
+        """call()'s result by the segment alone, then by the serial driver."""
+        results = []
+        for limit in (cpu.CHUNK, -1):
+            monkeypatch.setattr(cpu, "DIRECT_MAX", limit)
+            results.append(call())
+        return results
 
     direct, driver = both(lambda: qcore.quantize_linear(x, scale, zero))
-    assert direct.dtype == driver.dtype
-    np.testing.assert_array_equal(direct.view(np.uint8) if direct.itemsize == 1 else direct,
-                                  driver.view(np.uint8) if driver.itemsize == 1 else driver)
-    direct, driver = both(lambda: qcore.dequantize_linear(driver, scale, zero))
-    np.testing.assert_array_equal(direct.view(np.uint16) if direct.itemsize == 2 else direct,
-                                  driver.view(np.uint16) if driver.itemsize == 2 else driver)
+    assert_bits_equal(direct, driver, context="quantize")
+    direct_dq, driver_dq = both(lambda: qcore.dequantize_linear(driver, scale, zero))
+    assert_bits_equal(direct_dq, driver_dq, context="dequantize")
     for bad in (0.0, -1.0, np.nan, np.inf):
-        for path in (cpu.CHUNK, -1):
-            monkeypatch.setattr(cpu, "DIRECT_MAX", path)
+        for limit in (cpu.CHUNK, -1):
+            monkeypatch.setattr(cpu, "DIRECT_MAX", limit)
             with pytest.raises(qcore.QuantizationError, match="y_scale"):
                 qcore.quantize_linear(x, np.array(bad, x_dtype), zero)
-    monkeypatch.setattr(cpu, "DIRECT_MAX", cpu.CHUNK)

@@ -19,7 +19,7 @@ one family, not every path):
 
 Each family has a parallel and a serial driver around its segment function. A per-tensor call
 of one chunk is the segment's work alone, so it calls the segment directly and compiles no
-driver (Home's 8-element example: 2-3 s less of a cold start on a znver3 host). Parameters are
+driver (Home's 8-element example: about 3 s less of a cold start on a znver3 host). Parameters are
 the NamedTuples of :mod:`qcore.kernels.params` (int64 fields), so one compiled kernel per
 (family, input dtype, output dtype) serves every format and granularity. Array arguments are
 passed read-only (a view, no copy) so that the app's read-only arrays and writable ones share
@@ -741,7 +741,7 @@ def _family(segment, name: str, buffer: int) -> Family:
 _Q_INT = _family(_seg_int, "quantize_int", _BLOCKS)
 
 
-def _float_family(fnuz: bool, add: bool) -> tuple:
+def _float_family(fnuz: bool, add: bool) -> Family:
     """The drivers of one small-float case, over _seg_float compiled with its flags."""
     name = _float_case(fnuz, add).replace(" ", "_")
     segment = bound(_seg_float, "_seg_" + name, _JIT, _FNUZ=fnuz, _ADD=add,
