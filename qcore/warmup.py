@@ -22,7 +22,7 @@ _QUANTIZE_GENERIC = ((np.float32, np.uint16, np.int32), (np.uint8, np.uint16))
 _DEQUANTIZE_NUMERIC = ((np.int8, np.uint8, np.int16, np.uint16), (np.float32,))
 _DEQUANTIZE_GENERIC = ((np.int8, np.uint8, np.int16, np.uint16, np.int32),
                        (np.float32, np.uint16))
-FAMILY_TYPES = {"quantize int": _QUANTIZE_INT_F32,
+FAMILY_TYPES = {"quantize int": _QUANTIZE_INT_F32, "quantize int blocks": _QUANTIZE_INT_F32,
                 **{family: ((np.float32,), (np.uint8,))
                    for family in cpu.FAMILIES if family.startswith("quantize float")},
                 "quantize generic": _QUANTIZE_GENERIC,
@@ -51,8 +51,9 @@ def _jobs() -> list[tuple[str, Callable[[], None]]]:
             for xt in xts:
                 for yt in yts:
                     zs = [z]
-                    if family == "quantize int":  # also the target's codes (cpu.checks_values)
-                        zs.append(cpu._readonly(cpu.zero_point_view(np.zeros(1, yt))))
+                    if family.startswith("quantize int"):  # the target's codes (checks_values)
+                        codes = cpu._readonly(cpu.zero_point_view(np.zeros(1, yt)))
+                        zs = [codes] if family == "quantize int" else [z, codes]
                     for zt in zs:
                         def job(kernel=kernel, xt=xt, yt=yt, params=params, tab=tab, z=zt):
                             kernel(cpu._readonly(np.zeros(n, xt)), s, z, np.empty(n, yt), lp,

@@ -178,9 +178,13 @@ def _portable_families():
     from qcore.kernels import bound
 
     flags = {"nogil": True, "error_model": "numpy"}
-    families = {"quantize int": cpu._family(
-        bound(cpu._seg_int.py_func, "_seg_int_portable", flags, EXPLICIT_VECTORS=False),
-        "quantize_int_portable", 0)}
+    families = {
+        "quantize int": cpu._family(
+            bound(cpu._seg_int_tensor.py_func, "_seg_int_tensor_portable", flags,
+                  EXPLICIT_VECTORS=False), "quantize_int_portable", 0),
+        "quantize int blocks": cpu._family(
+            bound(cpu._seg_int.py_func, "_seg_int_portable", flags, EXPLICIT_VECTORS=False),
+            "quantize_int_blocks_portable", 0)}
     for (fnuz, add) in [(f, a) for f in (False, True) for a in (False, True)]:
         name = cpu._float_case(fnuz, add)
         segment = bound(cpu._seg_float, "_seg_portable_" + name.replace(" ", "_"),
@@ -229,11 +233,13 @@ _SPECIALS = np.array([np.inf, -np.inf, np.nan, -0.0, 0.0, 1e-40, -3e38, 3e38, 44
 @pytest.mark.parametrize("target", [np.int8, ml_dtypes.uint4, np.int16,
                                     ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2fnuz,
                                     ml_dtypes.float4_e2m1fn])
-@pytest.mark.parametrize("n", [1, 31, 1000, cpu.CHUNK])
-def test_one_chunk_by_its_segment_equals_the_serial_driver(x_dtype, target, n, monkeypatch):
-    """A per-tensor call of up to one chunk runs its family's segment directly (no driver to
-    compile on a cold start); the serial driver must give the same bits, and the same
-    refusal of an unusable scale."""
+@pytest.mark.parametrize("n", [1, 31, 1000, cpu.CHUNK, 3 * cpu.CHUNK + 17])
+def test_per_tensor_call_by_its_segment_equals_the_serial_driver(x_dtype, target, n,
+                                                                 monkeypatch):
+    """A per-tensor call below the parallel threshold runs its family's segment directly, in
+    one run (no driver to compile on a cold start; the generic family up to one chunk); the
+    serial driver, chunk by chunk, must give the same bits, and the same refusal of an
+    unusable scale."""
     rng = np.random.default_rng(n)
     x = (rng.standard_normal(n) * 30).astype(np.float32)
     x[: min(n, _SPECIALS.size)] = _SPECIALS[: min(n, _SPECIALS.size)]
@@ -245,8 +251,8 @@ def test_one_chunk_by_its_segment_equals_the_serial_driver(x_dtype, target, n, m
     def both(call):
         """call()'s result by the segment alone, then by the serial driver."""
         results = []
-        for limit in (cpu.CHUNK, -1):
-            monkeypatch.setattr(cpu, "DIRECT_MAX", limit)
+        for direct in (True, False):
+            monkeypatch.setattr(cpu, "DIRECT", direct)
             results.append(call())
         return results
 
@@ -255,7 +261,7 @@ def test_one_chunk_by_its_segment_equals_the_serial_driver(x_dtype, target, n, m
     direct_dq, driver_dq = both(lambda: qcore.dequantize_linear(driver, scale, zero))
     assert_bits_equal(direct_dq, driver_dq, context="dequantize")
     for bad in (0.0, -1.0, np.nan, np.inf):
-        for limit in (cpu.CHUNK, -1):
-            monkeypatch.setattr(cpu, "DIRECT_MAX", limit)
+        for direct in (True, False):
+            monkeypatch.setattr(cpu, "DIRECT", direct)
             with pytest.raises(qcore.QuantizationError, match="y_scale"):
                 qcore.quantize_linear(x, np.array(bad, x_dtype), zero)

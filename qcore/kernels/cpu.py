@@ -8,7 +8,9 @@ this module only moves data.
 Kernels come in small families, each compiled only when a call needs it (a cold start compiles
 one family, not every path):
 
-- quantize, float32 x divided in float32, to an integer target (``_seg_int``)
+- quantize, float32 x divided in float32, to an integer target: per tensor
+  (``_seg_int_tensor``: one scale, one loop) and with a scale per block, row or element
+  (``_seg_int``)
 - quantize, float32 x divided in float32, to a small float target (``_seg_float``: encoded
   arithmetically, branch-free)
 - quantize, anything else (16-bit or int32 x, another precision): ``_seg_generic``: 16-bit x to
@@ -18,8 +20,9 @@ one family, not every path):
   (``_dseg_generic``: decode tables, int32, 16-bit outputs)
 
 Each family has a parallel and a serial driver around its segment function. A per-tensor call
-of one chunk is the segment's work alone, so it calls the segment directly and compiles no
-driver (Home's 8-element example: about 3 s less of a cold start on a znver3 host). Parameters are
+below the parallel threshold is the segment's work alone (chunks add nothing to one serial
+stream), so it calls the segment directly, in one run, and compiles no driver (about 3 s less of
+Home's and again of the Quantize Lab's cold start on a znver3 host). Parameters are
 the NamedTuples of :mod:`qcore.kernels.params` (int64 fields), so one compiled kernel per
 (family, input dtype, output dtype) serves every format and granularity. Array arguments are
 passed read-only (a view, no copy) so that the app's read-only arrays and writable ones share
@@ -245,6 +248,20 @@ def _seg_int(xs, ys, sv, zv, block, first, qp, enc, buf):
         j0 = j1
         b += 1
     return bad
+
+
+@njit(**_JIT)
+def _seg_int_tensor(xs, ys, sv, zv, block, first, qp, enc, buf):
+    """_seg_int for a per-tensor layout: one scale and one zero point for the whole run, so one
+    _int_run and none of the block loops. A first call compiles in about a third of _seg_int's
+    time (an 8-element int4 call on a znver3 host, 3 runs each: 0.5-0.7 s against 1.8-2.2 s).
+    Returns 1 when the scale is not usable."""
+    wide_vectors()
+    hi = np.float32(qp.hi)
+    zf = _int_zero_point(zv, 0, np.float32(qp.mask + 1), hi)
+    _int_run(xs, ys, 0, xs.size, sv[0], zf, np.float32(qp.lo), hi, np.int32(qp.mask),
+             EXPLICIT_VECTORS)
+    return _unusable(sv[0])
 
 
 @njit(**_INLINE)
@@ -720,25 +737,28 @@ def _minmax_driver(x, out, tally):
 
 class Family(NamedTuple):
     """A kernel family: its parallel and serial drivers, the segment function they call on each
-    run of a chunk, and how many float32s of scratch the segment takes (minmax has no
-    segment)."""
+    run of a chunk, how many float32s of scratch the segment takes, and the longest run it
+    converts in one call (0: any length; the generic family's scratch holds a float32 per
+    element of its run, so one chunk) (minmax has no segment)."""
 
     parallel: Any
     serial: Any
     segment: Any = None
     buffer: int = 0
+    max_run: int = 0
 
 
-def _family(segment, name: str, buffer: int) -> Family:
+def _family(segment, name: str, buffer: int, max_run: int = 0) -> Family:
     """The drivers bound to one segment function: each its own small kernel, compiled (or
     cache-loaded) only when first called."""
     parallel, serial = (bound(_driver, name + suffix, flags, _SEGMENT=segment, _BUFFER=buffer)
                         for suffix, flags in (("_parallel", {"parallel": True, **_JIT}),
                                               ("_serial", _JIT)))
-    return Family(parallel, serial, segment, buffer)
+    return Family(parallel, serial, segment, buffer, max_run)
 
 
-_Q_INT = _family(_seg_int, "quantize_int", _BLOCKS)
+_Q_INT = _family(_seg_int_tensor, "quantize_int", 0)
+_Q_INT_BLOCKS = _family(_seg_int, "quantize_int_blocks", _BLOCKS)
 
 
 def _float_family(fnuz: bool, add: bool) -> Family:
@@ -752,7 +772,7 @@ def _float_family(fnuz: bool, add: bool) -> Family:
 #: small-float case (see _float_case) -> family
 _Q_FLOATS = {_float_case(fnuz, add): _float_family(fnuz, add)
              for fnuz in (False, True) for add in (False, True)}
-_Q_GENERIC = _family(_seg_generic, "quantize_generic", CHUNK)
+_Q_GENERIC = _family(_seg_generic, "quantize_generic", CHUNK, CHUNK)
 _DQ_NUMERIC = _family(_dseg_numeric, "dequantize_numeric", 0)
 _DQ_TABLE = _family(_dseg_table, "dequantize_table", 0)
 _DQ_GENERIC = _family(_dseg_generic, "dequantize_generic", 0)
@@ -760,7 +780,7 @@ minmax_parallel = njit(parallel=True, **_JIT)(renamed(_minmax_driver, "_parallel
 minmax_serial = njit(**_JIT)(renamed(_minmax_driver, "_serial"))
 
 #: Every kernel as (parallel, serial), by family (for warm-up and tests).
-FAMILIES = {"quantize int": _Q_INT,
+FAMILIES = {"quantize int": _Q_INT, "quantize int blocks": _Q_INT_BLOCKS,
             **{"quantize " + case: family for case, family in _Q_FLOATS.items()},
             "quantize generic": _Q_GENERIC,
             "dequantize numeric": _DQ_NUMERIC, "dequantize table": _DQ_TABLE,
@@ -834,21 +854,25 @@ def _readonly(a: np.ndarray) -> np.ndarray:
 BANDWIDTH_BOUND = frozenset({"quantize int", "dequantize numeric", "minmax"})
 
 
-#: Largest per-tensor call its family's segment converts alone: one chunk, the serial driver's
-#: whole work for it.
-DIRECT_MAX = CHUNK
+#: Whether a per-tensor call below the parallel threshold runs its family's segment alone, in
+#: one run (up to the family's max_run): chunks add nothing to one serial stream, and a cold
+#: start then compiles no driver (the Quantize Lab's default view about 3.5 s less on a znver3
+#: host). False: the drivers always (the tests compare the two).
+DIRECT = True
 
 
 def _launch(family: str, args: tuple, n: int, bandwidth_bound: bool,
             uniform: bool = False) -> tuple:
     """Run the kernel of `family` for n elements: serial below the parallel threshold, else
     parallel on numba's threads (when `bandwidth_bound`: on the cores other processes leave
-    free; one means the serial kernel); one chunk with one scale (`uniform`) by the segment
-    alone, as the serial driver would. Returns the kernel's result (the quantize and
-    dequantize drivers: how many unusable scales they read) and each worker's (chunks done,
-    unusable scales read) (see _driver)."""
-    parallel, serial, segment, buffer = FAMILIES[family]
-    if uniform and n <= DIRECT_MAX and segment is not None:
+    free; one means the serial kernel); a per-tensor call (`uniform`) below the threshold by
+    the segment alone, in one run (see DIRECT): the serial driver's work without the chunks.
+    Returns the kernel's result (the quantize and dequantize drivers: how
+    many unusable scales they read) and each worker's (chunks done, unusable scales read) (see
+    _driver; a direct run counts as one chunk)."""
+    parallel, serial, segment, buffer, max_run = FAMILIES[family]
+    if (uniform and DIRECT and segment is not None and n < PARALLEL_THRESHOLD
+            and (not max_run or n <= max_run)):
         x, s, z, y, _, params, table = args
         bad = segment(x, y, s, z, n, 0, params, table, np.empty(buffer, np.float32)) if n else 0
         return bad, np.array([[1 if n else 0, bad]], np.int64)
@@ -867,13 +891,14 @@ def _bandwidth_bound(family: str, lp) -> bool:
     return family in BANDWIDTH_BOUND and lp.uniform == 1
 
 
-def quantize_family(qp: QuantizeParams) -> str:
-    """Which kernel family converts with these parameters (a key of FAMILIES): "quantize int",
+def quantize_family(qp: QuantizeParams, lp) -> str:
+    """Which kernel family converts with these parameters on layout `lp` (a key of FAMILIES):
+    "quantize int" (per-tensor) or "quantize int blocks" (a scale per block, row or element),
     "quantize float" (with " fnuz" for a target without -0, " zp" when a zero point is added)
     or "quantize generic"."""
     if qp.xkind == XKind.F32 and qp.pkind == PKind.F32:
         if qp.tkind == TKind.INT:
-            return "quantize int"
+            return "quantize int" if lp.uniform == 1 else "quantize int blocks"
         return "quantize " + _float_case(qp.nan_style == NanStyle.NEG_ZERO, qp.has_zp == 1)
     return "quantize generic"
 
@@ -895,7 +920,7 @@ def checks_values(qp: QuantizeParams, lp) -> bool:
     scale per element of a run (per-axis on the last axis, blocked on an earlier axis), whose
     runs read each scale many times, and other families take scales checked before the call
     and float32 zero points."""
-    return quantize_family(qp) == "quantize int" and not per_element_scales(lp)
+    return quantize_family(qp, lp).startswith("quantize int") and not per_element_scales(lp)
 
 
 def zero_point_view(codes: np.ndarray) -> np.ndarray:
@@ -908,7 +933,7 @@ def quantize(x, s, z, y, lp, qp) -> int:
     """Run the quantize kernel: x flat input, s float32 scales, z zero points (float32, or the
     target's codes where :func:`checks_values`), y codes. Returns how many scales the kernel
     found not positive and finite (always 0 where it does not check them)."""
-    family = quantize_family(qp)
+    family = quantize_family(qp, lp)
     bad, _ = _launch(family, (_readonly(x), _readonly(s), _readonly(z), y, lp, qp, _NO_TABLE),
                      x.size, _bandwidth_bound(family, lp), lp.uniform == 1)
     return bad
