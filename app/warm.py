@@ -1,11 +1,17 @@
-"""Kernel warm-up in the background, once per server, out of the pages' way.
+"""Kernel warm-up in the background, once per server.
 
-numba compiles under the GIL and behind one process-wide lock, so a background compile slows a
-page's own Python code and makes a page that needs another kernel wait for it. The warm-up
-therefore compiles only while no page script runs (and has not for :data:`QUIET_S` seconds),
-one specialisation at a time, and starts with what the pages' default views use (the Quantize
-Lab's pipeline on a small tensor), then the rest of :func:`qcore.warmup`, then the analysis
-kernels' parallel variants.
+The first page compiles what it needs itself (seconds, on a cold numba cache). Once it has run
+and no page has run for :data:`QUIET_S` seconds, a low-priority thread compiles the Quantize
+Lab's default view (where most users go next) in the server itself; then the server starts
+``python -m app.warm_process``, also at a lower priority: it runs every page's default view,
+then compiles every other kernel specialisation, and numba's on-disk cache hands each kernel to
+the server. The process is stopped (SIGSTOP) while a page script runs and continued once none
+has for :data:`PROCESS_QUIET_S` seconds, so it takes no core from a page or from the browser
+drawing it. In the server, a long warm-up held the server's GIL and numba's process-wide
+compile lock for minutes: a page that needed a kernel waited behind a background compile of
+another (a warm restart had pages at 3.5-3.8 s on a znver3 host). Markers beside the cache
+(:func:`qcore.kernels.mark`) say what an earlier warm-up finished for these kernel sources: a
+warm restart starts no process, or one for the rest.
 """
 
 from __future__ import annotations
@@ -13,31 +19,45 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
-import numpy as np
 import streamlit as st
 
-import qcore
-
-#: Seconds without a page script running before the warm-up compiles its next kernel.
+#: Seconds without a page script running before the warm-up thread compiles the Lab's view.
 QUIET_S = 1.0
+#: ... before the warm-up process starts, or continues: a browser goes on drawing a page for
+#: seconds after its script has run (plotly loads lazily).
+PROCESS_QUIET_S = 5.0
+#: Set to "0" for no warm-up (the warm-up process's own page runs, and the tests).
+SWITCH = "QCORE_APP_WARMUP"
+#: The process: app/warm_process.py run as a module, from the repository's root.
+COMMAND = [sys.executable, "-m", "app.warm_process"]
+ROOT = Path(__file__).resolve().parent.parent
+#: Names the server a warm-up process watches (it ends when the server has).
+SERVER_PID = "QCORE_APP_SERVER_PID"
 
 _cond = threading.Condition()
 _running = 0
 _last_end = 0.0
+_starts = 0  # page runs started so far
+_process: subprocess.Popen | None = None  # the warm-up process, while it runs
 
 
 @st.cache_resource(show_spinner=False)
-def warm() -> threading.Thread:
-    """Compile (or load) the numba kernels in a background thread, once per server.
-
-    No page waits for it: a kernel a click needs compiles on that call (seconds, once per
-    machine thanks to numba's cache); this thread only makes the later clicks instant.
-    """
+def warm() -> threading.Thread | None:
+    """Start the warm-up, once per server: a thread that waits until no page runs, then starts
+    the warm-up process (unless the markers say an earlier one finished everything) and
+    relays its lines to the server's log when QCORE_APP_TIMING is set. None where SWITCH is
+    "0". No page waits for it."""
     global _last_end
+    if os.environ.get(SWITCH, "1") == "0":
+        return None
     with _cond:  # the first page's script has not entered page_running() yet: wait for it
         _last_end = time.monotonic()
     thread = threading.Thread(target=_warm_in_background, name="qcore-warmup", daemon=True)
@@ -47,10 +67,14 @@ def warm() -> threading.Thread:
 
 @contextlib.contextmanager
 def page_running() -> Iterator[None]:
-    """Around a page script: the warm-up compiles nothing meanwhile."""
-    global _running, _last_end
+    """Around a page script: the warm-up process does not start meanwhile, and is stopped while
+    it runs."""
+    global _running, _last_end, _starts
     with _cond:
         _running += 1
+        _starts += 1
+        _signal(signal.SIGSTOP if hasattr(signal, "SIGSTOP") else None)
+        _cond.notify_all()
     try:
         yield
     finally:
@@ -85,50 +109,83 @@ class _QuietWarmup(logging.Filter):
 def _warm_in_background() -> None:
     logging.getLogger("streamlit.runtime.scriptrunner_utils.script_run_context").addFilter(
         _QuietWarmup())
-    try:
+    with contextlib.suppress(AttributeError, OSError):  # not Linux: the normal priority
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)  # this thread only
-    except (AttributeError, OSError):
-        pass  # not Linux: keep the normal priority
+    wait_quiet()
     t0 = time.perf_counter()
-    timing = bool(os.environ.get("QCORE_APP_TIMING"))
     try:
-        for job in (_warm_lab, lambda: qcore.warmup(progress=lambda *_: wait_quiet()),
-                    _warm_parallel_analysis):
-            wait_quiet()
-            t1 = time.perf_counter()
-            job()
-            if timing:
-                print(f"[qcore.app] warm-up: {job.__name__} took {time.perf_counter() - t1:.1f}"
-                      f" s", flush=True)
-        if timing:
-            print(f"[qcore.app] warm-up done in {time.perf_counter() - t0:.1f} s", flush=True)
+        warm_lab()
     except Exception:  # noqa: BLE001 - a kernel that fails here fails later with a message
-        logging.getLogger("qcore.app").exception("warming up the kernels failed")
+        logging.getLogger("qcore.app").exception("warming up the Lab's kernels failed")
+    if os.environ.get("QCORE_APP_TIMING"):
+        print(f"[qcore.app] warm-up: the Lab's view in the server {time.perf_counter() - t0:.1f}"
+              " s", flush=True)
+    _start_when_quiet()
 
 
-def _warm_lab() -> None:
-    """The Quantize Lab's default view (and Home's example) on a small tensor: the same
-    kernel specialisations as the default 1024x1024 view, compiled first. (Two chunks: a
-    per-tensor call of one chunk runs its segment alone, the default view the serial driver.)"""
+def warm_lab() -> None:
+    """Home's example and the Quantize Lab's default view on a small tensor: the kernel
+    specialisations of the default 1024x1024 view."""
     from . import compute, controls, tensors
 
-    lab = compute.lab.__wrapped__  # not st.cache_data's wrapper: no page's cache entry
-    compute.home_example.__wrapped__(0.25, 0.0, "int4")
-    for granularity in (qcore.PER_TENSOR, qcore.PER_AXIS, qcore.BLOCKED):
-        wait_quiet()
-        lab(tensors.TensorSpec(rows=64, cols=2 * qcore.config.CHUNK // 64),
-            controls.QuantConfig(granularity=granularity))
+    compute.home_example.__wrapped__(0.25, 0.0, "int4")  # not st.cache_data's wrappers
+    compute.lab.__wrapped__(tensors.TensorSpec(rows=64, cols=64), controls.QuantConfig())
 
 
-def _warm_parallel_analysis() -> None:
-    """The metrics kernels' parallel variants (tensors past their parallel threshold)."""
-    from qcore import calibration, metrics
+def _start_when_quiet() -> None:
+    from qcore import kernels
 
-    x = np.linspace(-1, 1, 2 * metrics.PARALLEL_THRESHOLD, dtype=np.float32).reshape(2, -1)
-    for gran in (qcore.PER_TENSOR, qcore.BLOCKED):
-        wait_quiet()
-        p = calibration.choose_params(x, "int8", granularity=gran, axis=1, block_size=16)
-        x_hat = p.dequantize(p.quantize(x))
-        metrics.error_metrics(x, x_hat, params=p)
-        metrics.group_errors(x, x_hat, p)
-        metrics.histogram(x, bins=8)
+    wait_quiet(PROCESS_QUIET_S)
+    timing = bool(os.environ.get("QCORE_APP_TIMING"))
+    if kernels.is_marked("everything"):
+        if timing:
+            print("[qcore.app] warm-up: an earlier one compiled everything", flush=True)
+        return
+    env = {**os.environ, SWITCH: "0", SERVER_PID: str(os.getpid()),
+           "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    global _process
+    try:
+        proc = subprocess.Popen(COMMAND, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+    except OSError:
+        logging.getLogger("qcore.app").exception("the warm-up process did not start")
+        return
+    with _cond:
+        _process = proc
+        if _running:  # a page started while the process did
+            _signal(signal.SIGSTOP if hasattr(signal, "SIGSTOP") else None)
+    threading.Thread(target=_continue_when_quiet, args=(proc,), name="qcore-warmup-pacer",
+                     daemon=True).start()
+    for line in proc.stdout:
+        if timing:
+            print(line, end="", flush=True)
+    if proc.wait():
+        logging.getLogger("qcore.app").warning(
+            "the warm-up process ended with exit status %s; pages compile what they need "
+            "on their first run", proc.returncode)
+    with _cond:
+        _process = None
+        _cond.notify_all()
+
+
+def _signal(sig) -> None:
+    """Send `sig` to the warm-up process, if one runs (call with _cond held)."""
+    if _process is not None and sig is not None and _process.poll() is None:
+        with contextlib.suppress(OSError):
+            _process.send_signal(sig)
+
+
+def _continue_when_quiet(proc: subprocess.Popen) -> None:
+    """While the process runs: continue it whenever no page has run for PROCESS_QUIET_S
+    seconds (a page's start stops it, see page_running)."""
+    if not hasattr(signal, "SIGCONT"):
+        return
+    while proc.poll() is None:
+        wait_quiet(PROCESS_QUIET_S)
+        with _cond:
+            if _running:
+                continue
+            _signal(signal.SIGCONT)
+            starts = _starts
+            while _starts == starts and _process is proc:
+                _cond.wait()

@@ -486,8 +486,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="the app's cold start (empty numba cache) and warm restart in "
                              "headless Chromium (needs playwright and /usr/bin/chromium)")
     parser.add_argument("--cold-app-wait", type=float, default=600, metavar="S",
-                        help="with --cold-app: seconds to wait for the background warm-up "
-                             "before the warm restart (default 600)")
+                        help="with --cold-app: seconds to wait for the background warm-up to "
+                             "run every page's default view before the warm restart (default "
+                             "600)")
     parser.add_argument("--busy", action="store_true",
                         help="throughput with one core kept busy by a spinning process, against "
                              "idle (the spinner is started and killed by the benchmark)")

@@ -8,6 +8,10 @@ from functools import lru_cache
 import numpy as np
 import pytest
 
+#: The app's background warm-up process compiles every kernel for minutes: not beside the tests
+#: (the AppTest runs and the browser tests' servers inherit this); tests/test_warm.py tests it.
+os.environ.setdefault("QCORE_APP_WARMUP", "0")
+
 #: Test workers with ``-n auto`` (pyproject's addopts): one per core, at most this many (each
 #: worker compiles the numba kernels it needs until numba's disk cache holds them).
 MAX_WORKERS = 4

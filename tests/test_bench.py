@@ -288,7 +288,7 @@ def test_cold_app_report_and_missing_chromium(capsys, monkeypatch):
 
     result = {"cold": {"server_up_s": 1.0, "Home": {"page_s": 2.0, "since_start_s": 3.0},
                        "Quantize Lab": {"page_s": 20.0, "since_start_s": 26.0},
-                       "warm_up_s": 60.0},
+                       "pages_ready_s": 60.0, "warm_up_s": None},
               "warm": {"server_up_s": 1.0, "new_tab_s": 4.5, "bare_new_tab_s": 3.5,
                        **{t: 0.5 for t, _ in bench_app.PAGES}}}
     report = bench_app.format_report(result)
@@ -297,6 +297,8 @@ def test_cold_app_report_and_missing_chromium(capsys, monkeypatch):
     assert "| Quantize Lab | 26.0 | 20.0 | nan | ≤ 25 s: NOT met |" in report
     assert bench_app.cpu_seconds(os.getpid()) >= 0 or not os.path.exists("/proc")
     assert report.count("≤ 3 s: met") == len(bench_app.PAGES)
+    assert "every page's default view ready 60 s after it started" in report
+    assert "still going on" in report
     monkeypatch.setattr(bench_app, "CHROMIUM", "/nonexistent/chromium")
     assert bench.main(["--cold-app"]) == 2
     assert "Chromium" in capsys.readouterr().err

@@ -1,11 +1,20 @@
-"""The app's background warm-up waits while a page script runs (threads only, no kernels)."""
+"""The app's background warm-up: it starts once no page script runs, in a process of its own
+that ends with its server, and not at all when markers say an earlier one finished (threads and
+fake processes only, no kernels)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
+
+import pytest
 
 from app import warm
+from qcore import kernels
 
 
 def test_wait_quiet_blocks_while_a_page_runs_and_for_the_quiet_time_after():
@@ -43,3 +52,108 @@ def test_a_page_that_raises_still_ends_its_run():
     except RuntimeError:
         pass
     warm.wait_quiet(0.0)  # would block forever if the run were still counted
+
+
+def test_the_process_starts_once_quiet_and_its_lines_reach_the_log(monkeypatch, tmp_path, capfd):
+    started = tmp_path / "started"
+    fake = ("import os, pathlib, sys; "
+            f"pathlib.Path({str(started)!r}).write_text(os.environ['QCORE_APP_WARMUP']); "
+            "print('[qcore.app] warm-up done in 0.0 s')")
+    monkeypatch.setattr(warm, "COMMAND", [sys.executable, "-c", fake])
+    monkeypatch.setattr(kernels, "is_marked", lambda name: False)
+    monkeypatch.setenv("QCORE_APP_TIMING", "1")
+    monkeypatch.setenv(warm.SWITCH, "1")  # the server's own setting
+    monkeypatch.setattr(warm, "PROCESS_QUIET_S", 0.2)
+    with warm.page_running():
+        t = threading.Thread(target=warm._start_when_quiet)
+        t.start()
+        time.sleep(0.4)
+        assert not started.exists()  # not while a page runs
+    t.join(30)
+    assert started.read_text() == "0"  # the process's own page runs start no warm-up
+    assert "[qcore.app] warm-up done in 0.0 s" in capfd.readouterr().out
+
+
+def test_no_process_when_an_earlier_warm_up_compiled_everything(monkeypatch, tmp_path):
+    started = tmp_path / "started"
+    monkeypatch.setattr(warm, "COMMAND", [
+        sys.executable, "-c", f"import pathlib; pathlib.Path({str(started)!r}).touch()"])
+    monkeypatch.setattr(kernels, "is_marked", lambda name: name == "everything")
+    monkeypatch.setattr(warm, "PROCESS_QUIET_S", 0.0)
+    warm._start_when_quiet()
+    time.sleep(0.5)
+    assert not started.exists()
+
+
+def test_markers_hold_for_the_kernel_sources_they_were_written_for(monkeypatch, tmp_path):
+    monkeypatch.setattr(kernels, "cache_marker", lambda name: tmp_path / f"{name}.sha256")
+    assert not kernels.is_marked("pages")
+    kernels.mark("pages")
+    assert kernels.is_marked("pages") and not kernels.is_marked("everything")
+    monkeypatch.setattr(kernels, "SOURCES_STAMP", "another build")  # a kernel source edited
+    assert not kernels.is_marked("pages")
+
+
+@pytest.mark.parametrize("stopped", [False, True])
+def test_the_process_ends_with_the_server_that_started_it(stopped):
+    # a "server" that starts a process watching it as the warm-up process does, stops it as a
+    # page run does or not, then exits
+    child = ("from app import warm_process as w; w._end_with_parent(); import time; "
+             "print('started', flush=True); time.sleep(120)")
+    server = ("import os, signal, subprocess, sys; "
+              "env = {**os.environ, 'QCORE_APP_SERVER_PID': str(os.getpid())}; "
+              f"p = subprocess.Popen([sys.executable, '-c', {child!r}], env=env, "
+              "stdout=subprocess.PIPE, text=True); "
+              "assert p.stdout.readline().strip() == 'started'; "
+              + ("p.send_signal(signal.SIGSTOP); " if stopped else "")
+              + "print(p.pid, flush=True)")
+    run = subprocess.run([sys.executable, "-c", server], cwd=Path(__file__).parent.parent,
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    pid = int(run.stdout)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _alive(pid):
+        time.sleep(0.1)
+    if _alive(pid):
+        os.kill(pid, 9)
+        raise AssertionError("the warm-up process outlived its server")
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` still runs (an ended one its new parent has not reaped yet is a
+    zombie: state Z)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_a_page_run_stops_the_process_and_quiet_continues_it(monkeypatch):
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        monkeypatch.setattr(warm, "_process", proc)
+        monkeypatch.setattr(warm, "PROCESS_QUIET_S", 0.2)
+        pacer = threading.Thread(target=warm._continue_when_quiet, args=(proc,), daemon=True)
+        pacer.start()
+        for _ in range(2):  # stopped and continued again, page after page
+            with warm.page_running():
+                assert _state(proc.pid, "T"), "not stopped while a page runs"
+            assert _state(proc.pid, "S"), "not continued once quiet"
+    finally:
+        proc.kill()
+        proc.wait()
+        monkeypatch.setattr(warm, "_process", None)
+        with warm._cond:
+            warm._cond.notify_all()
+
+
+def _state(pid: int, want: str, timeout: float = 5) -> bool:
+    """Whether process `pid` reaches state `want` (T stopped, S sleeping) within `timeout`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with open(f"/proc/{pid}/stat") as f:
+            if f.read().rsplit(")", 1)[1].split()[0] == want:
+                return True
+        time.sleep(0.02)
+    return False

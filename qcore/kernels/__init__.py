@@ -45,12 +45,17 @@ def _cache_dirs() -> list[pathlib.Path]:
     return list(dict.fromkeys(dirs))
 
 
+#: The hash of every kernel source, set on import: names the build the cache entries are of.
+SOURCES_STAMP = ""
+
+
 def _ensure_fresh_cache() -> None:
+    global SOURCES_STAMP
     digest = hashlib.sha256()
     for path in _SOURCES:
         if path.exists():
             digest.update(path.read_bytes())
-    stamp = digest.hexdigest()
+    stamp = SOURCES_STAMP = digest.hexdigest()
     for cache_dir in _cache_dirs():
         marker = cache_dir / "qcore-kernels.sha256"
         try:
@@ -63,6 +68,32 @@ def _ensure_fresh_cache() -> None:
             marker.write_text(stamp)
         except OSError:
             pass  # a cache folder we cannot write: numba cannot write it either
+
+
+def cache_marker(name: str) -> pathlib.Path | None:
+    """A file beside qcore's cached kernels, holding SOURCES_STAMP once a warm-up has compiled
+    `name` for these sources (see :func:`is_marked`); None where numba has no cache folder."""
+    dirs = _cache_dirs()
+    return dirs[0] / f"qcore-warm-{name}.sha256" if dirs else None
+
+
+def is_marked(name: str) -> bool:
+    """Whether the marker `name` was written for the kernel sources as they are now."""
+    marker = cache_marker(name)
+    try:
+        return marker is not None and marker.read_text() == SOURCES_STAMP
+    except OSError:
+        return False
+
+
+def mark(name: str) -> None:
+    """Write the marker `name` for the kernel sources as they are now (where it can be)."""
+    marker = cache_marker(name)
+    if marker is not None:
+        try:
+            marker.write_text(SOURCES_STAMP)
+        except OSError:
+            pass
 
 
 def _copy(fn, name: str, qualname: str, globals_: dict):
