@@ -51,10 +51,10 @@ _process: subprocess.Popen | None = None  # the warm-up process, while it runs
 
 @st.cache_resource(show_spinner=False)
 def warm() -> threading.Thread | None:
-    """Start the warm-up, once per server: a thread that waits until no page runs, then starts
-    the warm-up process (unless the markers say an earlier one finished everything) and
-    relays its lines to the server's log when QCORE_APP_TIMING is set. None where SWITCH is
-    "0". No page waits for it."""
+    """Start the warm-up, once per server: a thread that waits until no page runs, compiles
+    the Lab's default view, then starts the warm-up process (unless the markers say an earlier
+    one finished everything) and relays its lines to the server's log when QCORE_APP_TIMING is
+    set. None where SWITCH is "0". No page waits for it."""
     global _last_end
     if os.environ.get(SWITCH, "1") == "0":
         return None

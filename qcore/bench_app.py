@@ -6,9 +6,8 @@ opens Home and then Quantize Lab's default view in headless Chromium (Playwright
 was over and its charts were drawn; then waits until the background warm-up process has run
 every page's default view, restarts the server on the cache it left (a warm restart; the
 warm-up process goes on with what it had not compiled yet), opens Home in a new tab and moves
-to every page
-through the sidebar, as a user does; last, a bare Streamlit page in a new tab says what
-Streamlit's frontend alone costs on this machine. The servers are always killed. Targets
+to every page through the sidebar, as a user does; last, a bare Streamlit page in a new tab
+says what Streamlit's frontend alone costs on this machine. The servers are always killed. Targets
 (issue 9): Home <= 10 s and Quantize Lab <= 25 s cold; every page <= 3 s warm.
 """
 
