@@ -18,6 +18,7 @@ from numba import njit, prange
 from . import config
 from .concurrency import guarded
 from .kernels import renamed
+from .kernels.cpu import _readonly as readonly
 from .layout import Layout
 
 # ---------------------------------------------------------------------------------------------
@@ -355,11 +356,7 @@ def as_float32(x: np.ndarray) -> np.ndarray:
     arr = np.asarray(x)
     if arr.dtype not in (np.float32, np.float64):
         arr = arr.astype(np.float32)
-    arr = np.ascontiguousarray(arr).reshape(-1)
-    if arr.flags.writeable:
-        arr = arr.view()
-        arr.flags.writeable = False
-    return arr
+    return readonly(np.ascontiguousarray(arr).reshape(-1))
 
 
 def finite_range(x: np.ndarray) -> tuple[float, float, int]:
