@@ -233,18 +233,27 @@ def _seg_int(xs, ys, sv, zv, block, first, qp, enc, buf):
         for k in range(m):
             bad += _unusable(sv[k])
             buf[k] = _int_zero_point(zv, k, wrap, hi)
+    whole = made and block <= 1024 and block % 32 == 0
     while j0 < n:
         j1 = min(n, (b + 1) * block - first)
+        if whole and j1 - j0 == block:
+            # whole blocks from here on: a loop whose block length LLVM knows is the same
+            # every time, so the choice of vector step leaves the loop (blocked 128 on the
+            # last axis: 0.93-1.02x onnxruntime against 0.83-0.95x block by block)
+            count = (n - j0) // block
+            for k in range(b, b + count):
+                _int_whole_32s(xs, ys, j0, j0 + block, sv[k], buf[k], lo, hi, mask,
+                               EXPLICIT_VECTORS)
+                j0 += block
+            b += count
+            continue
         s0 = sv[b]
         if made:
             zf = buf[b]
         else:
             bad += _unusable(s0)
             zf = _int_zero_point(zv, b, wrap, hi)
-        if j1 - j0 <= 1024 and (j1 - j0) % 32 == 0:
-            _int_whole_32s(xs, ys, j0, j1, s0, zf, lo, hi, mask, EXPLICIT_VECTORS)
-        else:
-            _int_run(xs, ys, j0, j1, s0, zf, lo, hi, mask, EXPLICIT_VECTORS)
+        _int_run(xs, ys, j0, j1, s0, zf, lo, hi, mask, EXPLICIT_VECTORS)
         j0 = j1
         b += 1
     return bad
