@@ -539,7 +539,7 @@ def test_device_inputs_of_every_kind():
     for xt, st in ((np.float16, np.float16), (ml_dtypes.bfloat16, ml_dtypes.bfloat16)):
         xx, ss = x.astype(xt), np.float32(0.25).astype(st)
         expected = qcore.quantize_linear(xx, ss, np.int8(1))
-        got = qcore.quantize_linear(cuda.to_device(xx), ss, np.int8(1), backend="cuda")
+        got = qcore.quantize_linear(ck.to_device(xx), ss, np.int8(1), backend="cuda")
         assert_bit_exact(expected, got, what=f"device {np.dtype(xt).name} x")
     xi = rng.integers(-1000, 1000, (3, 7)).astype(np.int32)
     assert_bit_exact(qcore.quantize_linear(xi, np.float32(7.0), np.int16(0)),
@@ -558,6 +558,20 @@ def test_device_inputs_of_every_kind():
     assert_bit_exact(qcore.quantize_linear(x, s, z, axis=1),
                      qcore.quantize_linear(cuda.to_device(x), cuda.to_device(s), cuda.to_device(z),
                                            axis=1, backend="cuda"), what="device scale")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, ml_dtypes.bfloat16, np.int8,
+                                   ml_dtypes.float8_e4m3fn, ml_dtypes.int4,
+                                   ml_dtypes.float4_e2m1fn])
+def test_to_device_copies_every_type(dtype):
+    """ml_dtypes' types reach the device by their bytes (numba's cuda.to_device cannot read them
+    on a real GPU) and come back as the same type and bits."""
+    host = (np.arange(-12, 12, dtype=np.float32) / 4).reshape(4, 6).astype(dtype)
+    d = ck.to_device(host)
+    assert _on_device(d) and d.dtype == host.dtype and d.shape == host.shape
+    back = d.copy_to_host()
+    assert back.dtype == host.dtype
+    np.testing.assert_array_equal(back.view(f"u{host.itemsize}"), host.view(f"u{host.itemsize}"))
 
 
 def test_device_dynamic_quantize_linear():

@@ -5,7 +5,8 @@ checks device arrays. What :mod:`qcore.ops` calls: :func:`quantize`, :func:`dequ
 :func:`minmax` on NumPy arrays (copy in, run, copy out); :func:`quantize_device` /
 :func:`dequantize_device` on device arrays (numba device arrays or anything with
 ``__cuda_array_interface__``), whose results stay on the device. :func:`pack_device` /
-:func:`unpack_device` pack sub-byte codes on the device. :func:`launch_quantize`,
+:func:`unpack_device` pack sub-byte codes on the device; :func:`to_device` copies any host array,
+ml_dtypes' types included. :func:`launch_quantize`,
 :func:`launch_dequantize` and :func:`launch_copy` launch on device arrays already in place (what
 ``python -m qcore.bench --backend cuda`` times, :mod:`qcore.bench_cuda`).
 """
@@ -139,6 +140,21 @@ def as_device_array(obj, label: str = "CUDA"):
             f"{label}: x is a CUDA array numba cannot view ({_one_line(exc)}); pass a numba "
             f"device array or an object with a valid __cuda_array_interface__"
         ) from None
+
+
+def to_device(a):
+    """A host array copied to the device, ml_dtypes' types (bfloat16, float8, int4...) included.
+
+    numba's ``cuda.to_device`` reads the host array through the buffer protocol, which NumPy
+    cannot offer for a type it does not know ("cannot include dtype 'E' in a buffer" on a real
+    GPU; the simulator copies without it). Those arrays are copied as unsigned integers of
+    their width and viewed as their own type on the device, as :func:`quantize_device` returns
+    its codes."""
+    backend_or_raise("to_device")
+    a = np.ascontiguousarray(a)
+    if a.dtype.isbuiltin == 2:  # a type registered by another package (ml_dtypes)
+        return cuda.to_device(a.view(f"u{a.dtype.itemsize}")).view(a.dtype)
+    return cuda.to_device(a)
 
 
 def _flat_device(d, label: str):
