@@ -496,6 +496,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="with --busy: alternating idle/busy rounds (default 2)")
     parser.add_argument("--busy-pin", type=int, default=None, metavar="CPU",
                         help="with --busy: pin the spinner to this CPU")
+    parser.add_argument("--ort-threads", type=int, default=None, metavar="N",
+                        help="onnxruntime's intra-op threads (default: its own, one per core); "
+                             "set it to numba's thread count where the OS does not confine "
+                             "onnxruntime to the CPUs the benchmark is pinned to")
     parser.add_argument("--no-warmup", action="store_true",
                         help="skip qcore.warmup() (each case still runs once before timing)")
     parser.add_argument("--cold-child", default=None, help=argparse.SUPPRESS)
@@ -521,6 +525,9 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     if args.cpu_time:
         _single_thread_cpu_time()
+    if args.ort_threads is not None:
+        global ORT_THREADS
+        ORT_THREADS = args.ort_threads
     t0 = time.perf_counter()
     warm = {} if args.no_warmup else qcore.warmup()
     warm_s = time.perf_counter() - t0
@@ -549,7 +556,8 @@ def main(argv: list[str] | None = None) -> int:
     print("timing: " + ("CPU time of one thread (qcore and onnxruntime each on one thread)"
                         if args.cpu_time else "wall clock") +
           f", the fastest repetition of {ROUNDS} interleaved rounds; load average "
-          f"{os.getloadavg()[0]:.1f} at the end")
+          f"{os.getloadavg()[0]:.1f} at the end; onnxruntime intra-op threads: "
+          f"{ORT_THREADS or 'its default'}")
     for other in targets_run:
         print(f"qcore[{other['cpu']}]: the same cases compiled for {other['cpu']} "
               f"({other['info']['threading_layer']}, {other['info']['threads']} threads, "
