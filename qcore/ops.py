@@ -387,7 +387,7 @@ def quantize_linear(x: Any, y_scale: Any, y_zero_point: Any = None, *, axis: int
         else:  # the plan is known; the scale and zero point values are read anew
             plan, params = known
             scale, zero_point, has_zero_point = _quantize_values(
-                plan, y_scale, y_zero_point, _kernel_checks(cpu, params, x.size))
+                plan, y_scale, y_zero_point, _kernel_reading(cpu, params, x.size))
         return _run_quantize(cpu, x, scale, zero_point, plan, has_zero_point, params, y_scale)
     call = prepare_quantize(x, y_scale, y_zero_point, **options)
     params = None
@@ -455,9 +455,9 @@ class PreparedCall:
 
     ``x`` keeps its shape (a device array stays on the device); ``scale`` is float32 (rounded to
     the precision type for QuantizeLinear), ``zero_point`` float32 for QuantizeLinear (the
-    target's codes as int8/int16 for the CPU integer kernels, which then check the scales
-    themselves: see _kernel_checks) and float64 for DequantizeLinear, both flat, one zero per
-    scale when none was given; ``kernels`` the backend module.
+    target's codes as int8/int16 for the CPU integer kernels: see _kernel_reading) and float64
+    for DequantizeLinear, both flat, one zero per scale when none was given; ``kernels`` the
+    backend module.
     """
 
     plan: Any  # QuantizePlan or DequantizePlan
@@ -511,16 +511,17 @@ def prepare_quantize(x: Any, y_scale: Any, y_zero_point: Any = None, *, axis: in
     kernels = _check_backend(backend, ov)
     params = (layout_params(plan.layout), quantize_params(plan, False))
     s, z, has_zero_point = _quantize_values(plan, y_scale, y_zero_point,
-                                            _kernel_checks(kernels, params, x.size))
+                                            _kernel_reading(kernels, params, x.size))
     return PreparedCall(plan, x, s, z, has_zero_point, kernels)
 
 
 def _quantize_values(plan: QuantizePlan, y_scale: Any, y_zero_point: Any,
-                     kernel_checks: bool = False) -> tuple:
+                     reading: tuple[bool, bool] = (False, False)) -> tuple:
     """(scale, zero point, whether one was given) as the kernels read them, checked against
-    the plan (see _scale_values, _zero_point_values). `kernel_checks`: the kernel checks the
-    scales and reads the zero points as the target's codes (see _kernel_checks)."""
+    the plan (see _scale_values, _zero_point_values). `reading`: whether the kernel checks the
+    scales, and whether it reads the zero points as the target's codes (see _kernel_reading)."""
     ov = plan.version
+    kernel_checks, codes = reading
     s = _scale_values(ov, np.asarray(y_scale), plan.scale, "y_scale", plan.precision,
                       check=not kernel_checks)
     if _is_float8(plan.target):
@@ -529,7 +530,7 @@ def _quantize_values(plan: QuantizePlan, y_scale: Any, y_zero_point: Any,
         # used". qcore agrees with them (README, Semantics): its type names the target only.
         y_zero_point = None
     zp = None if y_zero_point is None else np.asarray(y_zero_point)
-    if kernel_checks:
+    if codes:
         z = _zero_point_codes(ov, zp, np.asarray(y_scale), plan.target)
     else:
         z = _zero_point_values(ov, zp, np.asarray(y_scale), plan.target, "y_zero_point",
@@ -537,10 +538,14 @@ def _quantize_values(plan: QuantizePlan, y_scale: Any, y_zero_point: Any,
     return s, z, y_zero_point is not None
 
 
-def _kernel_checks(kernels, params: tuple, x_size: int) -> bool:
-    """Whether the kernel for `params` (layout, quantize) checks the scales and reads the zero
-    points as the target's codes (cpu.checks_values), x having elements for it to read."""
-    return kernels is cpu and x_size > 0 and cpu.checks_values(params[1], params[0])
+def _kernel_reading(kernels, params: tuple, x_size: int) -> tuple[bool, bool]:
+    """(whether the kernel for `params` (layout, quantize) checks the scales itself
+    (cpu.checks_values), whether it reads the zero points as the target's codes
+    (cpu.reads_codes)), x having elements for it to read."""
+    if kernels is not cpu or x_size == 0:
+        return False, False
+    lp, qp = params
+    return cpu.checks_values(qp, lp), cpu.reads_codes(qp, lp)
 
 
 def quantize_params(plan: QuantizePlan, has_zero_point: bool) -> QuantizeParams:

@@ -66,16 +66,13 @@ def test_operator_results_stay_correct_when_buffers_are_reused():
     np.testing.assert_array_equal(y, again.astype(np.float32) * np.float32(0.05))
 
 
-@pytest.mark.parametrize("axis,bound", [(1, 0.01), (0, 0.13)])
-def test_blocked_integer_call_allocates_little_beyond_its_output(axis, bound):
-    """Blocked int8 on the last axis reads its float32 scales and int8 zero points in place
-    (the kernel checks the scales): under 1% beyond the output, where converted zero points
-    were 25%. On the first axis the zero points are still converted to float32: 12.5%. Both
-    besides each worker's fixed scratch (a zero point per block of a chunk)."""
-    import numba
-
+@pytest.mark.parametrize("axis", [1, 0])
+def test_blocked_integer_call_allocates_little_beyond_its_output(axis):
+    """Blocked int8 reads its float32 scales and int8 zero points in place (on the last axis
+    the kernel checks the scales): under 1% beyond the output, where zero points converted to
+    float32 were 25% on the last axis and 12.5% on the first. Each worker's fixed 4 KiB of
+    scratch included."""
     from qcore.bench import extra_memory_ratio
-    from qcore.kernels import cpu
 
     rng = np.random.default_rng(0)
     x = rng.standard_normal((1024, 1024)).astype(np.float32)
@@ -84,5 +81,4 @@ def test_blocked_integer_call_allocates_little_beyond_its_output(axis, bound):
     zero_point = rng.integers(-3, 4, sshape).astype(np.int8)
     ratio = extra_memory_ratio(
         lambda: qcore.quantize_linear(x, scale, zero_point, axis=axis, block_size=32))
-    scratch = numba.get_num_threads() * cpu._BLOCKS * 4 / x.size  # bytes over the output's
-    assert ratio is not None and ratio < bound + scratch, (ratio, scratch)
+    assert ratio is not None and ratio < 0.01, ratio

@@ -181,8 +181,7 @@ def _int_zero_point(zv, k, wrap, top):
     (no conversion per call: blocked zero points are 1/32 of x); ml_dtypes keeps a sub-byte
     code in the low bits unextended. The view's value, plus the view's 2**8 or 2**16 where
     negative, is the code; less the target's `wrap` (2**bits) above its largest value `top`,
-    the value. Float32 zero points (per-element layouts, see checks_values) are read as they
-    are: LLVM's AVX2 code for this decode per element ran at 2.5-3.3 against 4.2-4.7 Gelem/s."""
+    the value. Float32 zero points (see reads_codes) are read as they are."""
     if zv.itemsize == 4:  # a constant of the compiled type: one branch is left
         return np.float32(zv[k])
     z = np.float32(zv[k])
@@ -196,23 +195,29 @@ def _unusable(s):
     return np.int64(0) if s > np.float32(0) and s < np.float32(np.inf) else np.int64(1)
 
 
-#: Most blocks of 32 or more a chunk's segment touches: _seg_int's buffer holds each one's zero
-#: point.
-_BLOCKS = CHUNK // 32 + 2
+#: _seg_int's scratch: a zero point per block of 32 or more of a chunk, or per element of
+#: _RUN_STEP consecutive ones (a fixed 4 KiB per worker: a chunk's worth was 13% of a 1 Mi int8
+#: output).
+_RUN_STEP = 1024
+_SCRATCH = max(CHUNK // 32 + 2, _RUN_STEP)
 
 
 @njit(**_JIT)
 def _seg_int(xs, ys, sv, zv, block, first, qp, enc, buf):
     """float32 x, float32 division, integer target; zero points as the target's codes (see
-    _int_zero_point). Returns how many of its blocks' scales were not usable (_unusable); a
-    scale per element is not checked here: a run reads a whole row of them, which other runs
-    read again (checks_values).
+    _int_zero_point; float32 on some layouts, see reads_codes). Returns how many of its blocks'
+    scales were not usable (_unusable); a scale per element is not checked here: a run reads a
+    whole row of them, which other runs read again (checks_values).
 
-    Where `buf` has room for a zero point per block of the segment, the blocks' scales are
-    checked and their zero points decoded first, in one loop over the blocks: done block by
-    block between the vector steps, that scalar work kept the blocked-32 kernel at 0.87-0.90x
-    onnxruntime's whole call, against 0.96-1.01x this way (in one process, AVX-512 and AVX2
-    code; blocked 128 the same within 2%)."""
+    With blocks of 32 or more (where `buf`, _SCRATCH float32s, holds a zero point per block),
+    the blocks' scales are checked and their zero points decoded first, in one loop over the
+    blocks: done block by block between the vector steps, that scalar work kept the blocked-32
+    kernel at 0.87-0.90x onnxruntime's whole call, against 0.96-1.01x this way (in one process,
+    AVX-512 and AVX2 code; blocked 128 the same within 2%). A zero point per element is decoded
+    into `buf` _RUN_STEP at a time before those elements are converted: decoded inside the
+    conversion loop, they kept it at 2.5-3.3 Gelem/s on AVX2, against 4.2-4.7 with float32
+    zero points, which cost a float32 copy of them per call (an eighth of an int8 output,
+    blocked 32 on the first axis)."""
     wide_vectors()
     n = xs.size
     lo = np.float32(qp.lo)
@@ -220,26 +225,34 @@ def _seg_int(xs, ys, sv, zv, block, first, qp, enc, buf):
     mask = np.int32(qp.mask)
     wrap = np.float32(qp.mask + 1)
     if block == 0:  # scales checked before the call (see checks_values)
-        for j in range(n):
-            ys[j] = _int_code_masked(xs[j] / sv[j], _int_zero_point(zv, j, wrap, hi), lo, hi,
-                                     mask)
+        if zv.itemsize == 4:  # float32 zero points (a constant of the compiled type)
+            for j in range(n):
+                ys[j] = _int_code_masked(xs[j] / sv[j], np.float32(zv[j]), lo, hi, mask)
+            return 0
+        for j0 in range(0, n, _RUN_STEP):
+            j1 = min(n, j0 + _RUN_STEP)
+            xr, yr, sr, zr = xs[j0:j1], ys[j0:j1], sv[j0:j1], zv[j0:j1]
+            for j in range(np.uint64(0), np.uint64(j1 - j0)):
+                buf[j] = _int_zero_point(zr, j, wrap, hi)
+            for j in range(np.uint64(0), np.uint64(j1 - j0)):
+                yr[j] = _int_code_masked(xr[j] / sr[j], buf[j], lo, hi, mask)
         return 0
     bad = 0
-    b = 0
-    j0 = 0
     m = (first + n + block - 1) // block
-    made = m <= buf.size  # every block's zero point made before the loop (see above)
+    made = m <= buf.size  # every block's zero point made before the loop (blocks under 32 not)
     if made:
         for k in range(m):
             bad += _unusable(sv[k])
             buf[k] = _int_zero_point(zv, k, wrap, hi)
     whole = made and block <= 1024 and block % 32 == 0
+    b = 0
+    j0 = 0
     while j0 < n:
         j1 = min(n, (b + 1) * block - first)
         if whole and j1 - j0 == block:
             # whole blocks from here on: a loop whose block length LLVM knows is the same
             # every time, so the choice of vector step leaves the loop (blocked 128 on the
-            # last axis: 0.93-1.02x onnxruntime against 0.83-0.95x block by block)
+            # last axis: 0.93-1.11x onnxruntime against 0.81-0.95x block by block)
             count = (n - j0) // block
             for k in range(b, b + count):
                 _int_whole_32s(xs, ys, j0, j0 + block, sv[k], buf[k], lo, hi, mask,
@@ -767,7 +780,7 @@ def _family(segment, name: str, buffer: int, max_run: int = 0) -> Family:
 
 
 _Q_INT = _family(_seg_int_tensor, "quantize_int", 0)
-_Q_INT_BLOCKS = _family(_seg_int, "quantize_int_blocks", _BLOCKS)
+_Q_INT_BLOCKS = _family(_seg_int, "quantize_int_blocks", _SCRATCH)
 
 
 def _float_family(fnuz: bool, add: bool) -> Family:
@@ -922,14 +935,29 @@ def dequantize_family(dp, okind_is_f32: bool) -> str:
 
 def checks_values(qp: QuantizeParams, lp) -> bool:
     """Whether the quantize kernel for `qp` on layout `lp` checks its scales itself
-    (:func:`quantize` returns how many were not positive and finite) and reads its zero points
-    as the target's codes, viewed as int8 or int16 (see :func:`zero_point_view`): the integer
-    family on layouts with a scale per block or per row, where a check and a conversion
-    before the call were two more passes over blocked scales and zero points. Layouts with a
-    scale per element of a run (per-axis on the last axis, blocked on an earlier axis), whose
-    runs read each scale many times, and other families take scales checked before the call
-    and float32 zero points."""
-    return quantize_family(qp, lp).startswith("quantize int") and not per_element_scales(lp)
+    (:func:`quantize` returns how many were not positive and finite): the integer family on
+    layouts with a scale per block or per row, where a check before the call was one more pass
+    over blocked scales. Layouts with a scale per element of a run (per-axis on the last axis,
+    blocked on an earlier axis), whose runs read each scale many times, and other families take
+    scales checked before the call."""
+    return reads_codes(qp, lp) and not per_element_scales(lp)
+
+
+def reads_codes(qp: QuantizeParams, lp) -> bool:
+    """Whether the quantize kernel for `qp` on layout `lp` reads its zero points as the target's
+    codes, viewed as int8 or int16 (see :func:`zero_point_view`), rather than as float32: the
+    integer families, except on layouts with a scale per element of a run whose zero points as
+    float32 take at most 1/16 of the output (per-axis on the last axis: one row of them;
+    blocked on an earlier axis with blocks of 64 or more for an 8-bit target). Such runs decode
+    their zero points in steps of _RUN_STEP before converting, 3.5-4.1 Gelem/s against 4.2-5.0
+    reading float32 ones (int8, blocked 32 on the first axis, znver3), but without a float32
+    copy of them per call, which was 1/8 of the output there."""
+    if not quantize_family(qp, lp).startswith("quantize int"):
+        return False
+    if not per_element_scales(lp):
+        return True
+    output_bytes = lp.pre * lp.dim * lp.post * (1 if qp.mask < 256 else 2)
+    return 4 * lp.scale_pre * lp.scale_blocks * lp.scale_post * 16 > output_bytes
 
 
 def zero_point_view(codes: np.ndarray) -> np.ndarray:
@@ -940,7 +968,7 @@ def zero_point_view(codes: np.ndarray) -> np.ndarray:
 
 def quantize(x, s, z, y, lp, qp) -> int:
     """Run the quantize kernel: x flat input, s float32 scales, z zero points (float32, or the
-    target's codes where :func:`checks_values`), y codes. Returns how many scales the kernel
+    target's codes where :func:`reads_codes`), y codes. Returns how many scales the kernel
     found not positive and finite (always 0 where it does not check them)."""
     family = quantize_family(qp, lp)
     bad, _ = _launch(family, (_readonly(x), _readonly(s), _readonly(z), y, lp, qp, _NO_TABLE),
