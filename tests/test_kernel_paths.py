@@ -16,6 +16,7 @@ from conftest import assert_bits_equal
 import qcore
 from qcore.kernels import cpu
 from qcore.onnx_models import feeds, node_model
+from qcore.ops import layout_params, plan_quantize, quantize_params
 
 onnx = pytest.importorskip("onnx")
 from onnx.reference import ReferenceEvaluator  # noqa: E402
@@ -80,6 +81,33 @@ def test_dequantize_paths_match_reference(shape, axis, block):
     got = qcore.dequantize_linear(q, s, z, **attrs)
     want = reference("DequantizeLinear", [q, s, z], **attrs)
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+#: Layouts with a zero point per element of a run (see cpu.reads_codes): the first two read the
+#: target's codes and decode them in steps (their float32 copies would exceed 1/16 of an 8-bit
+#: output), the last two read float32 copies.
+PER_ELEMENT = [((3, 5000), 1, 0), ((700, 30), 0, 32), ((70, 600), 1, 0), ((256, 40), 0, 64)]
+
+
+@pytest.mark.parametrize("shape,axis,block", PER_ELEMENT,
+                         ids=[f"{s}-ax{a}-b{b}" for s, a, b in PER_ELEMENT])
+@pytest.mark.parametrize("target", [np.uint8, ml_dtypes.int4, ml_dtypes.uint4, np.int16,
+                                    np.uint16])
+def test_per_element_zero_points_as_codes_or_float32(shape, axis, block, target):
+    """Zero points of every integer type across their whole range, per element of a run, read
+    either way, against the reference."""
+    x, s, _ = case(shape, axis, block, np.int8)
+    info = ml_dtypes.iinfo(target)
+    z = np.random.default_rng(1).integers(info.min, info.max + 1, s.shape).astype(target)
+    x *= np.float32(max(info.max, 64) / 16)  # codes reach both ends of the range
+    attrs = {"axis": axis, **({"block_size": block} if block else {})}
+    plan = plan_quantize(x.dtype, x.shape, s.dtype, s.shape, z.dtype, z.shape, **attrs)
+    lp, qp = layout_params(plan.layout), quantize_params(plan, True)
+    codes = cpu.reads_codes(qp, lp)
+    assert codes == (shape in ((3, 5000), (700, 30))), (codes, shape)
+    got = qcore.quantize_linear(x, s, z, **attrs)
+    want = reference("QuantizeLinear", [x, s, z], **attrs)
+    np.testing.assert_array_equal(got.view(f"u{got.itemsize}"), want.view(f"u{want.itemsize}"))
 
 
 def test_float_target_without_zero_point_keeps_negative_zero():

@@ -949,9 +949,9 @@ def reads_codes(qp: QuantizeParams, lp) -> bool:
     integer families, except on layouts with a scale per element of a run whose zero points as
     float32 take at most 1/16 of the output (per-axis on the last axis: one row of them;
     blocked on an earlier axis with blocks of 64 or more for an 8-bit target). Such runs decode
-    their zero points in steps of _RUN_STEP before converting, 3.5-4.1 Gelem/s against 4.2-5.0
-    reading float32 ones (int8, blocked 32 on the first axis, znver3), but without a float32
-    copy of them per call, which was 1/8 of the output there."""
+    their zero points in steps of _RUN_STEP before converting: 3.2-4.0 Gelem/s against 4.4-4.7
+    reading float32 ones (int8, blocked 32 on the first axis, znver3, paired runs), but without
+    a float32 copy of them per call, which was 1/8 of the output there."""
     if not quantize_family(qp, lp).startswith("quantize int"):
         return False
     if not per_element_scales(lp):
