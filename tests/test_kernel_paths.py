@@ -212,7 +212,7 @@ def _portable_families():
                   EXPLICIT_VECTORS=False), "quantize_int_portable", 0),
         "quantize int blocks": cpu._family(
             bound(cpu._seg_int.py_func, "_seg_int_portable", flags, EXPLICIT_VECTORS=False),
-            "quantize_int_blocks_portable", cpu._SCRATCH)}
+            "quantize_int_blocks_portable", cpu.FAMILIES["quantize int blocks"].buffer)}
     for (fnuz, add) in [(f, a) for f in (False, True) for a in (False, True)]:
         name = cpu._float_case(fnuz, add)
         segment = bound(cpu._seg_float, "_seg_portable_" + name.replace(" ", "_"),

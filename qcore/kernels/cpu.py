@@ -227,7 +227,8 @@ def _seg_int(xs, ys, sv, zv, block, first, qp, enc, buf):
     if block == 0:  # scales checked before the call (see checks_values)
         if zv.itemsize == 4:  # float32 zero points (a constant of the compiled type)
             for j in range(n):
-                ys[j] = _int_code_masked(xs[j] / sv[j], np.float32(zv[j]), lo, hi, mask)
+                ys[j] = _int_code_masked(xs[j] / sv[j], _int_zero_point(zv, j, wrap, hi), lo,
+                                         hi, mask)
             return 0
         for j0 in range(0, n, _RUN_STEP):
             j1 = min(n, j0 + _RUN_STEP)
