@@ -16,6 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -74,6 +75,7 @@ def test_backend_cuda_without_gpu_raises_quantization_error():
         lambda: qcore.dequantize_linear(np.arange(12, dtype=np.int8), np.float32(0.1),
                                         backend="cuda"),
         lambda: qcore.dynamic_quantize_linear(x, backend="cuda"),
+        lambda: ck.to_device(x.astype(ml_dtypes.bfloat16)),
     ]
     for call in calls:
         with pytest.raises(qcore.QuantizationError, match="backend='cuda' is not available") as e:
