@@ -622,7 +622,7 @@ def test_device_errors():
 
 
 def test_bench_helpers_run():
-    from qcore import bench_cuda
+    from qcore.bench import cuda as bench_cuda
 
     rows = bench_cuda.bench_cases(n=256, repeat=1)
     names = [r.name for r in rows]
@@ -644,7 +644,7 @@ def test_bench_helpers_run():
 
 def test_bench_cli_backend_cuda_runs(capsys):
     """`python -m qcore.bench --backend cuda` end to end on a tiny size (ready for a GPU)."""
-    from qcore import bench
+    from qcore.bench import cli as bench
 
     assert bench.main(["--backend", "cuda", "--size", "4x64", "--no-peers"]) == 0
     out = capsys.readouterr().out

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from qcore import bench
+from qcore.bench import cli as bench
 
 
 def test_quick_benchmark_runs_and_writes_json(tmp_path, capsys):
@@ -66,7 +66,7 @@ def test_cuda_backend_without_gpu_says_why(capsys):
 def test_header_names_the_host_and_the_compile_target(capsys, monkeypatch):
     import llvmlite.binding as llvm
 
-    from qcore import bench_host
+    from qcore.bench import host as bench_host
 
     monkeypatch.setenv("NUMBA_CPU_NAME", "haswell")  # only read for the header here
     assert bench.main(["--size", "8x64", "--no-peers", "--no-warmup", "--only",
@@ -79,7 +79,7 @@ def test_header_names_the_host_and_the_compile_target(capsys, monkeypatch):
 
 
 def test_vector_isa_summary():
-    from qcore.bench_host import vector_isa
+    from qcore.bench.host import vector_isa
 
     assert vector_isa({"avx2": True, "avx512f": True}) == "AVX-512"
     assert vector_isa({"avx2": True, "avx512f": False}) == "AVX2"
@@ -87,7 +87,7 @@ def test_vector_isa_summary():
 
 
 def test_cpu_target_needing_avx512_fails_clearly_on_an_avx2_host():
-    from qcore.bench_host import target_problem
+    from qcore.bench.host import target_problem
 
     avx2_host = {"avx": True, "avx2": True, "avx512f": False}
     msg = target_problem("skylake-avx512", avx2_host)
@@ -98,7 +98,7 @@ def test_cpu_target_needing_avx512_fails_clearly_on_an_avx2_host():
 
 
 def test_cpu_option_refuses_an_unrunnable_target(capsys, monkeypatch):
-    from qcore import bench_host
+    from qcore.bench import host as bench_host
 
     monkeypatch.setattr(bench_host, "host_features", lambda: {"avx2": True, "avx512f": False})
     assert bench.main(["--cpu", "icelake-server", "--size", "8x64", "--no-peers"]) == 2
@@ -120,7 +120,7 @@ def test_sigill_in_the_child_is_reported(monkeypatch):
     import signal
     import subprocess
 
-    from qcore import bench_host
+    from qcore.bench import host as bench_host
 
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(
         a, -signal.SIGILL, "", ""))
@@ -133,7 +133,7 @@ def test_other_target_child_compiles_with_the_named_cpus_own_features(monkeypatc
     "haswell" would still be AVX-512 code. The child must get NUMBA_CPU_FEATURES="" too."""
     import subprocess
 
-    from qcore import bench_host
+    from qcore.bench import host as bench_host
 
     seen = {}
 
@@ -182,7 +182,7 @@ def test_cold_child_times_each_first_call(capsys):
 
 
 def test_cold_report_runs_every_phase_with_fresh_caches(capsys, monkeypatch):
-    from qcore import bench_cold
+    from qcore.bench import cold as bench_cold
 
     seen = []
 
@@ -221,7 +221,7 @@ def test_cold_child_reports_cpu_seconds_too(capsys):
 
 
 def test_busy_alternates_idle_and_busy_rounds_and_reports_the_ratio(capsys, monkeypatch):
-    from qcore import bench_busy
+    from qcore.bench import busy as bench_busy
 
     state = {"busy": False, "entered": 0, "left": 0}
 
@@ -275,7 +275,7 @@ def test_busy_alternates_idle_and_busy_rounds_and_reports_the_ratio(capsys, monk
 
 
 def test_busy_spinner_is_killed_even_on_error():
-    from qcore import bench_busy
+    from qcore.bench import busy as bench_busy
 
     with pytest.raises(RuntimeError), bench_busy.spinner() as proc:
         assert proc.poll() is None  # spinning
@@ -284,7 +284,7 @@ def test_busy_spinner_is_killed_even_on_error():
 
 
 def test_cold_app_report_and_missing_chromium(capsys, monkeypatch):
-    from qcore import bench_app
+    from app import bench_browser as bench_app
 
     result = {"cold": {"server_up_s": 1.0, "Home": {"page_s": 2.0, "since_start_s": 3.0},
                        "Quantize Lab": {"page_s": 20.0, "since_start_s": 26.0},
@@ -300,8 +300,19 @@ def test_cold_app_report_and_missing_chromium(capsys, monkeypatch):
     assert "every page's default view ready 60 s after it started" in report
     assert "still going on" in report
     monkeypatch.setattr(bench_app, "CHROMIUM", "/nonexistent/chromium")
-    assert bench.main(["--cold-app"]) == 2
+    assert bench_app.main([]) == 2
     assert "Chromium" in capsys.readouterr().err
+
+
+def test_cold_app_flag_runs_the_apps_browser_timing(monkeypatch, tmp_path):
+    import subprocess
+
+    calls = []
+    monkeypatch.setattr(subprocess, "call", lambda cmd: calls.append(cmd) or 0)
+    assert bench.main(["--cold-app", "--cold-app-wait", "5", "--json", "out.json"]) == 0
+    assert calls[0][1:] == ["-m", "app.bench_browser", "--wait", "5.0", "--json", "out.json"]
+    monkeypatch.chdir(tmp_path)  # not a checkout: no app/ here
+    assert bench.main(["--cold-app"]) == 2
 
 
 def test_cpu_time_mode_runs_one_thread_by_thread_cpu_time(capsys, monkeypatch):

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from qcore import bench_app
-from qcore.bench_app import ARGS, CHROMIUM
+from app import bench_browser as bench_app
+from app.bench_browser import ARGS, CHROMIUM
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC_SHOTS = ROOT / "docs" / "screenshots"

@@ -71,7 +71,7 @@ _CHILD = (
     "t0 = time.perf_counter()\n"
     "import qcore\n"
     "imported = time.perf_counter() - t0\n"
-    "from qcore.bench_cold import child\n"
+    "from qcore.bench.cold import child\n"
     "rows, cols = (int(v) for v in sys.argv[2].split('x'))\n"
     "out = child(sys.argv[1].split(','), (rows, cols))\n"
     "out['import_s'] = imported\n"

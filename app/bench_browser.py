@@ -1,4 +1,4 @@
-"""The app's cold and warm start: ``python -m qcore.bench --cold-app``.
+"""The app's cold and warm start: ``python -m app.bench_browser`` (``qcore.bench --cold-app``).
 
 Starts ``streamlit run streamlit_app.py`` on a free port with an empty numba cache folder,
 opens Home and then Quantize Lab's default view in headless Chromium (Playwright, Debian's
@@ -13,7 +13,9 @@ says what Streamlit's frontend alone costs on this machine. The servers are alwa
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -272,3 +274,30 @@ def format_report(result: dict) -> str:
     for title, _ in PAGES:
         lines.append(f"| {title} | {warm[title]:.1f} | {_verdict(warm[title], WARM_TARGET_S)} |")
     return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from qcore.bench import host
+
+    parser = argparse.ArgumentParser(prog="python -m app.bench_browser", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--wait", type=float, default=600, metavar="S",
+                        help="seconds to wait for the background warm-up to run every page's "
+                             "default view before the warm restart (default 600)")
+    parser.add_argument("--json", metavar="FILE", help="also write the result as JSON")
+    args = parser.parse_args(argv)
+    if not os.path.exists(CHROMIUM):
+        print(f"error: the browser timing needs Chromium at {CHROMIUM}", file=sys.stderr)
+        return 2
+    print(host.describe(host.host_info()))
+    result = measure(warm_timeout=args.wait,
+                     progress=lambda label: print(f"  {label} ...", file=sys.stderr, flush=True))
+    print(format_report(result))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -10,12 +10,13 @@ compiled for, numba's threading layer and thread count.
 ``--cpu NAME`` adds a column for qcore compiled for another LLVM CPU target (a subprocess with
 NUMBA_CPU_NAME=NAME, NUMBA_CPU_FEATURES="" so that the code has that CPU's features and not the
 host's, and its own numba cache; e.g. ``haswell`` for AVX2 on an AVX-512 host).
-``--cold`` times the first calls from an empty numba cache (:mod:`qcore.bench_cold`).
+``--cold`` times the first calls from an empty numba cache (:mod:`qcore.bench.cold`).
 ``--cold-app`` times the app's first pages after a fresh ``streamlit run`` with an empty numba
-cache, and every page after a warm restart, in headless Chromium (:mod:`qcore.bench_app`).
+cache, and every page after a warm restart, in headless Chromium: it runs
+``python -m app.bench_browser`` from a checkout (the app is not part of the engine).
 ``--busy`` compares the parallel kernels' throughput with one core kept busy by another process
-against the machine as it is (:mod:`qcore.bench_busy`).
-``--backend cuda`` times the GPU kernels (:mod:`qcore.bench_cuda`).
+against the machine as it is (:mod:`qcore.bench.busy`).
+``--backend cuda`` times the GPU kernels (:mod:`qcore.bench.cuda`).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import numpy as np
 from numba import njit, prange
 
 import qcore
-from qcore import bench_app, bench_busy, bench_cold, bench_host
+from qcore.bench import busy, cold, host
 from qcore.formats import get_format
 
 
@@ -481,7 +482,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="time first calls from an empty numba cache, then primed")
     parser.add_argument("--cold-cases", default=None,
                         help="with --cold: comma-separated subset of " + ", ".join(
-                            bench_cold.COLD_CASES))
+                            cold.COLD_CASES))
     parser.add_argument("--cold-app", action="store_true",
                         help="the app's cold start (empty numba cache) and warm restart in "
                              "headless Chromium (needs playwright and /usr/bin/chromium)")
@@ -507,7 +508,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.cold_child is not None:  # the timed process of --cold: one JSON line on stdout
         shape = _parse_size(args.size or "1024x1024")
-        print(json.dumps(bench_cold.child(args.cold_child.split(","), shape)))
+        print(json.dumps(cold.child(args.cold_child.split(","), shape)))
         return 0
     if args.cold:
         return _main_cold(args)
@@ -519,7 +520,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.backend == "cuda":
         return _main_cuda(shape, args)
     for name in args.cpu:
-        problem = bench_host.target_problem(name)
+        problem = host.target_problem(name)
         if problem:
             print(problem, file=sys.stderr)
             return 2
@@ -536,7 +537,7 @@ def main(argv: list[str] | None = None) -> int:
         wanted = [w.strip().lower() for w in args.only.split("|")]
         cases = [c for c in cases if any(w in c.name.lower() for w in wanted)]
     cases, bandwidth = run(cases, shape, args.backend, not args.no_peers, _progress)
-    info = bench_host.host_info()
+    info = host.host_info()
     targets_run = []
     for name in args.cpu:
         try:
@@ -552,7 +553,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"qcore {qcore.__version__}, numpy {np.__version__}, ml_dtypes "
           f"{ml_dtypes.__version__}; x shape {shape[0]}x{shape[1]} ({shape[0] * shape[1]} "
           f"elements)")
-    print(bench_host.describe(info))
+    print(host.describe(info))
     print("timing: " + ("CPU time of one thread (qcore and onnxruntime each on one thread)"
                         if args.cpu_time else "wall clock") +
           f", the fastest repetition of {ROUNDS} interleaved rounds; load average "
@@ -590,7 +591,7 @@ def _single_thread_cpu_time() -> None:
 
 
 def _run_other_target(name: str, args, shape: tuple[int, int]) -> dict:
-    """The qcore column for another CPU target, from a subprocess (see :mod:`bench_host`)."""
+    """The qcore column for another CPU target, from a subprocess (see :mod:`qcore.bench.host`)."""
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="qcore-bench-") as tmp:
@@ -602,25 +603,25 @@ def _run_other_target(name: str, args, shape: tuple[int, int]) -> dict:
             child.append("--cpu-time")
         if args.only:
             child += ["--only", args.only]
-        bench_host.run_for_target(name, child)
+        host.run_for_target(name, child)
         with open(out) as f:
             data = json.load(f)
     return {"cpu": name, "info": data["host"],
-            "cache_dir": str(bench_host.target_cache_dir(name)),
+            "cache_dir": str(host.target_cache_dir(name)),
             "rates": {c["name"]: c["results"].get("qcore") for c in data["cases"]}}
 
 
 def _main_cold(args) -> int:
-    names = (args.cold_cases.split(",") if args.cold_cases else list(bench_cold.COLD_CASES))
-    unknown = [n for n in names if n not in bench_cold.COLD_CASES]
+    names = (args.cold_cases.split(",") if args.cold_cases else list(cold.COLD_CASES))
+    unknown = [n for n in names if n not in cold.COLD_CASES]
     if unknown:
-        print(f"--cold-cases: unknown {unknown}; valid: {', '.join(bench_cold.COLD_CASES)}",
+        print(f"--cold-cases: unknown {unknown}; valid: {', '.join(cold.COLD_CASES)}",
               file=sys.stderr)
         return 2
     shape = _parse_size(args.size or "1024x1024")
-    print(bench_host.describe(bench_host.host_info()))
-    result = bench_cold.measure(names, shape, progress=_say_step)
-    return _report(bench_cold.format_report(result), result, args.json)
+    print(host.describe(host.host_info()))
+    result = cold.measure(names, shape, progress=_say_step)
+    return _report(cold.format_report(result), result, args.json)
 
 
 def _say_step(label: str) -> None:
@@ -637,12 +638,17 @@ def _report(text: str, result: dict, json_path: str | None) -> int:
 
 
 def _main_cold_app(args) -> int:
-    if not os.path.exists(bench_app.CHROMIUM):
-        print(f"--cold-app needs Chromium at {bench_app.CHROMIUM}", file=sys.stderr)
+    """Run the app's browser timing, which lives with the app (``app/bench_browser.py``)."""
+    import subprocess
+
+    if not os.path.exists(os.path.join("app", "bench_browser.py")):
+        print("--cold-app runs from a checkout's root (it starts streamlit_app.py): "
+              "app/bench_browser.py not found here", file=sys.stderr)
         return 2
-    print(bench_host.describe(bench_host.host_info()))
-    result = bench_app.measure(warm_timeout=args.cold_app_wait, progress=_say_step)
-    return _report(bench_app.format_report(result), result, args.json)
+    cmd = [sys.executable, "-m", "app.bench_browser", "--wait", str(args.cold_app_wait)]
+    if args.json:
+        cmd += ["--json", args.json]
+    return subprocess.call(cmd)
 
 
 def _busy_call(name: str, shape: tuple[int, int]) -> Callable[[], object]:
@@ -652,15 +658,15 @@ def _busy_call(name: str, shape: tuple[int, int]) -> Callable[[], object]:
 
 
 def _main_busy(args) -> int:
-    names = list(bench_busy.BUSY_CASES)
+    names = list(busy.BUSY_CASES)
     if args.only:
         names = [n for n in names if args.only.lower() in n.lower()]
     shape = _parse_size(args.size or "4096x4096")
-    result = bench_busy.measure(names, shape, _busy_call, rounds=max(1, args.busy_rounds),
+    result = busy.measure(names, shape, _busy_call, rounds=max(1, args.busy_rounds),
                                 pin=args.busy_pin, progress=_say_step)
-    print(bench_host.describe(bench_host.host_info()))  # after the runs: names numba's layer
-    return _report(bench_busy.format_report(result),
-                   result | {"ratios": bench_busy.ratios(result)}, args.json)
+    print(host.describe(host.host_info()))  # after the runs: names numba's layer
+    return _report(busy.format_report(result),
+                   result | {"ratios": busy.ratios(result)}, args.json)
 
 
 def _torch_cuda_rates(n: int) -> dict[str, float]:
@@ -689,7 +695,7 @@ def _torch_cuda_rates(n: int) -> dict[str, float]:
 
 
 def _main_cuda(shape: tuple[int, int], args) -> int:
-    from qcore import bench_cuda
+    from qcore.bench import cuda as bench_cuda
     from qcore.kernels import cuda as cuda_kernels
 
     reason = cuda_kernels.unavailable_reason()
@@ -700,7 +706,7 @@ def _main_cuda(shape: tuple[int, int], args) -> int:
     timings = bench_cuda.bench_cases(n)
     torch_rates = {} if args.no_peers else _torch_cuda_rates(n)
     copy = timings[0]
-    print(bench_host.describe(bench_host.host_info()))
+    print(host.describe(host.host_info()))
     print(f"GPU: {cuda_kernels.device_name()}; {n} elements; copy bandwidth "
           f"{copy.bandwidth / 1e9:.0f} GB/s (read + write)")
     print("| case | kernel Gelem/s | % copy roofline | torch Gelem/s | qcore/torch | "

@@ -71,7 +71,7 @@ def measure(names, shape: tuple[int, int], make_call: Callable[[str, tuple[int, 
     context that keeps a core busy (default: :func:`spinner`)."""
     import numba
 
-    from . import config
+    from .. import config
 
     busy = busy or spinner
     calls = {name: make_call(name, shape) for name in names}

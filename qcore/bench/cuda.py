@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import ops
-from .kernels import cuda as ck
-from .kernels.cuda import cuda
+from .. import ops
+from ..kernels import cuda as ck
+from ..kernels.cuda import cuda
 
 
 @dataclass

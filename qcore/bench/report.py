@@ -1,4 +1,4 @@
-"""``python -m qcore.report.bench``: the report's measures (a benchmark, not a test).
+"""``python -m qcore.bench.report``: the report's measures (a benchmark, not a test).
 
 - ``minilm``: the whole all-MiniLM-L6-v2 checkpoint × the 8 default recipes in this process:
   wall time and element-recipes/s, against the baseline of running the same recipes
@@ -28,11 +28,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .core import run_report
-from .models import find_model
-from .recipes import DEFAULT_RECIPES, parse_recipe, run_recipe
-from .sources import list_tensors, read_tensor
-from .synthetic import write_checkpoint
+from ..report.core import run_report
+from ..report.models import find_model
+from ..report.recipes import DEFAULT_RECIPES, parse_recipe, run_recipe
+from ..report.sources import list_tensors, read_tensor
+from ..report.synthetic import write_checkpoint
 
 
 def host_cpu() -> str:
@@ -130,7 +130,7 @@ def bench_synthetic(gb: float, recipes: list[str], tmp: str, workers: int, hidde
         t = time.perf_counter()
         run_report(index, recipes, workers=workers, out=folder / "dask.csv", on_client=ask)
         dask_s = time.perf_counter() - t
-        from .core import read_rows
+        from ..report.core import read_rows
 
         a, b = read_rows(folder / "local.csv"), read_rows(folder / "dask.csv")
         same = a.equals(b)
@@ -155,7 +155,7 @@ def bench_synthetic(gb: float, recipes: list[str], tmp: str, workers: int, hidde
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m qcore.report.bench")
+    p = argparse.ArgumentParser(prog="python -m qcore.bench.report")
     p.add_argument("what", choices=["minilm", "synthetic"])
     p.add_argument("--recipes", default=",".join(DEFAULT_RECIPES))
     p.add_argument("--repeat", type=int, default=2)

@@ -76,7 +76,7 @@ def host_info() -> dict:
 
 def target_isa() -> str:
     """The widest vector ISA of the code numba compiles here (see bits._target_features)."""
-    from .kernels.bits import _target_features
+    from ..kernels.bits import _target_features
 
     features = _target_features()
     return vector_isa({name.lstrip("+"): True for name in features if name.startswith("+")})
