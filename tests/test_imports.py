@@ -126,10 +126,13 @@ def test_every_module_imports_alone():
     assert not failed, "\n".join(failed)
 
 
-def readme_map() -> list[str]:
-    """The qcore modules in the order README's architecture map lists them."""
-    text = (ROOT / "README.md").read_text()
-    block = text.split("## Architecture", 1)[1].split("```", 2)[1]
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+
+
+def module_map() -> list[str]:
+    """The qcore modules in the order docs/architecture.md's module map lists them."""
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    block = text.split("## Module map", 1)[1].split("```", 2)[1]
     order: list[str] = []
     folders: list[tuple[int, str]] = []  # (indent, package) of the open folders
     for line in block.splitlines():
@@ -153,13 +156,16 @@ def readme_map() -> list[str]:
     return order
 
 
-def test_readme_map_lists_every_module_in_import_order():
-    order = readme_map()
-    assert sorted(order) == MODULES, "README's architecture map and qcore/ list other modules"
+def test_module_map_lists_every_module_in_import_order():
+    order = module_map()
+    missing, extra = sorted(set(MODULES) - set(order)), sorted(set(order) - set(MODULES))
+    assert not (missing or extra), (f"docs/architecture.md's module map lacks {missing} and "
+                                    f"lists {extra}, which qcore/ does not have")
+    assert len(order) == len(MODULES), "docs/architecture.md lists a module twice"
     g = graph()
     position = {name: i for i, name in enumerate(order)}
     for name in order[1:]:  # qcore/__init__ (first) re-exports the API from below
         # a package's __init__ may re-export from its own modules, listed under it
         later = [t for t in g[name] if t in position and position[t] > position[name]
                  and not t.startswith(name + ".")]
-        assert not later, f"README lists {name} above {later}, which it imports"
+        assert not later, f"docs/architecture.md lists {name} above {later}, which it imports"
