@@ -327,7 +327,7 @@ def scalar_text(a: np.ndarray) -> str:
     return ", ".join(describe(a.reshape(-1))) if a.size else "—"
 
 
-#: The known cases (README's Semantics table), one click away.
+#: The known cases (docs/semantics.md), one click away.
 PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
     "overflow": ("1e10 → int8", dict(
         op=qcore.QUANTIZE, opset=21, x="1e10, -1e10, inf, -inf, 3e9, 127.5, -128.5, 2.5",
@@ -370,7 +370,7 @@ PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
 #: Presets where every engine refuses the node (qcore with a QuantizationError).
 REFUSALS = frozenset({"f8_zp_dq"})
 
-#: What to look for in each preset (README, "Semantics").
+#: What to look for in each preset (docs/semantics.md).
 NOTES: dict[str, str] = {
     "overflow": "The spec says saturate. qcore and onnxruntime give 127 for 1e10 and +Inf; the "
                 "onnx reference casts to int32 before clipping and wraps to **−128**.",

@@ -35,7 +35,7 @@ GROUP_RUNS_PER_THREAD = 4
 SHORT_BLOCK = 16
 
 #: Chunk size and serial/parallel threshold of the metrics reductions (qcore.metrics). The
-#: threshold equals the kernels' (it was 2**16): below 2 Mi elements the second thread saves a
+#: threshold equals the kernels': below 2 Mi elements the second thread saves a
 #: millisecond or two, and compiling the parallel variants cost the app's first Quantize Lab
 #: view (a 1 Mi-element tensor) 25 s of a cold start.
 METRICS_CHUNK = 1 << 14

@@ -348,7 +348,7 @@ _PLANS_KEPT = 512
 
 def _remembered(planner, *args, **kwargs):
     """planner(*args, **kwargs), remembered: a plan is a pure function of the dtypes, shapes
-    and attributes it is given, and validating them again took about a third of the Python
+    and attributes it is given, and validating them again would be about a third of the Python
     time of a large call (which runs its kernel in under 2 ms). Each value is keyed with its
     type, since True == 1 but axis=True is an error where axis=1 is not; arguments that cannot
     be hashed are planned every time, and errors are never remembered."""
@@ -424,9 +424,8 @@ def _call_key(x: Any, y_scale: Any, y_zero_point: Any, options: dict) -> tuple:
     the key holds their types and shapes and the plan and parameters are remembered, the values
     read and checked on every call (by the kernel where cpu.checks_values). Values are keyed
     with their types, as in _remembered. Right after a kernel has streamed 80 MB through the
-    caches Python runs 5-10x slower than in a microbenchmark: a remembered per-tensor int8 call
-    on 16 Mi elements spends ~60 us outside its kernel (12 of them on this key before it was
-    one flat tuple), against ~250 before calls were remembered."""
+    caches Python runs 5-10x slower than in a microbenchmark, so the work outside the kernel
+    counts: a remembered per-tensor int8 call on 16 Mi elements spends ~60 us there."""
     if (type(x) is not np.ndarray or not x.dtype.isnative or options["backend"] != "cpu"
             or y_scale is None):
         return None, False
@@ -527,7 +526,7 @@ def _quantize_values(plan: QuantizePlan, y_scale: Any, y_zero_point: Any,
     if _is_float8(plan.target):
         # Both the onnx reference and onnxruntime ignore a float8 zero point in QuantizeLinear
         # (-0 stays -0, a zero point of 1 changes nothing); the spec says it is "usually not
-        # used". qcore agrees with them (README, Semantics): its type names the target only.
+        # used". qcore agrees with them (docs/semantics.md): its type names the target only.
         y_zero_point = None
     zp = None if y_zero_point is None else np.asarray(y_zero_point)
     if codes:
@@ -680,7 +679,7 @@ def prepare_dequantize(x: Any, x_scale: Any, x_zero_point: Any = None, *, axis: 
 
 def _refuse_float8_zero_point(plan: DequantizePlan, zp: np.ndarray) -> None:
     """A non-zero float8 zero point: the onnx reference and onnxruntime both refuse it in
-    DequantizeLinear, so qcore does too (README, Semantics). -0 and 0 are zero."""
+    DequantizeLinear, so qcore does too (docs/semantics.md). -0 and 0 are zero."""
     with np.errstate(all="ignore"):
         values = zp.astype(np.float64).reshape(-1)
     bad = values != 0

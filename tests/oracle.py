@@ -1,7 +1,7 @@
 """A spec oracle for the ONNX linear-quantization operators, independent of qcore.
 
 Written from the operator text (``onnx.defs.get_schema(...).doc``, the Cast operator's
-saturation tables) and README's "Semantics" table, with NumPy and ml_dtypes only: it imports
+saturation tables) and docs/semantics.md, with NumPy and ml_dtypes only: it imports
 nothing from qcore. The differential tests use it where the onnx reference evaluator is known
 to be wrong or where qcore documents a different decision; everywhere else they compare qcore
 with the reference directly (and this oracle with both, so the oracle is itself checked).
@@ -122,7 +122,7 @@ def expand(param: np.ndarray, shape: tuple[int, ...], axis: int, block_size: int
 def division_type(scale_dtype, precision: str | None) -> str:
     """The type `x / y_scale` is computed in: `precision`, else y_scale's type.
 
-    README decision: an int32 or float8e8m0 scale (no float arithmetic of their own) divides in
+    decision in docs/semantics.md: an int32 or float8e8m0 scale (no float arithmetic of their own) divides in
     float32.
     """
     if precision:
@@ -145,13 +145,13 @@ def quantize(x, scale, zero_point=None, *, axis=1, block_size=0, saturate=True,
     """QuantizeLinear: ``y = saturate(round(x / y_scale) + y_zero_point)``.
 
     Integers: round half to even, add the zero point, saturate to the range in either
-    direction (never wrap); NaN gives the type's minimum whatever the zero point (README).
-    float8: the zero point is ignored (README decision: the onnx reference and onnxruntime both
+    direction (never wrap); NaN gives the type's minimum whatever the zero point (docs/semantics.md).
+    float8: the zero point is ignored (decision in docs/semantics.md: the onnx reference and onnxruntime both
     ignore it, so -0 stays -0). float4/float6: ``x / y_scale + y_zero_point`` in the division
     type (a *given* zero point is added, so -0 + 0 = +0), then one conversion with the Cast
     operator's tables:
     saturate=1 clips to ±max (NaN stays NaN), saturate=0 gives Inf or NaN as the format has
-    them; float4/float6 always saturate, and NaN becomes +0 (README decision).
+    them; float4/float6 always saturate, and NaN becomes +0 (decision in docs/semantics.md).
     """
     x = np.asarray(x)
     if zero_point is not None:
@@ -185,7 +185,7 @@ def quantize(x, scale, zero_point=None, *, axis=1, block_size=0, saturate=True,
 def dequantize(x, scale, zero_point=None, *, axis=1, block_size=0, output_dtype=None):
     """DequantizeLinear: ``y = (x - x_zero_point) * x_scale``.
 
-    README decision: the difference is taken exactly and rounded once to float32 (it is exact
+    decision in docs/semantics.md: the difference is taken exactly and rounded once to float32 (it is exact
     in float32 for every type but int32 and float8 extremes), the product is a float32
     multiplication, and the result is rounded once to the output type (`output_dtype`, else
     x_scale's type; float32 for a float8e8m0 scale). A given zero point is subtracted, float4
@@ -214,7 +214,7 @@ def dequantize(x, scale, zero_point=None, *, axis=1, block_size=0, output_dtype=
 def dynamic_quantize(x) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """DynamicQuantizeLinear-11 (DESIGN §1): uint8, scale and zero point from x's range.
 
-    scale = (max(0, max x) - min(0, min x)) / 255 in float32 (1/255 for an all-zero x, README);
+    scale = (max(0, max x) - min(0, min x)) / 255 in float32 (1/255 for an all-zero x, docs/semantics.md);
     zero point = round(clip(-min / scale, 0, 255)); y = saturate(round(x / scale) + zp).
     """
     x = np.asarray(x, np.float32)

@@ -2,7 +2,7 @@
 
 Each case either raises QuantizationError / TensorFileError whose message names the argument
 at fault, or returns a result equal bit for bit to the onnx reference evaluator (or to the
-README's documented decision, computed here from the spec, not from qcore). Nothing else: no
+the decision documented in docs/semantics.md, computed here from the spec, not from qcore). Nothing else: no
 other exception type, no silent result.
 """
 
@@ -46,7 +46,7 @@ class Ref:
 
 
 class Value:
-    """Expect this exact array (a README decision, or a value from the spec)."""
+    """Expect this exact array (a decision in docs/semantics.md, or a value from the spec)."""
 
     def __init__(self, value):
         self.value = np.asarray(value)
@@ -190,7 +190,7 @@ OPERATOR_CASES = [
     ("float4-at-21", _q(X, F32(1), output_dtype="float4e2m1", opset=21), Err("float4e2m1")),
     ("backend-bad", _q(X, F32(1), backend="tpu"), Err("backend")),
     ("dq-output-int8", _dq(np.int8([1]), F32(1), output_dtype="int8"), Err("output_dtype")),
-    # documented decisions (README, Semantics), computed from the spec
+    # documented decisions (docs/semantics.md), computed from the spec
     ("int-overflow-saturates", _q(np.float32([1e10, -np.inf]), F32(1), np.int8(0)),
      Value(np.int8([127, -128]))),
     ("nan-int8-negative-zp-minimum", _q(np.float32([np.nan]), F32(1), np.int8(-1)),

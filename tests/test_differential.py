@@ -3,7 +3,7 @@
 Every case runs three implementations on the same inputs -- qcore, the onnx reference evaluator
 (a one-node model at the operator's opset) and the spec oracle in ``tests/oracle.py`` -- and
 checks qcore == oracle on every element and qcore == reference on every element except those
-where README's Semantics table documents that qcore decided differently from the reference
+where docs/semantics.md documents that qcore decided differently from the reference
 (each such mask below carries its reason). The oracle agreeing with the reference everywhere
 else is what makes it trustworthy where the reference is wrong.
 
@@ -291,17 +291,17 @@ def quantize_divergences(case_target, x, q, zp_elem, ref_converts_int32_to) -> l
     if t in oracle.INT_RANGES:
         out.append((np.isinf(q64) | (np.abs(q64) >= 2.0**31 - 2.0**17),
                     "integer overflow: the reference casts to int32 first and wraps to the "
-                    "minimum; qcore saturates (README: integer overflow)"))
+                    "minimum; qcore saturates (docs/semantics.md: integer overflow)"))
         if zp_elem is not None:
             out.append((np.isnan(q64) & (zp_elem.astype(np.float64) < 0),
                         "NaN with a negative zero point: the reference's int32 minimum plus the "
                         "zero point wraps to the maximum; qcore gives the type's minimum "
-                        "whatever the zero point (README: NaN into an integer type)"))
+                        "whatever the zero point (docs/semantics.md: NaN into an integer type)"))
     # float8 zero point: none. qcore ignores it in QuantizeLinear as the reference (and
-    # onnxruntime) do, so every element is compared (README: zero point with float targets).
+    # onnxruntime) do, so every element is compared (docs/semantics.md: zero point with float targets).
     if t in oracle.NO_SPECIALS:
         out.append((np.isnan(q64), "NaN into float4/float6: the reference (ml_dtypes) gives a "
-                    "sign-flipped zero; qcore gives +0 (README)"))
+                    "sign-flipped zero; qcore gives +0 (docs/semantics.md)"))
         if zp_elem is not None and q.dtype != np.float32:
             with np.errstate(all="ignore"):
                 in_f32 = q.astype(np.float32) + zp_elem.astype(np.float32)
@@ -309,7 +309,7 @@ def quantize_divergences(case_target, x, q, zp_elem, ref_converts_int32_to) -> l
             out.append((in_f32.astype(np.float64) != in_div.astype(np.float64),
                         "float4/6 zero point with a 16-bit division type: the reference adds "
                         "it in float32 (NumPy promotion); qcore adds in the division type "
-                        "(README: zero point with float targets)"))
+                        "(docs/semantics.md: zero point with float targets)"))
     if ref_converts_int32_to == "bfloat16":
         wrong = bits(x.astype(ml_dtypes.bfloat16)) != bits(oracle.to_float(x, "bfloat16"))
         out.append((wrong, "int32 -> bfloat16: ml_dtypes rounds through float32 (double "
@@ -482,7 +482,7 @@ def dequantize_divergences(x_type: str, zp_elem) -> list:
     if zp_elem is not None and x_type == "float4e2m1":
         out.append((zp_elem.astype(np.float64) != 0,
                     "float4 zero point in DequantizeLinear: the reference ignores it and "
-                    "onnxruntime has no kernel; qcore subtracts it, as the formula says (README: "
+                    "onnxruntime has no kernel; qcore subtracts it, as the formula says (docs/semantics.md: "
                     "zero point with float targets)"))
     if zp_elem is not None and x_type == "int32":
         out.append((np.ones(zp_elem.shape, bool),
@@ -504,7 +504,7 @@ def check_dequantize(version, x, scale, zp, *, gran: Gran, output, context):
     x_type = oracle.name_of(x.dtype)
     if x_type in oracle.FLOAT8 and zp is not None and (zp.astype(np.float64) != 0).any():
         # A non-zero float8 zero point: the reference and onnxruntime refuse it, so does qcore
-        # (README: zero point with float targets). The reference ignores the ones whose uint8
+        # (docs/semantics.md: zero point with float targets). The reference ignores the ones whose uint8
         # cast is 0 (|zp| < 1), where onnxruntime still refuses; the oracle refuses them all.
         with pytest.raises(qcore.QuantizationError, match="x_zero_point"):
             qcore.dequantize_linear(x, scale, zp, opset=version, **kw)
@@ -520,7 +520,7 @@ def check_dequantize(version, x, scale, zp, *, gran: Gran, output, context):
         ref_kw["output_dtype"] = int(qcore.get_format(output).onnx_id)
     elif scale.dtype == oracle.E8M0:
         # The reference would return float8e8m0 (x_scale's type) -- no output type at all;
-        # qcore gives float32 (README), which is the reference with output_dtype=FLOAT.
+        # qcore gives float32 (docs/semantics.md), which is the reference with output_dtype=FLOAT.
         ref_kw["output_dtype"] = 1
     # onnx's reference has no DequantizeLinear before 19; 10 and 13 are 19 restricted to
     # int8/uint8/int32 and float32 scales, so the version-19 implementation is their reference.
@@ -661,7 +661,7 @@ def test_dynamic_quantize_matches_reference(name, x, opset):
 
 
 def test_dynamic_quantize_empty():
-    # The reference cannot reduce an empty tensor; qcore treats it like all zeros (README).
+    # The reference cannot reduce an empty tensor; qcore treats it like all zeros (docs/semantics.md).
     got = qcore.dynamic_quantize_linear(np.zeros((0, 3), np.float32))
     assert got[0].shape == (0, 3) and got[0].dtype == np.uint8
     assert_bits_equal(got[1], np.array(np.float32(1) / np.float32(255), np.float32))
@@ -736,7 +736,7 @@ def test_dequantize_large_tensor(x_type, scale_type, output, gran, zkind):
 
 # ----------------------------------------------------------------------------------------------
 # Every documented difference, one concrete input each: qcore's value is computed by hand from
-# the spec and README; the reference's (onnx 1.23) is pinned so that the masks above are known
+# the spec and docs/semantics.md; the reference's (onnx 1.23) is pinned so that the masks above are known
 # to hide real differences, not agreements.
 
 E4 = ml_dtypes.float8_e4m3fn
@@ -802,7 +802,7 @@ def test_documented_difference(op, opset, inputs, attrs, ours, theirs):
 
 
 # ----------------------------------------------------------------------------------------------
-# Where the onnx reference and onnxruntime agree, qcore agrees with both (README, Semantics):
+# Where the onnx reference and onnxruntime agree, qcore agrees with both (docs/semantics.md):
 # the float8 zero point, run through all three.
 
 

@@ -70,7 +70,7 @@ def test_operator_results_stay_correct_when_buffers_are_reused():
 def test_blocked_integer_call_allocates_little_beyond_its_output(axis):
     """Blocked int8 reads its float32 scales and int8 zero points in place (on the last axis
     the kernel checks the scales): under 1% beyond the output, where zero points converted to
-    float32 were 25% on the last axis and 12.5% on the first. Each worker's fixed 4 KiB of
+    float32 would be 25% on the last axis and 12.5% on the first. Each worker's fixed 4 KiB of
     scratch included."""
     from qcore.bench.cli import extra_memory_ratio
 

@@ -261,7 +261,7 @@ def onnxruntime_impl(case: Case, inputs: dict) -> Callable[[], object] | None:
     x_fmt = get_format(case.x_dtype)
     if x_fmt.name == "bfloat16" or fmt.bits < 4 or fmt.name.startswith("float6") or (
             fmt.name == "float4e2m1") or case.packed or case.scale_dtype or case.precision:
-        return None  # no onnxruntime CPU kernel (README) or nothing comparable
+        return None  # no onnxruntime CPU kernel (docs/semantics.md) or nothing comparable
     attrs = {} if case.granularity == "per-tensor" else {"axis": case.axis}
     if case.block_size:
         attrs["block_size"] = case.block_size

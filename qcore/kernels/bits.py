@@ -173,9 +173,8 @@ def wide_vectors(typingctx):
 
     LLVM's tuning for Intel's AVX-512 cores prefers 256-bit vectors (older cores lowered their
     clock for 512-bit work); our streaming loops then issue twice the instructions and stay
-    short of the memory's speed: int8 QuantizeLinear on a 2-core Xeon took 2.1-2.5 ms with
-    256-bit vectors, 1.7 ms with 512 (as onnxruntime's own AVX-512 kernels do). On a target
-    without AVX-512 the attribute changes nothing. Call it once at the top of a function whose
+    short of the memory's speed (onnxruntime's own AVX-512 kernels use 512-bit vectors). On a
+    target without AVX-512 the attribute changes nothing. Call it once at the top of a function whose
     loops should be wide (every function: inlining does not carry it to the caller)."""
     sig = types.void()
 
@@ -276,10 +275,8 @@ int_codes_64 = _int_codes_intrinsic(64)
 int_codes_128 = _int_codes_intrinsic(128)
 
 #: Lanes of the integer kernels' widest step: more independent loads and divisions in flight
-#: per iteration. On a 2-core AVX-512 Xeon, kernel alone against onnxruntime's whole call, int8
-#: per-tensor: 64 lanes 0.95-0.97x, 128 lanes 1.03-1.07x, 256 lanes 1.09-1.10x with AVX-512
-#: (32 registers of 16 lanes); AVX2 code (16 registers of 8 lanes): 0.97-1.01x, 1.02-1.07x,
-#: and 0.96-0.98x with 256 (it spills).
+#: per iteration. 256 with AVX-512 (32 registers of 16 lanes); 128 with AVX2, whose 16
+#: registers of 8 lanes spill at 256.
 INT_STEP = 256 if "+avx512f" in _target_features() else 128
 int_codes_step = _int_codes_intrinsic(INT_STEP)
 
