@@ -328,3 +328,45 @@ def test_cpu_time_mode_runs_one_thread_by_thread_cpu_time(capsys, monkeypatch):
     finally:
         numba.set_num_threads(before)
     assert "CPU time of one thread" in capsys.readouterr().out
+
+
+def test_markdown_names_the_host_versions_and_the_exact_command(tmp_path, capsys, monkeypatch):
+    import datetime
+
+    import llvmlite.binding as llvm
+    import numba
+
+    for name in ("NUMBA_CPU_NAME", "NUMBA_CPU_FEATURES", "NUMBA_NUM_THREADS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("NUMBA_CACHE_DIR", "/tmp/a cache")
+    out = tmp_path / "perf.md"
+    argv = ["--quick", "--size", "8x64", "--no-warmup", "--only", "int8 per-tensor",
+            "--markdown", str(out)]
+    assert bench.main(argv) == 0
+    assert "| Q int8 per-tensor |" in capsys.readouterr().out  # the usual report as well
+    text = out.read_text()
+    onnxruntime = pytest.importorskip("onnxruntime")
+    assert f"`get_host_cpu_name()` = `{llvm.get_host_cpu_name()}`" in text
+    assert f"numba {numba.__version__} " in text
+    assert f"onnxruntime {onnxruntime.__version__}," in text
+    assert f"{os.cpu_count()} cores" in text
+    assert datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d") in text
+    assert ("- command: `NUMBA_CACHE_DIR='/tmp/a cache' python -m qcore.bench --quick --size "
+            f"8x64 --no-warmup --only 'int8 per-tensor' --markdown {out}`") in text
+    rows = [line for line in text.splitlines() if line.startswith("| ")]
+    wanted = [c.name for c in bench.default_cases(quick=True) if "int8 per-tensor" in c.name.lower()]
+    assert [r.split(" | ")[0][2:] for r in rows[1:]] == wanted  # a header, then one row a case
+
+
+def test_markdown_alone_replaces_the_report_on_stdout(capsys):
+    assert bench.main(["--size", "8x64", "--no-warmup", "--no-peers", "--only",
+                       "Q int8 per-tensor", "--markdown"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith("### ")
+    assert "`python -m qcore.bench --size 8x64 --no-warmup --no-peers --only 'Q int8 " in printed
+
+
+def test_command_line_shows_the_code_changing_variables():
+    env = {"NUMBA_CPU_NAME": "haswell", "NUMBA_CPU_FEATURES": "", "HOME": "/root"}
+    assert (bench.command_line(["--quick"], env)
+            == "NUMBA_CPU_NAME=haswell NUMBA_CPU_FEATURES= python -m qcore.bench --quick")

@@ -17,13 +17,17 @@ cache, and every page after a warm restart, in headless Chromium: it runs
 ``--busy`` compares the parallel kernels' throughput with one core kept busy by another process
 against the machine as it is (:mod:`qcore.bench.busy`).
 ``--backend cuda`` times the GPU kernels (:mod:`qcore.bench.cuda`).
+``--markdown [FILE]`` gives the table as Markdown headed by the host, the versions, the date and
+the exact command line (docs/performance.md pastes it; with FILE it is written there).
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
+import shlex
 import sys
 import time
 import tracemalloc
@@ -439,6 +443,51 @@ def format_table(cases: list[Case], bandwidth: float) -> str:
     return "\n".join(lines)
 
 
+#: Environment variables that change the code a run compiles or how it runs (named in the
+#: Markdown's command line when set).
+_ENV_SHOWN = ("NUMBA_CPU_NAME", "NUMBA_CPU_FEATURES", "NUMBA_CACHE_DIR", "NUMBA_NUM_THREADS",
+              "NUMBA_THREADING_LAYER")
+
+
+def command_line(argv: list[str], env: dict[str, str] | None = None) -> str:
+    """The shell command that reproduces this run: the variables of _ENV_SHOWN that are set,
+    then ``python -m qcore.bench`` and `argv` (a --markdown FILE argument included)."""
+    env = os.environ if env is None else env
+    prefix = [f"{k}={shlex.quote(env[k])}" if env[k] else f"{k}=" for k in _ENV_SHOWN
+              if k in env]
+    return " ".join(prefix + ["python -m qcore.bench"] + [shlex.quote(a) for a in argv])
+
+
+def _version(module: str) -> str:
+    try:
+        return __import__(module).__version__
+    except ImportError:
+        return "not installed"
+
+
+def markdown_report(table: str, info: dict, notes: list[str], command: str,
+                    when: datetime.datetime | None = None) -> str:
+    """The run as Markdown: a heading naming the host CPU (llvmlite's get_host_cpu_name()) and
+    the code's vector ISA, then the date, the exact command, the host and versions, `notes`
+    (the run's own header lines) and `table` (:func:`format_table`)."""
+    when = when or datetime.datetime.now(datetime.timezone.utc)
+    compiled = info["numba_cpu_name"] or "native"
+    lines = [f"### {info['host_cpu']} host, {compiled} code ({info['target_isa']})", "",
+             f"- date: {when:%Y-%m-%d %H:%M} UTC",
+             f"- command: `{command}`",
+             f"- host: llvmlite `get_host_cpu_name()` = `{info['host_cpu']}` "
+             f"({info['host_isa']}), {info['cores']} cores; numba {info['numba']} "
+             f"({info['threading_layer']}, {info['threads']} threads), onnxruntime "
+             f"{_version('onnxruntime')}, numpy {np.__version__}, ml_dtypes "
+             f"{ml_dtypes.__version__}, qcore {qcore.__version__}"]
+    lines += [f"- {n}" for n in notes]
+    body, _, footer = table.partition("\n\n")
+    lines += ["", body, ""]
+    if footer:
+        lines += [footer, ""]
+    return "\n".join(lines)
+
+
 def _parse_size(text: str) -> tuple[int, int]:
     if "x" in text:
         a, b = text.lower().split("x")
@@ -503,7 +552,12 @@ def main(argv: list[str] | None = None) -> int:
                              "onnxruntime to the CPUs the benchmark is pinned to")
     parser.add_argument("--no-warmup", action="store_true",
                         help="skip qcore.warmup() (each case still runs once before timing)")
+    parser.add_argument("--markdown", nargs="?", const="-", default=None, metavar="FILE",
+                        help="print the table as Markdown headed by the host, versions, date "
+                             "and this command line; with FILE, write it there and print the "
+                             "usual report")
     parser.add_argument("--cold-child", default=None, help=argparse.SUPPRESS)
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
 
     if args.cold_child is not None:  # the timed process of --cold: one JSON line on stdout
@@ -550,26 +604,38 @@ def main(argv: list[str] | None = None) -> int:
             rate = other["rates"].get(case.name)
             if rate:
                 case.results[f"qcore[{name}]"] = rate
-    print(f"qcore {qcore.__version__}, numpy {np.__version__}, ml_dtypes "
-          f"{ml_dtypes.__version__}; x shape {shape[0]}x{shape[1]} ({shape[0] * shape[1]} "
-          f"elements)")
-    print(host.describe(info))
-    print("timing: " + ("CPU time of one thread (qcore and onnxruntime each on one thread)"
-                        if args.cpu_time else "wall clock") +
-          f", the fastest repetition of {ROUNDS} interleaved rounds; load average "
-          f"{os.getloadavg()[0]:.1f} at the end; onnxruntime intra-op threads: "
-          f"{ORT_THREADS or 'its default'}")
+    notes = [f"x shape {shape[0]}x{shape[1]} ({shape[0] * shape[1]} elements), float32 "
+             "unless the case says otherwise",
+             "timing: " + ("CPU time of one thread (qcore and onnxruntime each on one thread)"
+                           if args.cpu_time else "wall clock") +
+             f", the fastest repetition of {ROUNDS} interleaved rounds; load average "
+             f"{os.getloadavg()[0]:.1f} at the end; onnxruntime intra-op threads: "
+             f"{ORT_THREADS or 'its default'}"]
     for other in targets_run:
-        print(f"qcore[{other['cpu']}]: the same cases compiled for {other['cpu']} "
-              f"({other['info']['threading_layer']}, {other['info']['threads']} threads, "
-              f"numba cache {other['cache_dir']})")
+        notes.append(f"qcore[{other['cpu']}]: the same cases compiled for {other['cpu']} "
+                     f"({other['info']['threading_layer']}, {other['info']['threads']} threads, "
+                     f"numba cache {other['cache_dir']})")
     if not args.no_warmup:
-        print(f"warmup (numba cache load or compile): {warm_s:.2f} s "
-              + ", ".join(f"{k} {v:.2f} s" for k, v in warm.items()))
-    print(format_table(cases, bandwidth))
+        notes.append(f"warmup (numba cache load or compile): {warm_s:.2f} s "
+                     + ", ".join(f"{k} {v:.2f} s" for k, v in warm.items()))
     mem = [c.extra_memory_ratio for c in cases if c.extra_memory_ratio is not None]
     if mem:
-        print(f"peak extra memory beyond the output: max {100 * max(mem):.1f}% of the output")
+        notes.append(f"peak extra memory beyond the output: max {100 * max(mem):.1f}% of the "
+                     "output")
+    table = format_table(cases, bandwidth)
+    if args.markdown is not None:
+        text = markdown_report(table, info, notes, command_line(argv))
+        if args.markdown == "-":
+            print(text)
+        else:
+            with open(args.markdown, "w") as f:
+                f.write(text)
+    if args.markdown != "-":
+        print(f"qcore {qcore.__version__}, numpy {np.__version__}, ml_dtypes "
+              f"{ml_dtypes.__version__}")
+        print(host.describe(info))
+        print("\n".join(notes))
+        print(table)
     sweep = size_sweep(backend=args.backend) if args.sweep else []
     for row in sweep:
         print(f"  {row['elements']:>10} elements: {row['qcore_elem_per_s'] / 1e9:.2f} Gelem/s")
