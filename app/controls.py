@@ -68,12 +68,12 @@ def opset_label(opset: int) -> str:
 
 
 def granularity_panel(shape: tuple[int, ...], where=None, *, prefix: str = "",
-                      columns=None) -> tuple[str, int, int]:
+                      columns=None, default: str = qcore.PER_TENSOR) -> tuple[str, int, int]:
     """Granularity, axis and block size widgets (in three given columns, else new ones);
     returns (granularity, axis, block size)."""
     where = where if where is not None else st
     c1, c2, c3 = columns if columns is not None else where.columns([1.5, 0.7, 0.9])
-    gran = widgets.select("Granularity", qcore.GRANULARITIES, prefix + "gran", qcore.PER_TENSOR,
+    gran = widgets.select("Granularity", qcore.GRANULARITIES, prefix + "gran", default,
                           where=c1, kind="segmented", format_func=GRANULARITY_LABELS.get,
                           help="One scale for the whole tensor, one per slice along an axis, "
                                "or one per block of consecutive elements along an axis.")
@@ -162,7 +162,10 @@ def panel(shape: tuple[int, ...], *, show_opset: bool = True, show_target: bool 
                                       "scale must have x's type.")
     second = box.columns([1.5, 0.6, 0.8] + [1.1] * show_precision + [0.7],
                          vertical_alignment="bottom")
-    gran, axis, block = granularity_panel(shape, prefix=prefix, columns=second[:3])
+    mx_default = _mx_blocks(method, prefix)
+    gran, axis, block = granularity_panel(shape, prefix=prefix, columns=second[:3],
+                                          default=qcore.BLOCKED if mx_default else
+                                          qcore.PER_TENSOR)
     precision = ""
     if show_precision:
         precision = widgets.select("Division precision", list(PRECISIONS), prefix + "prec", "",
@@ -195,6 +198,17 @@ def panel(shape: tuple[int, ...], *, show_opset: bool = True, show_target: bool 
     return QuantConfig(int(opset), target, gran, axis, block, method, float(percentile),
                        scale_dtype, float(mscale), float(mzp), bool(saturate), precision,
                        backend)
+
+
+def _mx_blocks(method: str, prefix: str) -> bool:
+    """Whether MX is chosen; on switching to it, granularity becomes blocked (32 by default),
+    as the OCP MX formats define one scale per block of 32, not one per tensor."""
+    key = "_qx_method_" + prefix
+    before = st.session_state.get(key)
+    st.session_state[key] = method
+    if method == "mx" and before is not None and before != "mx":
+        state.set_values(**{prefix + "gran": qcore.BLOCKED})
+    return method == "mx"
 
 
 def shape_of(x: np.ndarray) -> tuple[int, ...]:

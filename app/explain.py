@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import streamlit as st
 
+import qcore
+
 FORMULA_Q = r"y = \operatorname{saturate}\big(\operatorname{round}(x \,/\, \text{scale}) + \text{zero\_point}\big)"
 FORMULA_DQ = r"\hat{x} = (y - \text{zero\_point}) \times \text{scale}"
 
@@ -23,8 +25,8 @@ scale again. The difference between the original `x` and the round trip `x̂` is
 HOME_EXACT = """
 ONNX defines three operators (the app follows `qcore`, which implements them bit-exactly):
 
-- **QuantizeLinear** — versions 10, 13, 19, 21, 23, 24, 25, 28. `y = saturate(round(x / y_scale)
-  + y_zero_point)`; rounding is half to even; the division happens in the `precision` type
+- **QuantizeLinear** — versions 10, 13, 19, 21, 23, 24, 25, 28.
+  `y = saturate(round(x / y_scale) + y_zero_point)`; rounding is half to even; the division happens in the `precision` type
   (from 23), else in `y_scale`'s type. Integer targets saturate to their range; float8 targets
   follow the Cast operator's saturation tables (`saturate` attribute, from 19); float4/float6
   always saturate. The output type is the zero point's type, else `output_dtype` (from 21),
@@ -42,7 +44,11 @@ Granularity is decided by the scale's shape: one value = per-tensor; a 1-D scale
 LAB_INTRO = """
 Pick a tensor in the sidebar and a target type above. The scale (and zero point) are chosen by
 a **calibration method** — how much of the tensor's range the codes should cover. A wide range
-never clips but wastes precision; a narrow one rounds finely but clips the outliers. The
+wastes precision; a narrow one rounds finely but clips the outliers. Min–max covers the
+whole range, yet its rounded zero point can leave an extreme element just past the last code
+— x / scale + zero point = 127.5 rounds half to even to 128 and saturates to 127 in int8 — an
+error no larger than rounding's, so **Clipped** counts only elements more than half a step
+outside. The
 metrics and charts below show the trade-off: the **transfer plot** (x against x̂) is a staircase
 whose flat ends are clipping; the **error histogram** is narrow when rounding is fine.
 """
@@ -145,3 +151,17 @@ def intro(text: str, exact: str | None = None, *, exact_title: str = "Exact ONNX
     if exact:
         with st.expander(exact_title, icon=":material/menu_book:"):
             st.markdown(exact)
+
+
+def bits_note(n: int, bits_per_element: float | None, target: str) -> str:
+    """For a tensor so small that its scales dominate Bits / element, a sentence saying so
+    ('' for a tensor where the figure means what it says)."""
+    if bits_per_element is None or n <= 0:
+        return ""
+    bits = qcore.get_format(target).bits
+    overhead = (bits_per_element - bits) * n
+    if n >= 256 or bits_per_element < 1.1 * bits:
+        return ""
+    return (f"Bits / element here is mostly overhead: the {overhead:.0f} bits of scale and "
+            f"zero point are shared by only {n:,} element(s). Each code is {bits} bits; on a "
+            f"tensor of thousands of elements the figure approaches that.")

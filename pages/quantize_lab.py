@@ -27,6 +27,8 @@ m = res.metrics
 
 metrics_view.warn_non_finite(m)
 metrics_view.metric_grid(m)
+if note := explain.bits_note(int(m["n"]), m.get("bits_per_element"), cfg.target):
+    st.caption(note)
 metrics_view.params_line(res)
 
 log_y = widgets.toggle("Logarithmic counts", "logy", False,

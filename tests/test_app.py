@@ -539,3 +539,144 @@ def test_backend_choice_only_with_cuda(monkeypatch):
         assert any("backend='cuda' is not available" in e.value for e in at.error)
     else:
         assert_lab_matches(at, tensor())
+
+
+def _frame(at: AppTest, i: int = 0):
+    return at.dataframe[i].value
+
+
+def test_conformance_dynamic_preset_runs_all_three_engines():
+    pytest.importorskip("onnx")
+    pytest.importorskip("onnxruntime")
+    at = open_page("conformance")
+    at.button(key="preset_dql_zeros").click()
+    rerun(at)
+    shown = shown_metrics(at)
+    assert shown["qcore"] == "ran"
+    # the reference's scale 1/255 equals qcore's; onnxruntime's 1.0 differs in one output
+    assert shown["onnx reference"] == "agrees bit for bit"
+    assert shown["onnxruntime"] == "1 element(s) differ"
+    y = _frame(at, 0)
+    assert list(y.columns) == ["x", "qcore", "onnx reference", "onnxruntime"]
+    assert all(v.startswith("0 · ") for c in y.columns[1:] for v in y[c]), y
+    params = _frame(at, 1)
+    assert list(params["engine"]) == ["qcore", "onnx reference", "onnxruntime"]
+    assert params["y_scale"].iloc[2].startswith("1 · ")
+
+
+def test_conformance_nan_preset_states_what_the_engines_give():
+    onnx = pytest.importorskip("onnx")
+    from onnx import helper
+    from onnx.reference import ReferenceEvaluator
+
+    from app import conformance
+
+    values = conformance.PRESETS["nan_int"][1]
+    x = conformance.parse_values(values["x"], "x").astype(np.float32)
+    zp = np.int8(int(values["zero_point"]))
+    node = helper.make_node("QuantizeLinear", ["x", "s", "zp"], ["y"])
+    graph = helper.make_graph([node], "g", [], [helper.make_tensor_value_info(
+        "y", onnx.TensorProto.INT8, None)], initializer=[
+        onnx.numpy_helper.from_array(x, "x"), onnx.numpy_helper.from_array(np.float32(1), "s"),
+        onnx.numpy_helper.from_array(np.array(zp), "zp")])
+    ref = ReferenceEvaluator(helper.make_model(graph, opset_imports=[
+        helper.make_opsetid("", 21)])).run(None, {})[0]
+    ours = qcore.quantize_linear(x, np.float32(1), zp)
+    n_diff = int((ref != ours).sum())
+    assert n_diff == 2 and ref[0] == 127 and ours[0] == -128  # what the note says
+    at = open_page("conformance")
+    at.button(key="preset_nan_int").click()
+    rerun(at)
+    assert shown_metrics(at)["onnx reference"] == f"{n_diff} element(s) differ"
+    note = [i.value for i in at.info if "NaN into an integer" in i.value][0]
+    assert "**maximum** (127)" in note and "(−5)" in note
+
+
+def test_conformance_missing_package_says_to_restart_the_server(monkeypatch):
+    import sys
+
+    from app import conformance
+
+    monkeypatch.setitem(sys.modules, "onnx", None)
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)
+    node = conformance.Node()
+    ref = conformance.run_reference(node, [None])
+    ort = conformance.run_onnxruntime(node, [None])
+    assert ref.missing and ort.missing
+    assert "restart the Streamlit server" in ref.error
+    assert "restart the Streamlit server" in ort.error
+
+
+def _list_marker_continuations(text: str) -> list[str]:
+    """Lines inside a paragraph or list item that CommonMark would start a (nested) list with:
+    a continuation line whose text begins with '+ ', '- ' or '* '."""
+    bad = []
+    lines = text.splitlines()
+    for prev, line in zip(lines, lines[1:]):
+        if prev.strip() and line.startswith(" ") and line.strip()[:2] in ("+ ", "- ", "* "):
+            bad.append(line)
+    return bad
+
+
+def test_explain_texts_render_as_written():
+    from app import explain
+
+    texts = {k: v for k, v in vars(explain).items() if k.isupper() and isinstance(v, str)}
+    assert "HOME_EXACT" in texts
+    for name, text in texts.items():
+        assert not _list_marker_continuations(text), name
+    # the formula of QuantizeLinear is one code span, on one line
+    assert "`y = saturate(round(x / y_scale) + y_zero_point)`" in explain.HOME_EXACT
+
+
+def test_lab_intro_tells_the_truth_about_min_max_clipping():
+    from app import explain
+
+    assert "never clips" not in explain.LAB_INTRO
+    assert "127.5" in explain.LAB_INTRO
+    # 127.5 rounds half to even to 128, which int8 saturates to 127
+    y = qcore.quantize_linear(np.array([127.5], np.float32), np.float32(1), np.int8(0))
+    assert np.rint(127.5) == 128 and int(y[0]) == 127
+
+
+def test_outliers_hint_describes_scattered_elements():
+    assert "scattered" in synthetic.describe("outliers")
+    assert "outlier channels" not in synthetic.describe("outliers")
+    x = synthetic.generate("outliers", (256, 256), seed=0)
+    rows = np.unique(np.nonzero(np.abs(x) > 10)[0])
+    assert rows.size > 20  # the ~66 outliers are scattered over many rows, not one channel
+    assert "axis 0" in synthetic.describe("outlier_channel")
+
+
+def test_lab_mx_defaults_to_blocks_of_32():
+    at = open_page("quantize_lab", {"target": "float4e2m1"})
+    at.selectbox(key="method").select("mx")
+    rerun(at)
+    assert at.segmented_control(key="gran").value == qcore.BLOCKED
+    assert at.number_input(key="block").value == 32
+    assert_lab_matches(at, tensor(), target="float4e2m1", method="mx",
+                       granularity=qcore.BLOCKED, block_size=32, axis=1)
+
+
+def test_e8m0_log_axis_ticks_do_not_crowd():
+    from app import charts, compute
+
+    codes = compute.format_codes("float8e8m0")
+    fig = charts.number_line(codes["numeric"].to_numpy(), codes["class"].to_numpy(),
+                             "float8e8m0", log=True)
+    v = codes["numeric"].to_numpy()
+    v = v[np.isfinite(v) & (v > 0)]
+    decades = np.log10(v.max()) - np.log10(v.min())
+    assert decades / fig.layout.xaxis.dtick <= 12
+    sp = charts.spacing(compute.format_spacing("float8e8m0"), "float8e8m0")
+    assert sp.layout.xaxis.dtick > 1 and sp.layout.yaxis.dtick > 1
+
+
+def test_tiny_tensor_figures_are_explained():
+    at = open_page("quantize_lab", {"rows": 1, "cols": 3})
+    bits = shown_metrics(at)["Bits / element"]
+    assert float(bits) > 8
+    assert any("shared by only 3 element(s)" in c.value for c in at.caption)
+    charts_json = " ".join(str(c.proto) for c in at.get("plotly_chart"))
+    assert "|error| per element" in charts_json
+    assert "tile of 1×1" not in charts_json
