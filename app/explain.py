@@ -7,6 +7,8 @@ import streamlit as st
 
 import qcore
 
+from . import glossary
+
 FORMULA_Q = r"y = \operatorname{saturate}\big(\operatorname{round}(x \,/\, \text{scale}) + \text{zero\_point}\big)"
 FORMULA_DQ = r"\hat{x} = (y - \text{zero\_point}) \times \text{scale}"
 
@@ -87,9 +89,11 @@ FORMATS_INTRO = """
 A number format is a list of codes and the value of each. **Integers** are evenly spaced.
 **Floats** split their bits into a **sign**, an **exponent** (which power of two) and a
 **mantissa** (where inside that power of two): values are dense near zero and sparse far away,
-so the *relative* spacing stays roughly constant. **Subnormals** fill the gap just above zero.
-Formats differ in what they do with the special cases: zero's sign, NaN, infinity, and values
-too large to represent (overflow).
+so the *relative* spacing stays roughly constant: each **binade** (the values between two
+consecutive powers of two) holds the same number of evenly spaced codes. **Subnormals** fill
+the gap just above zero. Formats differ in what they do with the special cases: zero's sign,
+NaN, infinity (the **fnuz** float8 formats have no −0 and no Inf), and values too large to
+represent (overflow). The float8 and MX formats are **OCP** specifications.
 """
 
 VERSIONS_INTRO = """
@@ -146,11 +150,20 @@ disagreements — cases where the spec is thin or an implementation has a bug.
 
 
 def intro(text: str, exact: str | None = None, *, exact_title: str = "Exact ONNX semantics") -> None:
-    """Plain-words paragraph, with the exact semantics one expander away."""
+    """Plain-words paragraph, with the exact semantics one expander away, and links to the
+    glossary for the terms they use."""
     st.markdown(text)
     if exact:
         with st.expander(exact_title, icon=":material/menu_book:"):
             st.markdown(exact)
+    line = glossary.terms_line(text + "\n" + (exact or ""))
+    if line:
+        st.caption(line)
+
+
+def terms(*slugs: str) -> None:
+    """A caption linking the given glossary terms."""
+    st.caption("Words used here: " + " · ".join(glossary.link(s) for s in slugs))
 
 
 def bits_note(n: int, bits_per_element: float | None, target: str) -> str:

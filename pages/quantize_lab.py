@@ -10,6 +10,8 @@ from app import (
     explain,
     frame,
     metrics_view,
+    own_numbers,
+    presets,
     tensors,
     theme,
     widgets,
@@ -21,7 +23,9 @@ st.title("Quantize Lab")
 spec, x = tensors.page_tensor(show_type=True)
 explain.intro(explain.LAB_INTRO, explain.LAB_EXACT)
 
+presets.buttons(presets.LAB)
 cfg = controls.panel(controls.shape_of(x))
+presets.note(presets.LAB)
 res = errors.require(compute.lab, spec, cfg, what="Quantizing")
 m = res.metrics
 
@@ -58,5 +62,10 @@ st.caption("Sample elements through every step of QuantizeLinear and back — th
            "qcore computes on the whole tensor.")
 st.dataframe(metrics_view.walk_table(res.walk), hide_index=True,
              column_config=metrics_view.WALK_COLUMNS)
+
+st.subheader("Step by step on your own numbers", divider="gray")
+st.caption(f"Type a few values and an exact scale and zero point: each goes through "
+           f"{res.version} to **{cfg.target}** (the target above) and back.")
+own_numbers.quantize_panel("lo_", target=cfg.target, saturate=cfg.saturate, opset=cfg.opset)
 
 metrics_view.downloads(spec, cfg, res)

@@ -115,7 +115,7 @@ def test_home_live_example_every_target_and_scale_extremes():
     for target in at.selectbox(key="h_target").options:
         at.selectbox(key="h_target").select(target)
         for scale in (0.01, 1.0):
-            at.slider(key="h_scale").set_value(scale)
+            at.number_input(key="h_scale").set_value(scale)
             rerun(at)
             df = at.dataframe[0].value
             x = df["x"].to_numpy(np.float32)
@@ -680,3 +680,78 @@ def test_tiny_tensor_figures_are_explained():
     charts_json = " ".join(str(c.proto) for c in at.get("plotly_chart"))
     assert "|error| per element" in charts_json
     assert "tile of 1×1" not in charts_json
+
+
+# --------------------------------------------------------------------------- your own numbers
+
+
+def _col(df, name):
+    return [float(v) for v in df[name]]
+
+
+def test_home_takes_your_numbers_and_an_exact_scale():
+    at = open_page("home")
+    at.text_input(key="h_x").input("2.5, -3.5, 100, 0.3")
+    at.selectbox(key="h_target").select("int8")
+    at.number_input(key="h_scale").set_value(0.5)
+    at.number_input(key="h_zp").set_value(3)
+    rerun(at)
+    x = np.float32([2.5, -3.5, 100, 0.3])
+    y = qcore.quantize_linear(x, np.float32(0.5), np.int8(3))
+    df = at.dataframe[0].value
+    assert _col(df, "y (stored)") == y.astype(float).tolist()
+    assert at.query_params["h_x"] == ["2.5, -3.5, 100, 0.3"] or \
+        at.query_params["h_x"] == "2.5, -3.5, 100, 0.3"
+
+
+def test_lab_your_numbers_table_is_quantize_linear():
+    at = open_page("quantize_lab", {"target": "int8", "lo_x": "0.5, 1.5, 2.5, 127.5, 300, -70",
+                                    "lo_s": 0.5, "lo_zp": 10})
+    x = np.float32([0.5, 1.5, 2.5, 127.5, 300, -70])
+    y = qcore.quantize_linear(x, np.float32(0.5), np.int8(10))
+    table = at.dataframe[-1].value
+    assert [float(v) for v in table["saturated"]] == y.astype(float).tolist()
+    # the rounded column is round half to even of x / scale
+    assert [float(v) for v in table["rounded"]] == np.rint(x / np.float32(0.5)).tolist()
+
+
+def test_lab_your_numbers_float_target_has_no_zero_point():
+    at = open_page("quantize_lab", {"target": "float8e4m3fn", "lo_x": "300, 0.1", "lo_s": 1.0})
+    table = at.dataframe[-1].value
+    y = qcore.quantize_linear(np.float32([300, 0.1]), np.float32(1), output_dtype="float8e4m3fn")
+    from app.text import fmt_value
+
+    assert list(table["saturated"]) == [fmt_value(v) for v in y.astype(np.float32).astype(float)]
+
+
+def test_dynamic_lists_y_for_your_numbers():
+    at = open_page("dynamic_quantization", {"d_x": "-1, 0, 3, 0.5"})
+    x = np.float32([-1, 0, 3, 0.5])
+    y, s, zp = qcore.dynamic_quantize_linear(x)
+    table = at.dataframe[-1].value
+    assert [int(v) for v in table["y (uint8)"]] == y.astype(int).tolist()
+    assert any(f"**{int(zp)}**" in m.value for m in at.markdown)
+    at.text_input(key="d_x").input("1, nan")
+    rerun(at)
+    assert any("NaN" in e.value for e in at.error)
+
+
+def test_lab_presets_teach_mxfp4_and_the_outlier_channel():
+    at = open_page("quantize_lab")
+    at.button(key="preset_lab_mxfp4").click()
+    rerun(at)
+    assert at.selectbox(key="target").value == "float4e2m1"
+    assert at.selectbox(key="method").value == "mx"
+    assert at.segmented_control(key="gran").value == qcore.BLOCKED
+    assert at.number_input(key="block").value == 32
+    assert any("MXFP4" in i.value for i in at.info)
+    assert_lab_matches(at, tensor(), target="float4e2m1", method="mx",
+                       granularity=qcore.BLOCKED, block_size=32, axis=1)
+    at.button(key="preset_lab_outlier_channel").click()
+    rerun(at)
+    assert at.segmented_control(key="gran").value == qcore.PER_AXIS
+    assert at.selectbox(key="axis").value == 0
+    x = synthetic.generate("outlier_channel", (256, 256), seed=0)
+    assert_lab_matches(at, x, target="int8", method="absmax", granularity=qcore.PER_AXIS,
+                       axis=0)
+    assert any("axis 0" in i.value for i in at.info)
