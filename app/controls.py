@@ -12,7 +12,7 @@ import streamlit as st
 import qcore
 from qcore import calibration
 
-from . import compute, state, widgets
+from . import compute, glossary, state, widgets
 
 METHOD_LABELS = {"minmax": "min–max (asymmetric)", "absmax": "abs-max (symmetric)",
                  "percentile": "percentile clipping", "mse": "MSE-optimal search",
@@ -194,7 +194,8 @@ def panel(shape: tuple[int, ...], *, show_opset: bool = True, show_target: bool 
                                  help="Run QuantizeLinear / DequantizeLinear with qcore's "
                                       "numba CPU kernels or its numba.cuda kernels.")
     box.caption(f"{calibration.describe(method)}  \n"
-                f"{granularity_caption(shape, gran, axis, block)}")
+                f"{granularity_caption(shape, gran, axis, block)}"
+                + "".join(f"  \n*Why:* {w}" for w in why_lines(method, target, gran)))
     return QuantConfig(int(opset), target, gran, axis, block, method, float(percentile),
                        scale_dtype, float(mscale), float(mzp), bool(saturate), precision,
                        backend)
@@ -209,6 +210,20 @@ def _mx_blocks(method: str, prefix: str) -> bool:
     if method == "mx" and before is not None and before != "mx":
         state.set_values(**{prefix + "gran": qcore.BLOCKED})
     return method == "mx"
+
+
+def why_lines(method: str, target: str, granularity: str) -> list[str]:
+    """The reasons behind the rules the chosen settings meet (app.glossary.WHY)."""
+    out = []
+    if method == "mx" or target == "float8e8m0":
+        out.append(glossary.WHY["power_of_two"])
+    if granularity == qcore.PER_AXIS:
+        out.append(glossary.WHY["per_axis"])
+    elif granularity == qcore.BLOCKED:
+        out.append(glossary.WHY["blocks"])
+    if target.startswith(("float8e4m3", "float8e5m2")):
+        out.append(glossary.WHY["e4m3"])
+    return out
 
 
 def shape_of(x: np.ndarray) -> tuple[int, ...]:

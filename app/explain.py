@@ -61,7 +61,8 @@ LAB_EXACT = """
   22 → QuantizeLinear-21).
 - `x / y_scale` is computed in `precision` (QuantizeLinear-23+), else in `y_scale`'s type:
   a float16/bfloat16 quotient is rounded to that type before rounding to the target.
-- Rounding: half to even, for integers and for every float format's mantissa.
+- Rounding: half to even, for integers and for every float format's mantissa (rounding
+  ties up would bias every tie upward; to even, half go each way).
 - Saturation: integers clip to their range (±Inf too); NaN into an integer gives the type's
   minimum (counted as "NaN in"); float8 follows Cast's tables (`saturate=0`: overflow → NaN, or
   Inf for e5m2); float4/float6 always saturate.

@@ -9,6 +9,7 @@ from app import (
     errors,
     explain,
     frame,
+    glossary,
     metrics_view,
     own_numbers,
     presets,
@@ -59,7 +60,8 @@ with c4:
 
 st.subheader("Step by step", divider="gray")
 st.caption("Sample elements through every step of QuantizeLinear and back — the same numbers "
-           "qcore computes on the whole tensor.")
+           "qcore computes on the whole tensor. Ties round half to even: "
+           + glossary.WHY["half_even"])
 st.dataframe(metrics_view.walk_table(res.walk), hide_index=True,
              column_config=metrics_view.WALK_COLUMNS)
 

@@ -85,7 +85,7 @@ def assert_lab_matches(at: AppTest, x, **cfg) -> None:
 
 
 PAGES = ["home", "quantize_lab", "format_compare", "round_trip_sweeps", "dynamic_quantization",
-         "number_formats", "operator_versions", "conformance"]
+         "number_formats", "operator_versions", "conformance", "learn", "glossary"]
 
 
 @pytest.mark.parametrize("page", PAGES)
@@ -93,7 +93,8 @@ def test_page_defaults(page):
     at = open_page(page)
     assert at.title, f"{page} has no title"
     assert at.query_params or page == "conformance" or page == "operator_versions" \
-        or page == "number_formats" or page == "home", "settings are not in the URL"
+        or page == "number_formats" or page == "home" or page == "glossary", \
+        "settings are not in the URL"
 
 
 def test_navigation_between_pages_keeps_the_tensor():
@@ -208,7 +209,9 @@ def test_lab_every_opset():
 @pytest.mark.parametrize("method", calibration.METHODS)
 def test_lab_every_calibration_method(method):
     at = open_page("quantize_lab", {"method": method, "target": "int8"})
-    assert_lab_matches(at, tensor(), method=method,
+    # MX means one power-of-two scale per block of 32: the Lab's default granularity for it
+    gran = qcore.BLOCKED if method == "mx" else qcore.PER_TENSOR
+    assert_lab_matches(at, tensor(), method=method, granularity=gran, block_size=32,
                        manual_scale=0.01 if method == "manual" else None,
                        manual_zero_point=0.0 if method == "manual" else None)
 
@@ -755,3 +758,40 @@ def test_lab_presets_teach_mxfp4_and_the_outlier_channel():
     assert_lab_matches(at, x, target="int8", method="absmax", granularity=qcore.PER_AXIS,
                        axis=0)
     assert any("axis 0" in i.value for i in at.info)
+
+
+# --------------------------------------------------------------------------- glossary
+
+
+def test_every_glossary_link_points_at_a_term_and_pages_link_their_jargon():
+    import re
+
+    from app import explain, glossary, lesson
+
+    texts = [v for k, v in vars(explain).items() if k.isupper() and isinstance(v, str)]
+    texts += [s.idea + s.why for s in lesson.STEPS]
+    for text in texts:
+        for slug in re.findall(r"/glossary#([\w-]+)", glossary.terms_line(text)):
+            assert slug in glossary.TERMS
+    # the jargon the issue names is defined
+    for word in ("binade", "Pareto front", "OCP", "fnuz", "excess kurtosis", "opset vs version",
+                 "SQNR", "MX", "block", "saturate"):
+        assert any(word.lower() in term.lower() for term, _ in glossary.TERMS.values()), word
+    assert "binade" in glossary.found_in(explain.FORMATS_INTRO)
+    assert "pareto" in glossary.found_in(explain.COMPARE_INTRO)
+    assert "opset" in glossary.found_in(explain.VERSIONS_INTRO)
+
+
+@pytest.mark.parametrize("page", ["number_formats", "format_compare", "operator_versions",
+                                  "quantize_lab"])
+def test_pages_link_their_terms_to_the_glossary(page):
+    at = open_page(page)
+    assert any("/glossary#" in c.value for c in at.caption), page
+
+
+def test_glossary_page_lists_every_term():
+    from app import glossary
+
+    at = open_page("glossary")
+    shown = {h.value for h in at.subheader}
+    assert {term for term, _ in glossary.TERMS.values()} <= shown
