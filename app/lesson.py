@@ -70,8 +70,7 @@ def _a1() -> Answer:
                                          np.uint8(10))[0])
     return Answer(_index(_S1, str(y)),
                   f"1.0 / 0.25 = 4 steps above zero, and zero sits at code 10, so y = 4 + 10 = "
-                  f"**{y}**. Back: ({y} − 10) × 0.25 = **{back:g}**. "
-                  + glossary.WHY["zero_exact"])
+                  f"**{y}**. Back: ({y} − 10) × 0.25 = **{back:g}**.")
 
 
 # --------------------------------------------------------------------------- 2 rounding
@@ -84,7 +83,7 @@ def _a2() -> Answer:
     y35 = int(_q(3.5, 1.0, np.int8(0))[0])
     return Answer(_index(_S2, str(y)),
                   f"2.5 lies exactly halfway between 2 and 3; ONNX rounds half to **even**, so "
-                  f"y = **{y}** (and 3.5 → {y35}). " + glossary.WHY["half_even"])
+                  f"y = **{y}** (and 3.5 → {y35}), not 3: ties do not all go up.")
 
 
 # --------------------------------------------------------------------------- 3 saturation
@@ -126,7 +125,7 @@ def _a4() -> Answer:
                   f"code 0 and comes back as **{shown}** — row 0 is wiped out. Per-axis along "
                   f"axis 0 (the output channel) gives row 0 its own scale "
                   f"{float(np.asarray(pa.scale)[0]):.4g}, and 0.02 comes back as "
-                  f"{float(axis_hat[0, 0]):.4g}. " + glossary.WHY["per_axis"])
+                  f"{float(axis_hat[0, 0]):.4g}.")
 
 
 # --------------------------------------------------------------------------- 5 float8 / MX
@@ -140,9 +139,7 @@ def _a5() -> Answer:
     return Answer(_index(_S5, f"{e4:g}"),
                   f"Between 256 and 512 (one binade) e4m3's 3 mantissa bits give 8 values, 32 "
                   f"apart: 256, 288, 320… 300 is nearer 288, so x̂ = **{e4:g}**. e5m2 has 2 "
-                  f"mantissa bits (steps of 64) and gives {e5:g}. " + glossary.WHY["e4m3"]
-                  + " For MX, " + glossary.WHY["power_of_two"][0].lower()
-                  + glossary.WHY["power_of_two"][1:])
+                  f"mantissa bits (steps of 64) and gives {e5:g}.")
 
 
 # --------------------------------------------------------------------------- 6 dynamic
@@ -155,8 +152,7 @@ def _a6() -> Answer:
     return Answer(_index(_S6, str(int(zp))),
                   f"The range [−1, 3] already contains 0; scale = 4 / 255 = {float(s):.6g}, and "
                   f"zero sits at 1 / scale = {1 / float(s):.2f} steps above −1, which rounds to "
-                  f"the zero point **{int(zp)}**; y = {', '.join(str(int(v)) for v in y)}. "
-                  + glossary.WHY["dynamic_range"])
+                  f"the zero point **{int(zp)}**; y = {', '.join(str(int(v)) for v in y)}.")
 
 
 # --------------------------------------------------------------------------- 7 choosing

@@ -16,7 +16,9 @@ with st.container(border=True):
     g1.markdown("**New to quantization?** Seven short steps — scale and zero point, rounding, "
                 "saturation, granularity, float8/float4 and MX, dynamic quantization, choosing "
                 "a format — each with a question to answer before you see the result.")
-    g2.page_link("pages/learn.py", label="**Start the guided path**", icon=":material/school:")
+    if g2.button("Start the guided path", key="h_learn", type="primary",
+                 icon=":material/school:", width="stretch"):
+        st.switch_page("pages/learn.py")
 
 left, right = st.columns([5, 6], gap="large")
 with left:

@@ -24,6 +24,7 @@ st.title("Quantize Lab")
 spec, x = tensors.page_tensor(show_type=True)
 explain.intro(explain.LAB_INTRO, explain.LAB_EXACT)
 
+st.caption("Presets that teach — one click sets the tensor and the settings:")
 presets.buttons(presets.LAB)
 cfg = controls.panel(controls.shape_of(x))
 presets.note(presets.LAB)

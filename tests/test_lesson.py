@@ -116,3 +116,14 @@ def test_try_this_overrides_what_the_page_showed_before():
     assert at.selectbox(key="axis").value == 0
     assert at.selectbox(key="dist").value == "outlier_channel"
     assert any("axis 0" in i.value for i in at.info)  # the preset's note names the axis
+
+
+def test_home_leads_to_the_guided_path():
+    at = AppTest.from_file(APP, default_timeout=300)
+    at.session_state["rows"], at.session_state["cols"] = 16, 16
+    check(at.run())  # a bare URL opens Home
+    assert at.title[0].value == "Quantization Explorer"
+    at.button(key="h_learn").click()
+    rerun(at)
+    assert at.title[0].value == "Learn: guided path"
+    assert at.segmented_control(key="step").value == 1
