@@ -189,8 +189,8 @@ STEPS: tuple[Step, ...] = (
          "scale is the size of one step: the value x becomes about x / scale steps. The zero "
          "point is the code that stands for 0, so a range that is not centred on 0 can still "
          "use every code.",
-         r"y = \operatorname{round}(x / \text{scale}) + \text{zero\_point}, \qquad "
-         r"\hat{x} = (y - \text{zero\_point}) \times \text{scale}",
+         r"\begin{aligned}y &= \operatorname{round}(x / \text{scale}) + \text{zero\_point}"
+         r" \\ \hat{x} &= (y - \text{zero\_point}) \times \text{scale}\end{aligned}",
          glossary.WHY["zero_exact"],
          "x = 1.0, scale 0.25, zero point 10, uint8 → y = ?", _S1, _a1,
          "pages/home.py",
@@ -243,8 +243,9 @@ STEPS: tuple[Step, ...] = (
          "sparse far away: the relative error stays about the same at every magnitude. float8 "
          "comes as e4m3 (precision) and e5m2 (range); float6 and float4 go further with fewer "
          "bits. MX pairs such tiny formats with a power-of-two scale per block of 32 elements.",
-         r"\text{MXFP4: } \hat{x} = 2^{e - 127} \times v,\quad v \in \text{float4e2m1},"
-         r"\ \text{one } e \in \text{float8e8m0 per 32 elements}",
+         r"\begin{aligned}\text{MXFP4: } \hat{x} &= 2^{e - 127} \times v,\quad "
+         r"v \in \text{float4e2m1} \\ e &\in \text{float8e8m0, one per 32 elements}"
+         r"\end{aligned}",
          glossary.WHY["e4m3"] + " " + glossary.WHY["power_of_two"],
          "x = 300, scale 1, float8e4m3fn → x̂ = ?", _S5, _a5,
          "pages/quantize_lab.py",
@@ -256,9 +257,9 @@ STEPS: tuple[Step, ...] = (
          "input. DynamicQuantizeLinear computes it from the tensor at run time, always to "
          "uint8. It widens the range to include 0, spreads it over the 256 codes and rounds "
          "the position of 0 to the zero point.",
-         r"s = \frac{\max(0, \max x) - \min(0, \min x)}{255},\quad "
-         r"z = \operatorname{round}\Big(\operatorname{clip}\big(-\tfrac{\min(0, \min x)}{s},"
-         r" 0, 255\big)\Big)",
+         r"\begin{aligned}s &= \frac{\max(0, \max x) - \min(0, \min x)}{255} \\ "
+         r"z &= \operatorname{round}\Big(\operatorname{clip}\big(-\tfrac{\min(0, \min x)}{s},"
+         r" 0, 255\big)\Big)\end{aligned}",
          glossary.WHY["dynamic_range"],
          "x = [−1, 0, 3]: which zero point does DynamicQuantizeLinear choose?", _S6, _a6,
          "pages/dynamic_quantization.py",

@@ -60,7 +60,7 @@ with right:
     st.caption("Change the scale: a large scale means coarse steps (big rounding error); a "
                "small one means the outer values no longer fit and are clipped to the largest "
                f"code ({glossary.link('saturate', 'saturation')}). Ties like 2.5 round half "
-               f"to even: {glossary.WHY['half_even']}")
+               f"to even — {glossary.WHY['half_even'][0].lower() + glossary.WHY['half_even'][1:]}")
 
 explain.intro("", explain.HOME_EXACT)
 
