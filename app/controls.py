@@ -76,7 +76,8 @@ def granularity_panel(shape: tuple[int, ...], where=None, *, prefix: str = "",
     gran = widgets.select("Granularity", qcore.GRANULARITIES, prefix + "gran", default,
                           where=c1, kind="segmented", format_func=GRANULARITY_LABELS.get,
                           help="One scale for the whole tensor, one per slice along an axis, "
-                               "or one per block of consecutive elements along an axis.")
+                               "or one per block of consecutive elements along an axis.\n\n"
+                               + glossary.tip("per-axis") + "\n\n" + glossary.tip("block"))
     ndim = max(len(shape), 1)
     axis = widgets.select("Axis", list(range(ndim)), prefix + "axis", min(1, ndim - 1),
                           where=c2, disabled=gran == qcore.PER_TENSOR,
@@ -145,15 +146,17 @@ def panel(shape: tuple[int, ...], *, show_opset: bool = True, show_target: bool 
     if show_opset:
         opset = widgets.select("Opset", list(compute.OPSETS), prefix + "opset",
                                qcore.LATEST_OPSET, where=first[0], format_func=opset_label,
-                               help="The ONNX opset of the model; it picks the operator version "
-                                    "(opset 22 → QuantizeLinear-21).")
+                               help=glossary.tip("opset"))
     if show_target:
         target = widgets.select("Target type", list(compute.TARGETS), prefix + "target", "int8",
                                 where=first[int(show_opset)], format_func=target_label,
-                                help="The element type y is stored in.")
+                                help="The element type y is stored in.\n\n"
+                                     + glossary.tip("e4m3-e5m2") + "\n\n" + glossary.tip("fnuz"))
     method = widgets.select("Scale and zero point", list(calibration.METHODS), prefix + "method",
                             "minmax", where=first[-2], format_func=METHOD_LABELS.get,
-                            help="How the scale (and zero point) are chosen from the tensor.")
+                            help="How the scale (and zero point) are chosen from the tensor."
+                                 "\n\n" + glossary.tip("calibration") + "\n\n"
+                                 + glossary.tip("mx"))
     scale_dtype = widgets.select("Scale type", list(calibration.SCALE_DTYPES),
                                  prefix + "stype", "float", where=first[-1],
                                  format_func=SCALE_LABELS.get, disabled=method == "mx",
@@ -175,7 +178,8 @@ def panel(shape: tuple[int, ...], *, show_opset: bool = True, show_target: bool 
     with second[-1]:
         saturate = widgets.toggle("Saturate", prefix + "sat", True,
                                   help="float8 only: overflow becomes ±max (on) or NaN/Inf "
-                                       "(off). Integers always saturate; float4/6 too.")
+                                       "(off). Integers always saturate; float4/6 too.\n\n"
+                                       + glossary.tip("saturate"))
     percentile, mscale, mzp = 99.9, 0.01, 0.0
     if method == "percentile":
         percentile = widgets.slider("Percentile of |x| mapped to the largest code",

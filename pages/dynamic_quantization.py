@@ -47,6 +47,9 @@ st.markdown(
 
 st.subheader("The result", divider="gray")
 metrics_view.metric_grid(res.metrics)
+if note := explain.bits_note(int(res.metrics["n"]), res.metrics.get("bits_per_element"),
+                             "uint8"):
+    st.caption(note)
 log_y = widgets.toggle("Logarithmic counts", "d_logy", False)
 c1, c2 = st.columns(2)
 with c1:
