@@ -32,6 +32,18 @@ def figure(title: str, x_title: str, y_title: str, *, height: int = 340,
     return fig
 
 
+def thin_log_ticks(fig: go.Figure, values: Any, axis: str = "x", most: int = 12) -> None:
+    """A log axis over many decades (float8e8m0 spans 10^-38…10^38) ticks every n-th decade so
+    the labels never overlap."""
+    v = np.asarray(values, np.float64)
+    v = v[np.isfinite(v) & (v > 0)]
+    if v.size < 2:
+        return
+    decades = np.log10(v.max()) - np.log10(v.min())
+    step = max(1, int(np.ceil(decades / most)))
+    (fig.update_xaxes if axis == "x" else fig.update_yaxes)(dtick=step, exponentformat="power")
+
+
 def show(fig: go.Figure, *, key: str | None = None) -> None:
     """Draw a figure with the app's template (not Streamlit's)."""
     st.plotly_chart(fig, theme=None, config=_CONFIG, key=key)
@@ -106,6 +118,8 @@ def number_line(values: np.ndarray, classes: np.ndarray, name: str, *, log: bool
                                              line=dict(width=1.6)),
                                  hovertemplate="%{x:.6g}<extra>" + cls + "</extra>"))
     fig.update_yaxes(visible=False, range=[-1, 1])
+    if log:
+        thin_log_ticks(fig, v)
     return fig
 
 
@@ -118,6 +132,8 @@ def spacing(df: pd.DataFrame, name: str) -> go.Figure:
                              name="gap", customdata=df["relative gap"],
                              hovertemplate="value %{x:.4g}<br>gap %{y:.4g}<br>relative "
                                            "%{customdata:.2%}<extra></extra>"))
+    thin_log_ticks(fig, df["value"], "x")
+    thin_log_ticks(fig, df["gap"], "y")
     return fig
 
 

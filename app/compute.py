@@ -58,9 +58,10 @@ HOME_VALUES = np.array([-1.3, -0.62, -0.05, 0.0, 0.24, 0.5, 0.91, 1.7], np.float
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
-def home_example(scale: float, zero_point: float, target: str) -> pd.DataFrame:
-    """The 8-value example of the home page, through QuantizeLinear and DequantizeLinear."""
-    x = HOME_VALUES
+def home_example(scale: float, zero_point: float, target: str,
+                 values: tuple[float, ...] = tuple(HOME_VALUES.tolist())) -> pd.DataFrame:
+    """The home page's example values, through QuantizeLinear and DequantizeLinear."""
+    x = np.array(values, np.float32)
     s = np.array(scale, np.float32)
     zp = zero_point_array(zero_point, target)
     y = qcore.quantize_linear(x, s, zp)

@@ -21,6 +21,8 @@ from qcore.codes import code_bits
 from .compute import fmt_value
 
 ENGINES = ("qcore", "onnx reference", "onnxruntime")
+#: A package installed while the app runs is seen only by a new server process.
+RESTART = "then restart the Streamlit server: a running server does not see new packages"
 
 
 @dataclass(frozen=True)
@@ -170,7 +172,8 @@ def _model(node: Node, widen: bool = False):
     cast = None
     if widen:
         cast = "int32" if qcore.get_format(output_type(node)).is_integer else "float32"
-    return node_model(node.op, node.opset, [x, s, zp], attributes(node, zp), initializers=True,
+    ins = [x] if node.op == qcore.DYNAMIC else [x, s, zp]  # DynamicQuantizeLinear takes x only
+    return node_model(node.op, node.opset, ins, attributes(node, zp), initializers=True,
                       output_types=out_types, output_shapes=shapes, cast_output_to=cast)
 
 
@@ -196,7 +199,8 @@ def run_reference(node: Node, expected: list[np.dtype | None]) -> Outcome:
         import onnx  # noqa: F401
         from onnx.reference import ReferenceEvaluator
     except ImportError:
-        return Outcome(error="onnx is not installed (pip install onnx)", missing=True)
+        return Outcome(error=f"onnx is not installed (pip install onnx, {RESTART})",
+                       missing=True)
     try:
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore")
@@ -212,8 +216,8 @@ def run_onnxruntime(node: Node, expected: list[np.dtype | None]) -> Outcome:
     try:
         import onnxruntime as ort
     except ImportError:
-        return Outcome(error="onnxruntime is not installed (pip install onnxruntime)",
-                       missing=True)
+        return Outcome(error=f"onnxruntime is not installed (pip install onnxruntime, "
+                             f"{RESTART})", missing=True)
     try:
         opts = ort.SessionOptions()
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
@@ -335,7 +339,7 @@ PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
         axis=1, block_size=0, saturate=True, precision="")),
     "nan_int": ("NaN → int8", dict(
         op=qcore.QUANTIZE, opset=21, x="nan, -nan, 0, 1, -1", x_type="float", scale="1",
-        scale_type="float", zero_point="5", target="int8", axis=1, block_size=0,
+        scale_type="float", zero_point="-5", target="int8", axis=1, block_size=0,
         saturate=True, precision="")),
     "e4m3_480": ("e4m3fn, saturate=0, 480", dict(
         op=qcore.QUANTIZE, opset=21, x="448, 464, 470, 479, 480, 490, 495.9, 496, 500, inf",
@@ -374,8 +378,11 @@ REFUSALS = frozenset({"f8_zp_dq"})
 NOTES: dict[str, str] = {
     "overflow": "The spec says saturate. qcore and onnxruntime give 127 for 1e10 and +Inf; the "
                 "onnx reference casts to int32 before clipping and wraps to **−128**.",
-    "nan_int": "NaN into an integer type is undefined by the spec. All three give the type's "
-               "minimum (−128), whatever the zero point; the app counts NaNs in its reports.",
+    "nan_int": "NaN into an integer type is undefined by the spec. qcore and onnxruntime give "
+               "the type's minimum (−128) whatever the zero point. The onnx reference gives "
+               "the minimum for a zero point ≥ 0, but with this negative zero point (−5) its "
+               "int32 addition wraps and gives the **maximum** (127): the two NaN elements "
+               "differ. The app counts NaNs in its reports.",
     "e4m3_480": "Cast's table for `saturate=0`: overflow gives NaN. onnxruntime gives ±448 for "
                 "|x| in [480, 496) instead.",
     "e5m2_61440": "float8e5m2 with `saturate=0` overflows to Inf from 61440 on; onnxruntime "

@@ -12,7 +12,7 @@ import streamlit as st
 import qcore
 from qcore import calibration
 
-from . import compute, state, widgets
+from . import compute, glossary, state, widgets
 
 METHOD_LABELS = {"minmax": "min–max (asymmetric)", "absmax": "abs-max (symmetric)",
                  "percentile": "percentile clipping", "mse": "MSE-optimal search",
@@ -68,15 +68,16 @@ def opset_label(opset: int) -> str:
 
 
 def granularity_panel(shape: tuple[int, ...], where=None, *, prefix: str = "",
-                      columns=None) -> tuple[str, int, int]:
+                      columns=None, default: str = qcore.PER_TENSOR) -> tuple[str, int, int]:
     """Granularity, axis and block size widgets (in three given columns, else new ones);
     returns (granularity, axis, block size)."""
     where = where if where is not None else st
     c1, c2, c3 = columns if columns is not None else where.columns([1.5, 0.7, 0.9])
-    gran = widgets.select("Granularity", qcore.GRANULARITIES, prefix + "gran", qcore.PER_TENSOR,
+    gran = widgets.select("Granularity", qcore.GRANULARITIES, prefix + "gran", default,
                           where=c1, kind="segmented", format_func=GRANULARITY_LABELS.get,
                           help="One scale for the whole tensor, one per slice along an axis, "
-                               "or one per block of consecutive elements along an axis.")
+                               "or one per block of consecutive elements along an axis.\n\n"
+                               + glossary.tip("per-axis") + "\n\n" + glossary.tip("block"))
     ndim = max(len(shape), 1)
     axis = widgets.select("Axis", list(range(ndim)), prefix + "axis", min(1, ndim - 1),
                           where=c2, disabled=gran == qcore.PER_TENSOR,
@@ -145,15 +146,17 @@ def panel(shape: tuple[int, ...], *, show_opset: bool = True, show_target: bool 
     if show_opset:
         opset = widgets.select("Opset", list(compute.OPSETS), prefix + "opset",
                                qcore.LATEST_OPSET, where=first[0], format_func=opset_label,
-                               help="The ONNX opset of the model; it picks the operator version "
-                                    "(opset 22 → QuantizeLinear-21).")
+                               help=glossary.tip("opset"))
     if show_target:
         target = widgets.select("Target type", list(compute.TARGETS), prefix + "target", "int8",
                                 where=first[int(show_opset)], format_func=target_label,
-                                help="The element type y is stored in.")
+                                help="The element type y is stored in.\n\n"
+                                     + glossary.tip("e4m3-e5m2") + "\n\n" + glossary.tip("fnuz"))
     method = widgets.select("Scale and zero point", list(calibration.METHODS), prefix + "method",
                             "minmax", where=first[-2], format_func=METHOD_LABELS.get,
-                            help="How the scale (and zero point) are chosen from the tensor.")
+                            help="How the scale (and zero point) are chosen from the tensor."
+                                 "\n\n" + glossary.tip("calibration") + "\n\n"
+                                 + glossary.tip("mx"))
     scale_dtype = widgets.select("Scale type", list(calibration.SCALE_DTYPES),
                                  prefix + "stype", "float", where=first[-1],
                                  format_func=SCALE_LABELS.get, disabled=method == "mx",
@@ -162,7 +165,10 @@ def panel(shape: tuple[int, ...], *, show_opset: bool = True, show_target: bool 
                                       "scale must have x's type.")
     second = box.columns([1.5, 0.6, 0.8] + [1.1] * show_precision + [0.7],
                          vertical_alignment="bottom")
-    gran, axis, block = granularity_panel(shape, prefix=prefix, columns=second[:3])
+    mx_default = _mx_blocks(method, prefix)
+    gran, axis, block = granularity_panel(shape, prefix=prefix, columns=second[:3],
+                                          default=qcore.BLOCKED if mx_default else
+                                          qcore.PER_TENSOR)
     precision = ""
     if show_precision:
         precision = widgets.select("Division precision", list(PRECISIONS), prefix + "prec", "",
@@ -172,7 +178,8 @@ def panel(shape: tuple[int, ...], *, show_opset: bool = True, show_target: bool 
     with second[-1]:
         saturate = widgets.toggle("Saturate", prefix + "sat", True,
                                   help="float8 only: overflow becomes ±max (on) or NaN/Inf "
-                                       "(off). Integers always saturate; float4/6 too.")
+                                       "(off). Integers always saturate; float4/6 too.\n\n"
+                                       + glossary.tip("saturate"))
     percentile, mscale, mzp = 99.9, 0.01, 0.0
     if method == "percentile":
         percentile = widgets.slider("Percentile of |x| mapped to the largest code",
@@ -191,10 +198,36 @@ def panel(shape: tuple[int, ...], *, show_opset: bool = True, show_target: bool 
                                  help="Run QuantizeLinear / DequantizeLinear with qcore's "
                                       "numba CPU kernels or its numba.cuda kernels.")
     box.caption(f"{calibration.describe(method)}  \n"
-                f"{granularity_caption(shape, gran, axis, block)}")
+                f"{granularity_caption(shape, gran, axis, block)}"
+                + "".join(f"  \n*Why:* {w}" for w in why_lines(method, target, gran)))
     return QuantConfig(int(opset), target, gran, axis, block, method, float(percentile),
                        scale_dtype, float(mscale), float(mzp), bool(saturate), precision,
                        backend)
+
+
+def _mx_blocks(method: str, prefix: str) -> bool:
+    """Whether MX is chosen; on switching to it, granularity becomes blocked (32 by default),
+    as the OCP MX formats define one scale per block of 32, not one per tensor."""
+    key = "_qx_method_" + prefix
+    before = st.session_state.get(key)
+    st.session_state[key] = method
+    if method == "mx" and before is not None and before != "mx":
+        state.set_values(**{prefix + "gran": qcore.BLOCKED})
+    return method == "mx"
+
+
+def why_lines(method: str, target: str, granularity: str) -> list[str]:
+    """The reasons behind the rules the chosen settings meet (app.glossary.WHY)."""
+    out = []
+    if method == "mx" or target == "float8e8m0":
+        out.append(glossary.WHY["power_of_two"])
+    if granularity == qcore.PER_AXIS:
+        out.append(glossary.WHY["per_axis"])
+    elif granularity == qcore.BLOCKED:
+        out.append(glossary.WHY["blocks"])
+    if target.startswith(("float8e4m3", "float8e5m2")):
+        out.append(glossary.WHY["e4m3"])
+    return out
 
 
 def shape_of(x: np.ndarray) -> tuple[int, ...]:

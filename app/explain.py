@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import streamlit as st
 
+import qcore
+
+from . import glossary
+
 FORMULA_Q = r"y = \operatorname{saturate}\big(\operatorname{round}(x \,/\, \text{scale}) + \text{zero\_point}\big)"
 FORMULA_DQ = r"\hat{x} = (y - \text{zero\_point}) \times \text{scale}"
 
@@ -23,8 +27,8 @@ scale again. The difference between the original `x` and the round trip `x̂` is
 HOME_EXACT = """
 ONNX defines three operators (the app follows `qcore`, which implements them bit-exactly):
 
-- **QuantizeLinear** — versions 10, 13, 19, 21, 23, 24, 25, 28. `y = saturate(round(x / y_scale)
-  + y_zero_point)`; rounding is half to even; the division happens in the `precision` type
+- **QuantizeLinear** — versions 10, 13, 19, 21, 23, 24, 25, 28.
+  `y = saturate(round(x / y_scale) + y_zero_point)`; rounding is half to even; the division happens in the `precision` type
   (from 23), else in `y_scale`'s type. Integer targets saturate to their range; float8 targets
   follow the Cast operator's saturation tables (`saturate` attribute, from 19); float4/float6
   always saturate. The output type is the zero point's type, else `output_dtype` (from 21),
@@ -42,7 +46,11 @@ Granularity is decided by the scale's shape: one value = per-tensor; a 1-D scale
 LAB_INTRO = """
 Pick a tensor in the sidebar and a target type above. The scale (and zero point) are chosen by
 a **calibration method** — how much of the tensor's range the codes should cover. A wide range
-never clips but wastes precision; a narrow one rounds finely but clips the outliers. The
+wastes precision; a narrow one rounds finely but clips the outliers. Min–max covers the
+whole range, yet its rounded zero point can leave an extreme element just past the last code
+— x / scale + zero point = 127.5 rounds half to even to 128 and saturates to 127 in int8 — an
+error no larger than rounding's, so **Clipped** counts only elements more than half a step
+outside. The
 metrics and charts below show the trade-off: the **transfer plot** (x against x̂) is a staircase
 whose flat ends are clipping; the **error histogram** is narrow when rounding is fine.
 """
@@ -53,7 +61,8 @@ LAB_EXACT = """
   22 → QuantizeLinear-21).
 - `x / y_scale` is computed in `precision` (QuantizeLinear-23+), else in `y_scale`'s type:
   a float16/bfloat16 quotient is rounded to that type before rounding to the target.
-- Rounding: half to even, for integers and for every float format's mantissa.
+- Rounding: half to even, for integers and for every float format's mantissa (rounding
+  ties up would bias every tie upward; to even, half go each way).
 - Saturation: integers clip to their range (±Inf too); NaN into an integer gives the type's
   minimum (counted as "NaN in"); float8 follows Cast's tables (`saturate=0`: overflow → NaN, or
   Inf for e5m2); float4/float6 always saturate.
@@ -81,9 +90,11 @@ FORMATS_INTRO = """
 A number format is a list of codes and the value of each. **Integers** are evenly spaced.
 **Floats** split their bits into a **sign**, an **exponent** (which power of two) and a
 **mantissa** (where inside that power of two): values are dense near zero and sparse far away,
-so the *relative* spacing stays roughly constant. **Subnormals** fill the gap just above zero.
-Formats differ in what they do with the special cases: zero's sign, NaN, infinity, and values
-too large to represent (overflow).
+so the *relative* spacing stays roughly constant: each **binade** (the values between two
+consecutive powers of two) holds the same number of evenly spaced codes. **Subnormals** fill
+the gap just above zero. Formats differ in what they do with the special cases: zero's sign,
+NaN, infinity (the **fnuz** float8 formats have no −0 and no Inf), and values too large to
+represent (overflow). The float8 and MX formats are **OCP** specifications.
 """
 
 VERSIONS_INTRO = """
@@ -140,8 +151,31 @@ disagreements — cases where the spec is thin or an implementation has a bug.
 
 
 def intro(text: str, exact: str | None = None, *, exact_title: str = "Exact ONNX semantics") -> None:
-    """Plain-words paragraph, with the exact semantics one expander away."""
+    """Plain-words paragraph, with the exact semantics one expander away, and links to the
+    glossary for the terms they use."""
     st.markdown(text)
     if exact:
         with st.expander(exact_title, icon=":material/menu_book:"):
             st.markdown(exact)
+    line = glossary.terms_line(text + "\n" + (exact or ""))
+    if line:
+        st.caption(line)
+
+
+def terms(*slugs: str) -> None:
+    """A caption linking the given glossary terms."""
+    st.caption("Words used here: " + " · ".join(glossary.link(s) for s in slugs))
+
+
+def bits_note(n: int, bits_per_element: float | None, target: str) -> str:
+    """For a tensor so small that its scales dominate Bits / element, a sentence saying so
+    ('' for a tensor where the figure means what it says)."""
+    if bits_per_element is None or n <= 0:
+        return ""
+    bits = qcore.get_format(target).bits
+    overhead = (bits_per_element - bits) * n
+    if n >= 256 or bits_per_element < 1.1 * bits:
+        return ""
+    return (f"Bits / element here is mostly overhead: the {overhead:.0f} bits of scale and "
+            f"zero point are shared by only {n:,} element(s). Each code is {bits} bits; on a "
+            f"tensor of thousands of elements the figure approaches that.")

@@ -127,6 +127,11 @@ def error_map(res: compute.LabResult) -> None:
         charts.show(charts.channel_bars(heat, title="RMSE per channel", x_title="channel",
                                         y_title="RMSE"))
         return
+    if kind == "tiles" and tr * tc == 1 and (np.ndim(heat) == 1 or np.shape(heat)[0] == 1):
+        # one row of single elements: a bar per element reads better than a 1-row heat map
+        charts.show(charts.channel_bars(np.asarray(heat).reshape(-1), title="|error| per element",
+                                        x_title="element", y_title="|x̂ − x|"))
+        return
     if np.asarray(heat).ndim == 1:
         heat = np.asarray(heat).reshape(1, -1)
     if kind == "blocks":
@@ -134,7 +139,8 @@ def error_map(res: compute.LabResult) -> None:
                                     if tr * tc > 1 else "")
         fig = charts.heatmap(heat, title=title, x_title="block", y_title="row", dx=tc, dy=tr)
     else:
-        title = f"RMSE per tile of {tr}×{tc} elements"
+        title = (f"RMSE per tile of {tr}×{tc} elements" if tr * tc > 1
+                 else "|error| per element")
         fig = charts.heatmap(heat, title=title, x_title="column", y_title="row", dx=tc, dy=tr)
     charts.show(fig)
 

@@ -17,6 +17,9 @@ class PageInfo:
 
 
 PAGES: tuple[PageInfo, ...] = (
+    PageInfo("pages/learn.py", "Learn: guided path", ":material/school:",
+             "Seven steps from scale and zero point to choosing a format, each with a "
+             "question.", "Learn"),
     PageInfo("pages/home.py", "Home", ":material/home:",
              "What linear quantization is, with a live example.", "Explore"),
     PageInfo("pages/quantize_lab.py", "Quantize Lab", ":material/science:",
@@ -36,7 +39,12 @@ PAGES: tuple[PageInfo, ...] = (
              "What each operator version accepts; where a configuration is valid.", "Reference"),
     PageInfo("pages/conformance.py", "Conformance", ":material/rule:",
              "qcore vs the onnx reference vs onnxruntime, element by element.", "Reference"),
+    PageInfo("pages/glossary.py", "Glossary", ":material/dictionary:",
+             "Every term the app uses, and why each rule is as it is.", "Reference"),
 )
+
+#: The page a bare URL opens.
+DEFAULT = "pages/home.py"
 
 
 def url_path(info: PageInfo) -> str:
@@ -47,7 +55,8 @@ def url_path(info: PageInfo) -> str:
 def navigation() -> st.navigation:
     """Build ``st.navigation`` from the registry, grouped by section."""
     sections: dict[str, list[st.Page]] = {}
-    for i, p in enumerate(PAGES):
+    for p in PAGES:
         sections.setdefault(p.section, []).append(
-            st.Page(p.script, title=p.title, icon=p.icon, url_path=url_path(p), default=i == 0))
+            st.Page(p.script, title=p.title, icon=p.icon, url_path=url_path(p),
+                    default=p.script == DEFAULT))
     return st.navigation(sections)

@@ -27,7 +27,8 @@ X_TYPES = ("float", "float16", "bfloat16")
 X_TYPE_LABELS = {"float": "float32", "float16": "float16", "bfloat16": "bfloat16"}
 DIST_LABELS = {"normal": "normal", "laplace": "Laplace", "uniform": "uniform",
                "student_t": "Student-t", "lognormal": "log-normal", "bimodal": "bimodal",
-               "outliers": "normal + outliers", "sparse": "sparse"}
+               "outliers": "normal + outliers", "sparse": "sparse",
+               "outlier_channel": "one outlier channel (row)"}
 UPLOAD_TYPES = ["npy", "npz", "safetensors", "onnx", "csv"]
 _LAST_UPLOAD = "_qx_last_upload"  # (key, label) of the upload in use, kept across pages
 

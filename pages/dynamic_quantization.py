@@ -10,6 +10,7 @@ from app import (
     explain,
     frame,
     metrics_view,
+    own_numbers,
     tensors,
     text,
     theme,
@@ -46,6 +47,9 @@ st.markdown(
 
 st.subheader("The result", divider="gray")
 metrics_view.metric_grid(res.metrics)
+if note := explain.bits_note(int(res.metrics["n"]), res.metrics.get("bits_per_element"),
+                             "uint8"):
+    st.caption(note)
 log_y = widgets.toggle("Logarithmic counts", "d_logy", False)
 c1, c2 = st.columns(2)
 with c1:
@@ -69,3 +73,8 @@ with c4:
         f"point, here code **{res.zero_point}**.")
     st.caption(f"Codes used: {int((res.codes > 0).sum())} of 256. "
                f"x̂ computed with {compute.version_label('DequantizeLinear', 28)}.")
+
+st.subheader("Your own numbers", divider="gray")
+st.caption("DynamicQuantizeLinear on a few values you type: the scale and zero point come from "
+           "them, and every element's y is listed.")
+own_numbers.dynamic_panel("d_")

@@ -1,8 +1,9 @@
 """Home: what linear quantization is, a live 8-element example, and a map of the pages."""
 
+import numpy as np
 import streamlit as st
 
-from app import charts, compute, errors, explain, frame, nav, widgets
+from app import charts, compute, errors, explain, frame, glossary, nav, own_numbers, widgets
 from qcore import codes
 
 frame.enter()
@@ -10,6 +11,14 @@ frame.enter()
 st.title("Quantization Explorer")
 st.caption("See what ONNX linear quantization does to real tensors — every number computed "
            "by `qcore`, bit-exact with the ONNX operators.")
+with st.container(border=True):
+    g1, g2 = st.columns([3, 1], vertical_alignment="center")
+    g1.markdown("**New to quantization?** Seven short steps — scale and zero point, rounding, "
+                "saturation, granularity, float8/float4 and MX, dynamic quantization, choosing "
+                "a format — each with a question to answer before you see the result.")
+    if g2.button("Start the guided path", key="h_learn", type="primary",
+                 icon=":material/school:", width="stretch"):
+        st.switch_page("pages/learn.py")
 
 left, right = st.columns([5, 6], gap="large")
 with left:
@@ -18,15 +27,23 @@ with left:
     st.latex(explain.FORMULA_Q)
     st.latex(explain.FORMULA_DQ)
 with right:
-    st.subheader("Try it on 8 numbers")
+    st.subheader("Try it on your numbers")
+    typed = widgets.text("Your numbers (comma-separated)", "h_x",
+                         ", ".join(f"{v:g}" for v in compute.HOME_VALUES.tolist()),
+                         help="Up to 64 values: numbers, inf, -inf, nan.")
     c1, c2, c3 = st.columns(3)
     target = widgets.select("Target type", ["int8", "uint8", "int4", "float8e4m3fn",
                                             "float4e2m1"], "h_target", "int4", where=c1)
+    scale = widgets.number("Scale (exact)", "h_scale", 0.25, min_value=1e-6, max_value=1e6,
+                           step=0.01, fmt="%.6g", where=c2,
+                           help="The step between neighbouring codes, typed exactly.")
     zp = widgets.number("Zero point", "h_zp", 0, min_value=-8, max_value=255, where=c3,
                         help="The code that stands for 0 (clipped into the type's range).")
-    scale = widgets.slider("Scale", "h_scale", 0.25, min_value=0.01, max_value=1.0, step=0.01,
-                           where=c2, help="The step between neighbouring codes.")
-    levels = codes.grid_levels(scale, float(zp), target, -2.2, 2.2)
+    values = errors.require(own_numbers.parse, typed)
+    finite = values[np.isfinite(values)]
+    lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (-2.2, 2.2)
+    pad = max(0.1 * (hi - lo), 2 * float(scale), 1e-3)
+    levels = codes.grid_levels(scale, float(zp), target, lo - pad, hi + pad)
     chart = st.empty()
     if not st.session_state.get("h_chart_sent"):
         # a new tab: send the grid alone first, so the browser loads the charting library
@@ -34,19 +51,22 @@ with right:
         st.session_state["h_chart_sent"] = True
         with chart:
             charts.show(charts.home_number_line(None, levels))
-    df = errors.require(compute.home_example, scale, float(zp), target)
+    df = errors.require(compute.home_example, scale, float(zp), target,
+                        tuple(float(v) for v in values))
     with chart:
         charts.show(charts.home_number_line(df, levels))
     st.dataframe(df, hide_index=True, column_config={
         c: st.column_config.NumberColumn(format="%.4g") for c in df.columns if c != "bits"})
-    st.caption("Move the scale: a large scale means coarse steps (big rounding error); a small "
-               "one means the outer values no longer fit and are clipped to the largest code.")
+    st.caption("Change the scale: a large scale means coarse steps (big rounding error); a "
+               "small one means the outer values no longer fit and are clipped to the largest "
+               f"code ({glossary.link('saturate', 'saturation')}). Ties like 2.5 round half "
+               f"to even — {glossary.WHY['half_even'][0].lower() + glossary.WHY['half_even'][1:]}")
 
 explain.intro("", explain.HOME_EXACT)
 
 st.subheader("Where to go next")
 cols = st.columns(4)
-for i, page in enumerate(nav.PAGES[1:]):
+for i, page in enumerate(p for p in nav.PAGES if p.script != "pages/home.py"):
     with cols[i % 4].container(border=True, height="stretch"):
         st.page_link(page.script, label=f"**{page.title}**", icon=page.icon)
         st.caption(page.blurb)

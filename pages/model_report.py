@@ -13,7 +13,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from app import charts, compute, errors, frame, theme, widgets
+from app import charts, compute, errors, explain, frame, theme, widgets
 from qcore import datasets
 from qcore.report import core, list_tensors, models, recipes, synthetic
 
@@ -30,6 +30,7 @@ AUTO_RUN_ELEMENTS = 8_000_000  # smaller selections run on opening the page (a s
 REPORT_THREADS = min(2, os.cpu_count() or 1)  # tensors at a time: 4 was slower than 2 here (GIL)
 
 st.title("Model Report")
+explain.terms("sqnr", "pareto", "bits-per-element", "kurtosis", "ocp", "mx", "e8m0")
 st.markdown("Every tensor of a checkpoint through every recipe — the same rows as "
             "`python -m qcore.report MODEL`: SQNR, errors, clipping, bits per element with "
             "scales and zero points, bytes. Each recipe runs through `qcore.quantize_linear` / "

@@ -9,7 +9,10 @@ from app import (
     errors,
     explain,
     frame,
+    glossary,
     metrics_view,
+    own_numbers,
+    presets,
     tensors,
     theme,
     widgets,
@@ -21,12 +24,17 @@ st.title("Quantize Lab")
 spec, x = tensors.page_tensor(show_type=True)
 explain.intro(explain.LAB_INTRO, explain.LAB_EXACT)
 
+st.caption("Presets that teach — one click sets the tensor and the settings:")
+presets.buttons(presets.LAB)
 cfg = controls.panel(controls.shape_of(x))
+presets.note(presets.LAB)
 res = errors.require(compute.lab, spec, cfg, what="Quantizing")
 m = res.metrics
 
 metrics_view.warn_non_finite(m)
 metrics_view.metric_grid(m)
+if note := explain.bits_note(int(m["n"]), m.get("bits_per_element"), cfg.target):
+    st.caption(note)
 metrics_view.params_line(res)
 
 log_y = widgets.toggle("Logarithmic counts", "logy", False,
@@ -53,8 +61,14 @@ with c4:
 
 st.subheader("Step by step", divider="gray")
 st.caption("Sample elements through every step of QuantizeLinear and back — the same numbers "
-           "qcore computes on the whole tensor.")
+           "qcore computes on the whole tensor. Ties round half to even: "
+           + glossary.WHY["half_even"])
 st.dataframe(metrics_view.walk_table(res.walk), hide_index=True,
              column_config=metrics_view.WALK_COLUMNS)
+
+st.subheader("Step by step on your own numbers", divider="gray")
+st.caption(f"Type a few values and an exact scale and zero point: each goes through "
+           f"{res.version} to **{cfg.target}** (the target above) and back.")
+own_numbers.quantize_panel("lo_", target=cfg.target, saturate=cfg.saturate, opset=cfg.opset)
 
 metrics_view.downloads(spec, cfg, res)

@@ -16,6 +16,9 @@ Parameters and their defaults (``DEFAULTS``):
   ``round(fraction·size)`` elements, at random places, replaced by ±magnitude·std)
 - ``sparse``: ``density=0.1, std=1`` (each element is N(0, std²) with probability ``density``,
   else exactly 0)
+- ``outlier_channel``: ``magnitude=20, std=1`` (N(0, std²) with one whole slice along axis 0,
+  chosen by the seed, multiplied by ``magnitude``: for a weight of shape (out, in) that is one
+  output channel, the case where one scale per output channel pays off)
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ DISTRIBUTIONS = (
     "bimodal",
     "outliers",
     "sparse",
+    "outlier_channel",
 )
 
 DEFAULTS: dict[str, dict[str, float]] = {
@@ -51,6 +55,7 @@ DEFAULTS: dict[str, dict[str, float]] = {
     "bimodal": {"separation": 4.0, "std": 1.0},
     "outliers": {"fraction": 0.001, "magnitude": 50.0, "std": 1.0},
     "sparse": {"density": 0.1, "std": 1.0},
+    "outlier_channel": {"magnitude": 20.0, "std": 1.0},
 }
 
 _DESCRIPTIONS = {
@@ -66,10 +71,12 @@ _DESCRIPTIONS = {
     "magnitudes, variances or attention scores.",
     "bimodal": "Two bell-shaped clusters at ±separation/2 with few values between them, so "
     "grid points in the empty middle are wasted.",
-    "outliers": "Normal values plus a tiny fraction (0.1% by default) of huge ones at ±50 "
-    "standard deviations, the outlier channels that ruin a single int8 scale.",
+    "outliers": "Normal values plus a tiny fraction (0.1% by default) of single elements at "
+    "±50 standard deviations, scattered at random places (not whole channels).",
     "sparse": "Mostly exact zeros (90% by default) with normal values in between, like pruned "
     "weights or the output of a ReLU.",
+    "outlier_channel": "Normal values with one whole row (axis 0: an output channel of an "
+    "(out, in) weight) 20× larger, the case per-axis scales along axis 0 fix.",
 }
 
 
@@ -99,6 +106,8 @@ def generate(
     work = np.float64 if out_dtype == np.float64 else np.float32
     rng = np.random.Generator(np.random.PCG64(_check_seed(seed)))
     size = math.prod(shape)
+    if distribution in _BY_SHAPE:
+        return _BY_SHAPE[distribution](rng, shape, work, **values).astype(out_dtype, copy=False)
     flat = _SAMPLERS[distribution](rng, size, work, **values)
     return flat.reshape(shape).astype(out_dtype, copy=False)
 
@@ -174,6 +183,18 @@ def _sparse(rng: np.random.Generator, n: int, dt: type, density: float, std: flo
     x[rng.random(n, dtype=np.float32 if dt is np.float32 else np.float64) >= density] = 0
     return x
 
+
+def _outlier_channel(
+    rng: np.random.Generator, shape: tuple[int, ...], dt: type, magnitude: float, std: float
+) -> np.ndarray:
+    x = _normal(rng, math.prod(shape), dt, 0.0, std).reshape(shape)
+    if x.size:
+        x[int(rng.integers(shape[0]))] *= dt(magnitude)
+    return x
+
+
+#: Samplers that need the shape (they act on a slice along axis 0), not a flat count.
+_BY_SHAPE: dict[str, Callable[..., np.ndarray]] = {"outlier_channel": _outlier_channel}
 
 _SAMPLERS: dict[str, Callable[..., np.ndarray]] = {
     "normal": _normal,

@@ -85,7 +85,7 @@ def assert_lab_matches(at: AppTest, x, **cfg) -> None:
 
 
 PAGES = ["home", "quantize_lab", "format_compare", "round_trip_sweeps", "dynamic_quantization",
-         "number_formats", "operator_versions", "conformance"]
+         "number_formats", "operator_versions", "conformance", "learn", "glossary"]
 
 
 @pytest.mark.parametrize("page", PAGES)
@@ -93,7 +93,8 @@ def test_page_defaults(page):
     at = open_page(page)
     assert at.title, f"{page} has no title"
     assert at.query_params or page == "conformance" or page == "operator_versions" \
-        or page == "number_formats" or page == "home", "settings are not in the URL"
+        or page == "number_formats" or page == "home" or page == "glossary", \
+        "settings are not in the URL"
 
 
 def test_navigation_between_pages_keeps_the_tensor():
@@ -115,7 +116,7 @@ def test_home_live_example_every_target_and_scale_extremes():
     for target in at.selectbox(key="h_target").options:
         at.selectbox(key="h_target").select(target)
         for scale in (0.01, 1.0):
-            at.slider(key="h_scale").set_value(scale)
+            at.number_input(key="h_scale").set_value(scale)
             rerun(at)
             df = at.dataframe[0].value
             x = df["x"].to_numpy(np.float32)
@@ -208,7 +209,9 @@ def test_lab_every_opset():
 @pytest.mark.parametrize("method", calibration.METHODS)
 def test_lab_every_calibration_method(method):
     at = open_page("quantize_lab", {"method": method, "target": "int8"})
-    assert_lab_matches(at, tensor(), method=method,
+    # MX means one power-of-two scale per block of 32: the Lab's default granularity for it
+    gran = qcore.BLOCKED if method == "mx" else qcore.PER_TENSOR
+    assert_lab_matches(at, tensor(), method=method, granularity=gran, block_size=32,
                        manual_scale=0.01 if method == "manual" else None,
                        manual_zero_point=0.0 if method == "manual" else None)
 
@@ -539,3 +542,256 @@ def test_backend_choice_only_with_cuda(monkeypatch):
         assert any("backend='cuda' is not available" in e.value for e in at.error)
     else:
         assert_lab_matches(at, tensor())
+
+
+def _frame(at: AppTest, i: int = 0):
+    return at.dataframe[i].value
+
+
+def test_conformance_dynamic_preset_runs_all_three_engines():
+    pytest.importorskip("onnx")
+    pytest.importorskip("onnxruntime")
+    at = open_page("conformance")
+    at.button(key="preset_dql_zeros").click()
+    rerun(at)
+    shown = shown_metrics(at)
+    assert shown["qcore"] == "ran"
+    # the reference's scale 1/255 equals qcore's; onnxruntime's 1.0 differs in one output
+    assert shown["onnx reference"] == "agrees bit for bit"
+    assert shown["onnxruntime"] == "1 element(s) differ"
+    y = _frame(at, 0)
+    assert list(y.columns) == ["x", "qcore", "onnx reference", "onnxruntime"]
+    assert all(v.startswith("0 · ") for c in y.columns[1:] for v in y[c]), y
+    params = _frame(at, 1)
+    assert list(params["engine"]) == ["qcore", "onnx reference", "onnxruntime"]
+    assert params["y_scale"].iloc[2].startswith("1 · ")
+
+
+def test_conformance_nan_preset_states_what_the_engines_give():
+    onnx = pytest.importorskip("onnx")
+    from onnx import helper
+    from onnx.reference import ReferenceEvaluator
+
+    from app import conformance
+
+    values = conformance.PRESETS["nan_int"][1]
+    x = conformance.parse_values(values["x"], "x").astype(np.float32)
+    zp = np.int8(int(values["zero_point"]))
+    node = helper.make_node("QuantizeLinear", ["x", "s", "zp"], ["y"])
+    graph = helper.make_graph([node], "g", [], [helper.make_tensor_value_info(
+        "y", onnx.TensorProto.INT8, None)], initializer=[
+        onnx.numpy_helper.from_array(x, "x"), onnx.numpy_helper.from_array(np.float32(1), "s"),
+        onnx.numpy_helper.from_array(np.array(zp), "zp")])
+    ref = ReferenceEvaluator(helper.make_model(graph, opset_imports=[
+        helper.make_opsetid("", 21)])).run(None, {})[0]
+    ours = qcore.quantize_linear(x, np.float32(1), zp)
+    n_diff = int((ref != ours).sum())
+    assert n_diff == 2 and ref[0] == 127 and ours[0] == -128  # what the note says
+    at = open_page("conformance")
+    at.button(key="preset_nan_int").click()
+    rerun(at)
+    assert shown_metrics(at)["onnx reference"] == f"{n_diff} element(s) differ"
+    note = [i.value for i in at.info if "NaN into an integer" in i.value][0]
+    assert "**maximum** (127)" in note and "(−5)" in note
+
+
+def test_conformance_missing_package_says_to_restart_the_server(monkeypatch):
+    import sys
+
+    from app import conformance
+
+    monkeypatch.setitem(sys.modules, "onnx", None)
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)
+    node = conformance.Node()
+    ref = conformance.run_reference(node, [None])
+    ort = conformance.run_onnxruntime(node, [None])
+    assert ref.missing and ort.missing
+    assert "restart the Streamlit server" in ref.error
+    assert "restart the Streamlit server" in ort.error
+
+
+def _list_marker_continuations(text: str) -> list[str]:
+    """Lines inside a paragraph or list item that CommonMark would start a (nested) list with:
+    a continuation line whose text begins with '+ ', '- ' or '* '."""
+    bad = []
+    lines = text.splitlines()
+    for prev, line in zip(lines, lines[1:]):
+        if prev.strip() and line.startswith(" ") and line.strip()[:2] in ("+ ", "- ", "* "):
+            bad.append(line)
+    return bad
+
+
+def test_explain_texts_render_as_written():
+    from app import explain
+
+    texts = {k: v for k, v in vars(explain).items() if k.isupper() and isinstance(v, str)}
+    assert "HOME_EXACT" in texts
+    for name, text in texts.items():
+        assert not _list_marker_continuations(text), name
+    # the formula of QuantizeLinear is one code span, on one line
+    assert "`y = saturate(round(x / y_scale) + y_zero_point)`" in explain.HOME_EXACT
+
+
+def test_lab_intro_tells_the_truth_about_min_max_clipping():
+    from app import explain
+
+    assert "never clips" not in explain.LAB_INTRO
+    assert "127.5" in explain.LAB_INTRO
+    # 127.5 rounds half to even to 128, which int8 saturates to 127
+    y = qcore.quantize_linear(np.array([127.5], np.float32), np.float32(1), np.int8(0))
+    assert np.rint(127.5) == 128 and int(y[0]) == 127
+
+
+def test_outliers_hint_describes_scattered_elements():
+    assert "scattered" in synthetic.describe("outliers")
+    assert "outlier channels" not in synthetic.describe("outliers")
+    x = synthetic.generate("outliers", (256, 256), seed=0)
+    rows = np.unique(np.nonzero(np.abs(x) > 10)[0])
+    assert rows.size > 20  # the ~66 outliers are scattered over many rows, not one channel
+    assert "axis 0" in synthetic.describe("outlier_channel")
+
+
+def test_lab_mx_defaults_to_blocks_of_32():
+    at = open_page("quantize_lab", {"target": "float4e2m1"})
+    at.selectbox(key="method").select("mx")
+    rerun(at)
+    assert at.segmented_control(key="gran").value == qcore.BLOCKED
+    assert at.number_input(key="block").value == 32
+    assert_lab_matches(at, tensor(), target="float4e2m1", method="mx",
+                       granularity=qcore.BLOCKED, block_size=32, axis=1)
+
+
+def test_e8m0_log_axis_ticks_do_not_crowd():
+    from app import charts, compute
+
+    codes = compute.format_codes("float8e8m0")
+    fig = charts.number_line(codes["numeric"].to_numpy(), codes["class"].to_numpy(),
+                             "float8e8m0", log=True)
+    v = codes["numeric"].to_numpy()
+    v = v[np.isfinite(v) & (v > 0)]
+    decades = np.log10(v.max()) - np.log10(v.min())
+    assert decades / fig.layout.xaxis.dtick <= 12
+    sp = charts.spacing(compute.format_spacing("float8e8m0"), "float8e8m0")
+    assert sp.layout.xaxis.dtick > 1 and sp.layout.yaxis.dtick > 1
+
+
+def test_tiny_tensor_figures_are_explained():
+    at = open_page("quantize_lab", {"rows": 1, "cols": 3})
+    bits = shown_metrics(at)["Bits / element"]
+    assert float(bits) > 8
+    assert any("shared by only 3 element(s)" in c.value for c in at.caption)
+    charts_json = " ".join(str(c.proto) for c in at.get("plotly_chart"))
+    assert "|error| per element" in charts_json
+    assert "tile of 1×1" not in charts_json
+
+
+# --------------------------------------------------------------------------- your own numbers
+
+
+def _col(df, name):
+    return [float(v) for v in df[name]]
+
+
+def test_home_takes_your_numbers_and_an_exact_scale():
+    at = open_page("home")
+    at.text_input(key="h_x").input("2.5, -3.5, 100, 0.3")
+    at.selectbox(key="h_target").select("int8")
+    at.number_input(key="h_scale").set_value(0.5)
+    at.number_input(key="h_zp").set_value(3)
+    rerun(at)
+    x = np.float32([2.5, -3.5, 100, 0.3])
+    y = qcore.quantize_linear(x, np.float32(0.5), np.int8(3))
+    df = at.dataframe[0].value
+    assert _col(df, "y (stored)") == y.astype(float).tolist()
+    assert at.query_params["h_x"] == ["2.5, -3.5, 100, 0.3"] or \
+        at.query_params["h_x"] == "2.5, -3.5, 100, 0.3"
+
+
+def test_lab_your_numbers_table_is_quantize_linear():
+    at = open_page("quantize_lab", {"target": "int8", "lo_x": "0.5, 1.5, 2.5, 127.5, 300, -70",
+                                    "lo_s": 0.5, "lo_zp": 10})
+    x = np.float32([0.5, 1.5, 2.5, 127.5, 300, -70])
+    y = qcore.quantize_linear(x, np.float32(0.5), np.int8(10))
+    table = at.dataframe[-1].value
+    assert [float(v) for v in table["saturated"]] == y.astype(float).tolist()
+    # the rounded column is round half to even of x / scale
+    assert [float(v) for v in table["rounded"]] == np.rint(x / np.float32(0.5)).tolist()
+
+
+def test_lab_your_numbers_float_target_has_no_zero_point():
+    at = open_page("quantize_lab", {"target": "float8e4m3fn", "lo_x": "300, 0.1", "lo_s": 1.0})
+    table = at.dataframe[-1].value
+    y = qcore.quantize_linear(np.float32([300, 0.1]), np.float32(1), output_dtype="float8e4m3fn")
+    from app.text import fmt_value
+
+    assert list(table["saturated"]) == [fmt_value(v) for v in y.astype(np.float32).astype(float)]
+
+
+def test_dynamic_lists_y_for_your_numbers():
+    at = open_page("dynamic_quantization", {"d_x": "-1, 0, 3, 0.5"})
+    x = np.float32([-1, 0, 3, 0.5])
+    y, s, zp = qcore.dynamic_quantize_linear(x)
+    table = at.dataframe[-1].value
+    assert [int(v) for v in table["y (uint8)"]] == y.astype(int).tolist()
+    assert any(f"**{int(zp)}**" in m.value for m in at.markdown)
+    at.text_input(key="d_x").input("1, nan")
+    rerun(at)
+    assert any("NaN" in e.value for e in at.error)
+
+
+def test_lab_presets_teach_mxfp4_and_the_outlier_channel():
+    at = open_page("quantize_lab")
+    at.button(key="preset_lab_mxfp4").click()
+    rerun(at)
+    assert at.selectbox(key="target").value == "float4e2m1"
+    assert at.selectbox(key="method").value == "mx"
+    assert at.segmented_control(key="gran").value == qcore.BLOCKED
+    assert at.number_input(key="block").value == 32
+    assert any("MXFP4" in i.value for i in at.info)
+    assert_lab_matches(at, tensor(), target="float4e2m1", method="mx",
+                       granularity=qcore.BLOCKED, block_size=32, axis=1)
+    at.button(key="preset_lab_outlier_channel").click()
+    rerun(at)
+    assert at.segmented_control(key="gran").value == qcore.PER_AXIS
+    assert at.selectbox(key="axis").value == 0
+    x = synthetic.generate("outlier_channel", (256, 256), seed=0)
+    assert_lab_matches(at, x, target="int8", method="absmax", granularity=qcore.PER_AXIS,
+                       axis=0)
+    assert any("axis 0" in i.value for i in at.info)
+
+
+# --------------------------------------------------------------------------- glossary
+
+
+def test_every_glossary_link_points_at_a_term_and_pages_link_their_jargon():
+    import re
+
+    from app import explain, glossary, lesson
+
+    texts = [v for k, v in vars(explain).items() if k.isupper() and isinstance(v, str)]
+    texts += [s.idea + s.why for s in lesson.STEPS]
+    for text in texts:
+        for slug in re.findall(r"/glossary#([\w-]+)", glossary.terms_line(text)):
+            assert slug in glossary.TERMS
+    # the jargon the issue names is defined
+    for word in ("binade", "Pareto front", "OCP", "fnuz", "excess kurtosis", "opset vs version",
+                 "SQNR", "MX", "block", "saturate"):
+        assert any(word.lower() in term.lower() for term, _ in glossary.TERMS.values()), word
+    assert "binade" in glossary.found_in(explain.FORMATS_INTRO)
+    assert "pareto" in glossary.found_in(explain.COMPARE_INTRO)
+    assert "opset" in glossary.found_in(explain.VERSIONS_INTRO)
+
+
+@pytest.mark.parametrize("page", ["number_formats", "format_compare", "operator_versions",
+                                  "quantize_lab"])
+def test_pages_link_their_terms_to_the_glossary(page):
+    at = open_page(page)
+    assert any("/glossary#" in c.value for c in at.caption), page
+
+
+def test_glossary_page_lists_every_term():
+    from app import glossary
+
+    at = open_page("glossary")
+    shown = {h.value for h in at.subheader}
+    assert {term for term, _ in glossary.TERMS.values()} <= shown

@@ -341,3 +341,41 @@ def test_choices_hold_across_every_pair_of_pages_and_an_upload(server, browser, 
         assert not offline, offline
     finally:
         page.close()
+
+
+def test_guided_path_in_the_browser(server, browser, shots):
+    """Home leads to the guided path; a prediction reveals qcore's answer only once chosen;
+    "Try this" opens the Lab with the step's settings in the URL."""
+    from app import lesson
+
+    page = browser.new_page(viewport={"width": 1440, "height": 1100})
+    try:
+        page.goto(server, timeout=120_000)
+        wait_idle(page)
+        page.get_by_role("button", name=re.compile("Start the guided path")).click()
+        page.wait_for_function("() => location.pathname.endsWith('/learn')", timeout=60_000)
+        wait_idle(page, charts=False)
+        assert "step=1" in page.url, page.url
+        page.get_by_role("button", name=re.compile("Next step")).click()
+        page.wait_for_function("() => location.href.includes('step=2')", timeout=60_000)
+        wait_idle(page, charts=False)
+        main = page.locator('[data-testid="stMain"]')
+        assert "Not quite" not in main.inner_text() and "Right:" not in main.inner_text()
+        page.locator('[data-testid="stRadio"] label').filter(has_text="3").first.click()
+        page.wait_for_function("() => document.body.innerText.includes('Not quite')",
+                               timeout=60_000)
+        screenshot(page, "learn", shots)
+        page.get_by_role("button", name=re.compile("^Try this")).click()
+        page.wait_for_function("() => location.pathname.endsWith('/quantize_lab')",
+                               timeout=60_000)
+        wait_idle(page)
+        from urllib.parse import parse_qs, urlparse
+
+        from app import state
+
+        query = parse_qs(urlparse(page.url).query, keep_blank_values=True)
+        for key, value in lesson.STEPS[1].try_settings.items():
+            assert query.get(key) == [state.encode(value)], (key, page.url)
+        assert "Step by step on your own numbers" in main.inner_text()
+    finally:
+        page.close()

@@ -14,7 +14,7 @@ from qcore.synthetic import DEFAULTS, DISTRIBUTIONS, defaults, describe, generat
 N = 1_000_000
 
 
-def test_the_eight_distributions():
+def test_the_nine_distributions():
     assert DISTRIBUTIONS == (
         "normal",
         "laplace",
@@ -24,6 +24,7 @@ def test_the_eight_distributions():
         "bimodal",
         "outliers",
         "sparse",
+        "outlier_channel",
     )
     assert set(DEFAULTS) == set(DISTRIBUTIONS)
     assert defaults("student_t") == {"df": 3.0, "scale": 1.0}
@@ -179,3 +180,14 @@ def test_16_mi_elements():
         x = generate(distribution, (4096, 4096))
         assert x.shape == (4096, 4096) and x.dtype == np.float32
         assert np.isfinite(x).all(), distribution
+
+
+def test_outlier_channel_is_one_whole_row_along_axis_0():
+    x = generate("outlier_channel", (16, 64), seed=3, magnitude=20.0)
+    base = generate("normal", (16, 64), seed=3)  # the same normal draws, before the scaling
+    ratio = np.abs(x).max(axis=1) / np.abs(x).mean()
+    big = np.flatnonzero(ratio > 5)
+    assert big.size == 1  # exactly one output channel is large
+    r = int(big[0])
+    np.testing.assert_array_equal(x[r], base[r] * np.float32(20.0))
+    np.testing.assert_array_equal(np.delete(x, r, axis=0), np.delete(base, r, axis=0))

@@ -1,0 +1,70 @@
+"""Learn: the guided path, one step per screen (the step is in the URL: ?step=N)."""
+
+import streamlit as st
+
+from app import errors, frame, glossary, lesson, presets, state, widgets
+
+frame.enter()
+
+STEPS = lesson.STEPS
+N = len(STEPS)
+
+
+def go(step: int) -> None:
+    """Button callback: show another step."""
+    state.set_values(step=min(max(step, 1), N))
+
+
+st.title("Learn: guided path")
+st.caption("Seven steps, one idea each. Answer the question before you look at the result, "
+           "then press **Try this** to see the idea on a real tensor in the app's pages.")
+
+n = widgets.select("Step", list(range(1, N + 1)), "step", 1, kind="segmented",
+                   format_func=lambda i: f"{i} · {STEPS[i - 1].title.split(':')[0]}")
+step = STEPS[n - 1]
+st.progress(n / N, text=f"Step {n} of {N}")
+st.header(step.title, divider="gray")
+
+left, right = st.columns([6, 5], gap="large")
+with left:
+    st.markdown(step.idea)
+    st.latex(step.formula)
+    st.info(f"**Why?** {step.why}", icon=":material/help:")
+    if step.terms:
+        st.caption("Words: " + " · ".join(glossary.link(t) for t in step.terms))
+with right:
+    with st.container(border=True):
+        st.markdown("##### Predict first")
+        choice = st.radio(step.question, step.options, index=None, key=f"learn_q{n}")
+        if choice is None:
+            st.caption("Choose an answer to see what qcore computes.")
+        else:
+            answer = errors.require(step.answer, what="Computing the answer")
+            right_one = step.options[answer.correct]
+            if choice == right_one:
+                st.success(f"**Right: {right_one}.** {answer.explanation}",
+                           icon=":material/check_circle:")
+            else:
+                st.error(f"**Not quite — it is {right_one}.** {answer.explanation}",
+                         icon=":material/lightbulb:")
+    with st.container(border=True):
+        st.markdown("##### Try this")
+        st.markdown(step.try_text)
+        shown = ", ".join(f"`{k}={state.encode(v)}`" for k, v in step.try_settings.items())
+        st.caption(f"Sets {shown}.")
+        if st.button("Try this", key=f"learn_try{n}", type="primary",
+                     icon=":material/arrow_forward:"):
+            if step.preset:
+                presets.apply(presets.LAB, step.preset)
+            else:
+                state.set_values(**step.try_settings)
+            st.switch_page(step.try_page)
+
+prev, _, nxt = st.columns([1, 3, 1])
+prev.button("Previous step", key="learn_prev", on_click=go, args=(n - 1,), disabled=n == 1,
+            icon=":material/arrow_back:", width="stretch")
+nxt.button("Next step", key="learn_next", on_click=go, args=(n + 1,), disabled=n == N,
+           icon=":material/arrow_forward:", width="stretch")
+if n == N:
+    st.success("That is the path. Every page of the app is in the sidebar; the "
+               "[Glossary](/glossary) holds the words.", icon=":material/flag:")

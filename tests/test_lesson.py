@@ -1,0 +1,129 @@
+"""The guided path under AppTest: every step answers its question with qcore's number, and
+every "Try this" lands on the page and the settings it promises."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from streamlit.testing.v1 import AppTest
+from test_app import APP, check, rerun
+
+import qcore
+from app import lesson, state
+
+STEPS = lesson.STEPS
+
+
+def open_learn(step: int | None = None) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=300)
+    if step is not None:
+        at.query_params["step"] = str(step)
+    at.switch_page("pages/learn.py")
+    return check(at.run())
+
+
+def independent_answers() -> list[str]:
+    """Each question's answer, computed here from qcore and the formulas (not from the
+    lesson's own code)."""
+    y1 = qcore.quantize_linear(np.float32([1.0]), np.float32(0.25), np.uint8(10))[0]
+    y2 = qcore.quantize_linear(np.float32([2.5]), np.float32(1), np.int8(0))[0]
+    y3 = qcore.quantize_linear(np.float32([127.5]), np.float32(1), np.int8(0))[0]
+    w = np.array([[0.02, -0.05, 0.1], [12.7, -6.0, 3.0]], np.float32)
+    s4 = np.float32(np.abs(w).max() / np.float32(127))
+    x4 = qcore.dequantize_linear(qcore.quantize_linear(w, s4, np.int8(0)), s4, np.int8(0))
+    y5 = qcore.quantize_linear(np.float32([300.0]), np.float32(1), output_dtype="float8e4m3fn")
+    _, _, z6 = qcore.dynamic_quantize_linear(np.float32([-1.0, 0.0, 3.0]))
+    assert int(y2) == 2 and int(y3) == 127 and int(z6) == 64  # round half to even; saturation
+    return [str(int(y1)), str(int(y2)), str(int(y3)), f"{float(x4[0, 0]):g}",
+            f"{float(y5.astype(np.float32)[0]):g}", str(int(z6)), None]
+
+
+def test_the_path_has_the_seven_steps_in_order():
+    titles = [s.title.split(":")[0].split(",")[0] for s in STEPS]
+    assert titles == ["Scale and zero point", "Rounding", "Saturation", "Granularity",
+                      "float8", "DynamicQuantizeLinear", "Choosing a format for a model"]
+    for s in STEPS:
+        assert s.idea.count(". ") + s.idea.count(": ") >= 2 and s.formula and s.why
+        assert len(s.options) >= 2 and s.try_settings
+
+
+def test_walk_the_path_answering_every_question():
+    expected = independent_answers()
+    at = open_learn()
+    assert at.title[0].value == "Learn: guided path"
+    for n, step in enumerate(STEPS, 1):
+        assert at.segmented_control(key="step").value == n
+        assert at.query_params["step"] == [str(n)] or at.query_params["step"] == str(n)
+        radio = at.radio(key=f"learn_q{n}")
+        assert radio.value is None  # the question comes before the answer
+        assert not [s for s in at.success if "Right" in s.value] and not at.error
+        correct = expected[n - 1] or step.options[step.answer().correct]
+        wrong = next(o for o in step.options if o != correct)
+        radio.set_value(wrong)
+        rerun(at)
+        assert any(f"it is {correct}" in e.value for e in at.error), (n, correct)
+        at.radio(key=f"learn_q{n}").set_value(correct)
+        rerun(at)
+        assert any(f"Right: {correct}" in s.value for s in at.success), (n, correct)
+        if n < len(STEPS):
+            at.button(key="learn_next").click()
+            rerun(at)
+    assert at.button(key="learn_next").disabled
+
+
+def test_choosing_a_format_answer_is_measured():
+    from qcore import calibration, metrics, synthetic
+
+    x = synthetic.generate("outlier_channel", lesson.CHOICE_SHAPE, seed=0)
+    sq = {}
+    for t in ("int8", "float8e4m3fn"):
+        p = calibration.choose_params(x, t, method="absmax")
+        sq[t] = metrics.error_metrics(x, p.dequantize(p.quantize(x)))["sqnr_db"]
+    a = STEPS[-1].answer()
+    assert STEPS[-1].options[a.correct] == max(sq, key=sq.get)
+    assert f"{sq['int8']:.1f} dB" in a.explanation
+
+
+@pytest.mark.parametrize("n", range(1, len(STEPS) + 1))
+def test_try_this_lands_on_the_promised_state(n):
+    step = STEPS[n - 1]
+    at = open_learn(n)
+    at.button(key=f"learn_try{n}").click()
+    rerun(at)
+    page = step.try_page.split("/")[-1].removesuffix(".py")
+    assert at.session_state["_qx_page"] == ("" if page == "home" else page)  # Home is "/"
+    assert at.title[0].value != "Learn: guided path"
+    url = at.query_params
+    for name, value in step.try_settings.items():
+        assert at.session_state[name] == value, (name, at.session_state[name], value)
+        got = url[name]
+        got = got[0] if isinstance(got, list) else got
+        assert got == state.encode(value), (name, got)
+
+
+def test_try_this_overrides_what_the_page_showed_before():
+    at = AppTest.from_file(APP, default_timeout=300)
+    at.session_state["rows"], at.session_state["cols"] = 16, 16
+    at.switch_page("pages/quantize_lab.py")
+    check(at.run())
+    assert at.segmented_control(key="gran").value == qcore.PER_TENSOR
+    at.switch_page("pages/learn.py")
+    at.query_params["step"] = "4"
+    rerun(at)
+    at.button(key="learn_try4").click()
+    rerun(at)
+    assert at.segmented_control(key="gran").value == qcore.PER_AXIS
+    assert at.selectbox(key="axis").value == 0
+    assert at.selectbox(key="dist").value == "outlier_channel"
+    assert any("axis 0" in i.value for i in at.info)  # the preset's note names the axis
+
+
+def test_home_leads_to_the_guided_path():
+    at = AppTest.from_file(APP, default_timeout=300)
+    at.session_state["rows"], at.session_state["cols"] = 16, 16
+    check(at.run())  # a bare URL opens Home
+    assert at.title[0].value == "Quantization Explorer"
+    at.button(key="h_learn").click()
+    rerun(at)
+    assert at.title[0].value == "Learn: guided path"
+    assert at.segmented_control(key="step").value == 1
