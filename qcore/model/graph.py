@@ -1,0 +1,198 @@
+"""Any ONNX model: load it, find its float weights, feed it, run it with chosen weights.
+
+The weights a tool may quantize are the model's float32 initializers of rank >= 2 (matrices,
+embedding tables, convolution kernels); biases and norms (rank 1) stay float, as every
+quantization tool leaves them. :class:`Runner` turns those initializers into graph inputs so
+one onnxruntime session runs the model with any replacement weights; its sessions turn
+intra-op spinning off (DESIGN §6: onnxruntime and qcore alternate here), disable graph
+optimisations and weight prepacking, so that a float weight fed as an input and the same weight
+computed by a DequantizeLinear node go through the same kernels (bit-for-bit comparisons).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import QuantizationError
+from . import require
+
+__all__ = ["ModelError", "Runner", "generate_inputs", "graph_inputs", "load_model",
+           "read_inputs", "session_options", "weight_names"]
+
+
+class ModelError(QuantizationError):
+    """A model, its inputs or a plan the tool cannot use (a ValueError)."""
+
+
+def load_model(path: str | os.PathLike) -> Any:
+    """The ``onnx.ModelProto`` at ``path``, external data loaded from beside it."""
+    onnx = require("onnx")
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise ModelError(f"model {str(path)!r}: no such file (give a .onnx path or 'minilm')")
+    try:
+        return onnx.load(str(p), load_external_data=True)
+    except Exception as exc:  # noqa: BLE001 - onnx raises many types for a bad file
+        raise ModelError(f"model {str(path)!r} is not an ONNX model onnx can load: "
+                         f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+                         ) from None
+
+
+def weight_names(model: Any, min_rank: int = 2) -> list[str]:
+    """Names of the float32 initializers of rank >= ``min_rank`` that are not graph inputs."""
+    onnx = require("onnx")
+    inputs = {i.name for i in model.graph.input}
+    return [t.name for t in model.graph.initializer
+            if t.data_type == onnx.TensorProto.FLOAT and len(t.dims) >= min_rank
+            and t.name not in inputs]
+
+
+def initializer_arrays(model: Any, names: list[str]) -> dict[str, np.ndarray]:
+    """The initializers ``names`` as NumPy arrays (float32, C order)."""
+    numpy_helper = require("onnx.numpy_helper")
+    wanted = set(names)
+    return {t.name: np.ascontiguousarray(numpy_helper.to_array(t), np.float32)
+            for t in model.graph.initializer if t.name in wanted}
+
+
+def graph_inputs(model: Any) -> list[tuple[str, np.dtype, list[int | str | None]]]:
+    """(name, NumPy dtype, shape with symbolic dims as names) of the inputs a user feeds."""
+    helper = require("onnx.helper")
+    inits = {t.name for t in model.graph.initializer}
+    out = []
+    for i in model.graph.input:
+        if i.name in inits:
+            continue
+        tt = i.type.tensor_type
+        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type))
+        dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+                for d in tt.shape.dim]
+        out.append((i.name, dtype, dims))
+    return out
+
+
+def generate_inputs(model: Any, seed: int = 0, int_range: tuple[int, int] = (0, 100),
+                    dim: int = 1) -> dict[str, np.ndarray]:
+    """Seeded inputs: floats standard normal, integers uniform in ``int_range`` (inclusive),
+    booleans fair coins; a symbolic dimension takes ``dim``."""
+    rng = np.random.default_rng(seed)
+    lo, hi = int(int_range[0]), int(int_range[1])
+    if hi < lo:
+        raise ModelError(f"int_range {int_range}: the low end must not exceed the high end")
+    out = {}
+    for name, dtype, dims in graph_inputs(model):
+        shape = tuple(d if isinstance(d, int) and d > 0 else dim for d in dims)
+        if dtype.kind == "f":
+            out[name] = rng.standard_normal(shape).astype(dtype)
+        elif dtype.kind in "iu":
+            out[name] = rng.integers(lo, hi, size=shape, endpoint=True).astype(dtype)
+        elif dtype.kind == "b":
+            out[name] = rng.random(shape) < 0.5
+        else:
+            raise ModelError(f"input {name!r} has type {dtype}; give it in an --inputs .npz")
+    return out
+
+
+def check_inputs(model: Any, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``feeds`` checked against the graph's inputs (names, ranks, fixed dims, dtype kinds);
+    floats and integers cast to the input's type."""
+    expected = graph_inputs(model)
+    names = [n for n, _, _ in expected]
+    missing = [n for n in names if n not in feeds]
+    extra = [n for n in feeds if n not in names]
+    if missing or extra:
+        raise ModelError(f"inputs do not match the model: missing {missing}, unknown {extra}; "
+                         f"the model's inputs are {names}")
+    out = {}
+    for name, dtype, dims in expected:
+        a = np.asarray(feeds[name])
+        if a.ndim != len(dims) or any(isinstance(d, int) and d > 0 and d != s
+                                      for d, s in zip(dims, a.shape)):
+            raise ModelError(f"input {name!r} has shape {a.shape}; the model wants "
+                             f"{[d if d else '?' for d in dims]}")
+        if (a.dtype.kind == "f") != (dtype.kind == "f"):
+            raise ModelError(f"input {name!r} is {a.dtype}; the model wants {dtype}")
+        out[name] = np.ascontiguousarray(a.astype(dtype, copy=False))
+    return out
+
+
+def read_inputs(path: str | os.PathLike, model: Any) -> dict[str, np.ndarray]:
+    """Inputs from an ``.npz`` whose array names are the graph's input names."""
+    try:
+        with np.load(Path(path).expanduser(), allow_pickle=False) as z:
+            feeds = {k: z[k] for k in z.files}
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"inputs {str(path)!r} are not a readable .npz: {exc}") from None
+    return check_inputs(model, feeds)
+
+
+def session_options(threads: int = 0) -> Any:
+    """onnxruntime options: spinning off, no graph optimisations, no prepacking (module doc)."""
+    ort = require("onnxruntime")
+    so = ort.SessionOptions()
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    so.add_session_config_entry("session.disable_prepacking", "1")
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.log_severity_level = 3
+    if threads:
+        so.intra_op_num_threads = int(threads)
+    return so
+
+
+def make_session(model: Any, threads: int = 0) -> Any:
+    """An onnxruntime CPU session of ``model`` (ModelError with onnxruntime's reason)."""
+    ort = require("onnxruntime")
+    try:
+        return ort.InferenceSession(model.SerializeToString(), session_options(threads),
+                                    providers=["CPUExecutionProvider"])
+    except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own exception types
+        msg = str(exc).strip().splitlines()
+        raise ModelError("onnxruntime cannot load the model: "
+                         + (msg[-1] if msg else type(exc).__name__)) from None
+
+
+class Runner:
+    """One model, its float weights, one session; :meth:`run` with any weights replaced.
+
+    ``weights``: the initializers to expose (default :func:`weight_names`); they become graph
+    inputs of the session's copy of the model, fed from :attr:`weights` unless replaced.
+    """
+
+    def __init__(self, model: Any, weights: list[str] | None = None, threads: int = 0) -> None:
+        onnx = require("onnx")
+        helper = require("onnx.helper")
+        self.model = model
+        self.names = list(weight_names(model) if weights is None else weights)
+        self.weights = initializer_arrays(model, self.names)
+        unknown = [n for n in self.names if n not in self.weights]
+        if unknown:
+            raise ModelError(f"weights {unknown} are not float initializers of the model")
+        exposed = onnx.ModelProto()
+        exposed.CopyFrom(model)
+        keep = [t for t in exposed.graph.initializer if t.name not in self.weights]
+        del exposed.graph.initializer[:]
+        exposed.graph.initializer.extend(keep)
+        for name in self.names:
+            exposed.graph.input.append(helper.make_tensor_value_info(
+                name, onnx.TensorProto.FLOAT, list(self.weights[name].shape)))
+        self.session = make_session(exposed, threads)
+        self.output_names = [o.name for o in self.session.get_outputs()]
+
+    def run(self, feeds: Mapping[str, np.ndarray],
+            replace: Mapping[str, np.ndarray] | None = None) -> list[np.ndarray]:
+        """The model's outputs with ``replace``'s weights in place of the float ones."""
+        all_feeds = dict(feeds)
+        all_feeds.update(self.weights)
+        if replace:
+            all_feeds.update({k: np.ascontiguousarray(v, np.float32) for k, v in replace.items()})
+        try:
+            return self.session.run(self.output_names, all_feeds)
+        except Exception as exc:  # noqa: BLE001
+            msg = str(exc).strip().splitlines()
+            raise ModelError("onnxruntime cannot run the model on these inputs: "
+                             + (msg[-1] if msg else type(exc).__name__)) from None
