@@ -21,10 +21,10 @@ import numpy as np
 
 from ..formats import get_format
 from ..packing import pack
+from . import require
 from .fidelity import FLOAT, Quantized, qdq
 from .graph import ModelError
 from .plan import Plan
-from . import require
 
 __all__ = ["export_plan", "tensor_proto", "unsupported_nodes"]
 

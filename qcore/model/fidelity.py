@@ -26,8 +26,13 @@ from ..calibration import choose_params
 from ..formats import get_format
 from ..metrics import error_metrics
 from ..ops import dequantize_linear, quantize_linear
-from ..report.recipes import (Recipe, granularity_for, parse_recipe, required_opset,
-                              stores_zero_point)
+from ..report.recipes import (
+    Recipe,
+    granularity_for,
+    parse_recipe,
+    required_opset,
+    stores_zero_point,
+)
 from .graph import Runner
 
 __all__ = ["FLOAT", "ModelCase", "Quantized", "compare", "qdq", "spearman"]
