@@ -159,3 +159,27 @@ def run_plan(case: Any, plan: Plan) -> dict[str, Any]:
     """Run the planned mixed model; its measured fidelity is stored in ``plan.measured``."""
     plan.measured = case.fidelity(planned_weights(case, plan))
     return plan.measured
+
+
+def budget_range(sens: Sensitivity, allow_float: bool = False) -> tuple[float, float]:
+    """(cheapest, costliest) bits per weight over the plans of these options."""
+    opts = options(sens, allow_float)
+    n = sum(sens.elements[t] for t in sens.tensors)
+    lo = sum(min(o[1] for o in opts[t]) for t in sens.tensors if opts[t])
+    hi = sum(max(o[1] for o in opts[t]) for t in sens.tensors if opts[t])
+    return lo / n, hi / n
+
+
+def plans_at(case: Any, sens: Sensitivity, budgets: list[float],
+             allow_float: bool = True) -> list[Plan]:
+    """The optimal plan at each budget, each run and measured (budgets below the cheapest
+    plan are left out)."""
+    out = []
+    for b in budgets:
+        try:
+            p = make_plan(sens, b, allow_float)
+        except ModelError:
+            continue
+        run_plan(case, p)
+        out.append(p)
+    return out
