@@ -61,6 +61,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="write the table (CSV)")
     p.add_argument("--plan", help="write the plan (JSON)")
     p.add_argument("--export", help="write the plan as a QDQ ONNX model")
+    p.add_argument("--budgets", help="comma-separated budgets: plan, run and print each "
+                   "(a bits-vs-fidelity curve; --plan and --export take --budget)")
     p.add_argument("--tensors", help="comma-separated weight names (default: every float "
                    "initializer of rank >= 2)")
     p.add_argument("--sentences", type=int, default=32,
@@ -73,6 +75,15 @@ def _parser() -> argparse.ArgumentParser:
                    help="the plan may not leave a weight in float32")
     p.add_argument("--threads", type=int, default=0, help="onnxruntime intra-op threads")
     return p
+
+
+def _floats(text: str | None) -> list[float]:
+    if not text:
+        return []
+    try:
+        return [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise QuantizationError(f"--budgets {text!r}: give numbers, e.g. 4.25,5,6") from None
 
 
 def _fmt(v: float, nd: int = 2) -> str:
@@ -104,8 +115,8 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         if missing:
             raise QuantizationError(f"--tensors {missing} are not weights of the model; "
                                     f"its weights: {', '.join(case.weights)}")
-    if args.budget is not None:
-        _check_budget(case, tensors or case.weights, recipes, args.budget, not args.no_float)
+    for b in ([args.budget] if args.budget is not None else []) + _floats(args.budgets):
+        _check_budget(case, tensors or case.weights, recipes, b, not args.no_float)
     print(f"{case.name}: {len(tensors or case.weights)} weight tensors, "
           f"{len(recipes)} recipes ({time.perf_counter() - t0:.1f} s to load)", file=out)
     t1 = time.perf_counter()
@@ -125,6 +136,14 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
                   f"{_fmt(r['output_sqnr_db']):>15s} {r['max_abs']:10.3g}{extra}", file=out)
     if args.out:
         write_csv(rows, args.out)
+    for b in _floats(args.budgets):
+        p = make_plan(sens, b, allow_float=not args.no_float)
+        m = run_plan(case, p)
+        extra = (f"  cosine {m['cosine_mean']:.6f} spearman {m['spearman']:.6f}"
+                 if case.kind == "embedding" else "")
+        print(f"{'plan @ ' + str(b):28s} {p.bits_per_element:7.3f} "
+              f"{_fmt(m['output_sqnr_db']):>15s} {m['max_abs']:10.3g}{extra}  "
+              f"(predicted {_fmt(p.output_sqnr_db_predicted)} dB)", file=out)
     if args.budget is None:
         return 0
     t2 = time.perf_counter()
