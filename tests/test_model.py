@@ -391,3 +391,28 @@ def test_minilm_cli_without_torch(tmp_path):
     assert abs(js["output_sqnr_db"] - js["output_sqnr_db_predicted"]) < 3
 
 
+
+
+def test_apply_recipe_on_one_tensor_and_on_all(tiny_case):
+    one = fidelity.apply_recipe(tiny_case, "int4:blocked32", "w1")
+    q = qdq(tiny_case.arrays["w1"], "int4:blocked32")
+    assert one == compare(tiny_case.reference, tiny_case.run({"w1": q.x_hat}), "logits")
+    both = fidelity.apply_recipe(tiny_case, "int4:blocked32")
+    assert both["output_sqnr_db"] < one["output_sqnr_db"]
+
+
+def test_export_converts_a_model_whose_operators_changed():
+    """Squeeze takes its axes as an input from opset 13: raising an opset-11 model's import
+    alone would break it, so the export converts the model first."""
+    m = tiny_model(opset=11)
+    g = m.graph
+    g.node[3].output[0] = "pre"
+    g.node.append(helper.make_node("Unsqueeze", ["pre"], ["u"], axes=[0]))
+    g.node.append(helper.make_node("Squeeze", ["u"], ["logits"], axes=[0]))
+    case = ModelCase("old", m, [{"x": np.ones((3, 8), np.float32)}])
+    p = plan.Plan(5.0, {"w1": "int4:blocked32", "w2": FLOAT}, 0, 1, 0.0, 1.0)
+    ex = export_plan(m, p, case.arrays)
+    onnx.checker.check_model(ex)
+    assert ex.opset_import[0].version == 21
+    out = graph.make_session(ex).run(None, case.batches[0])[0]
+    assert np.array_equal(out, case.run(plan.planned_weights(case, p))[0])

@@ -77,6 +77,14 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _extra(kind: str, m: dict) -> str:
+    if kind == "embedding":
+        return f"  cosine {m['cosine_mean']:.6f} spearman {m['spearman']:.6f}"
+    if kind == "logits":
+        return f"  KL {m['kl']:.3g} top-1 {m['top1']:.4f}"
+    return ""
+
+
 def _floats(text: str | None) -> list[float]:
     if not text:
         return []
@@ -130,8 +138,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     print(f"{'recipe':28s} {'bits/w':>7s} {'output SQNR dB':>15s} {'max|d|':>10s}", file=out)
     for r in rows:
         if r["tensor"] == "*":
-            extra = (f"  cosine {r['cosine_mean']:.6f} spearman {r['spearman']:.6f}"
-                     if case.kind == "embedding" else "")
+            extra = _extra(case.kind, r)
             print(f"{r['recipe']:28s} {r['bits_per_element']:7.3f} "
                   f"{_fmt(r['output_sqnr_db']):>15s} {r['max_abs']:10.3g}{extra}", file=out)
     if args.out:
@@ -139,8 +146,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     for b in _floats(args.budgets):
         p = make_plan(sens, b, allow_float=not args.no_float)
         m = run_plan(case, p)
-        extra = (f"  cosine {m['cosine_mean']:.6f} spearman {m['spearman']:.6f}"
-                 if case.kind == "embedding" else "")
+        extra = _extra(case.kind, m)
         print(f"{'plan @ ' + str(b):28s} {p.bits_per_element:7.3f} "
               f"{_fmt(m['output_sqnr_db']):>15s} {m['max_abs']:10.3g}{extra}  "
               f"(predicted {_fmt(p.output_sqnr_db_predicted)} dB)", file=out)

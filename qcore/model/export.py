@@ -113,6 +113,14 @@ def export_plan(model: Any, plan: Plan, weights: dict[str, np.ndarray] | None = 
     try:
         onnx.checker.check_model(out if out.ByteSize() < 2**31 - 2**20 else _header(out))
     except Exception as exc:  # noqa: BLE001
+        if old < opset:  # the other operators may have changed: convert the model, then retry
+            try:
+                from onnx import version_converter
+
+                converted = version_converter.convert_version(model, opset)
+                return export_plan(converted, plan, weights, quantized)
+            except Exception:  # noqa: BLE001 - report the checker's reason below
+                pass
         raise ModelError(f"the QDQ model fails onnx.checker at opset {opset} (the model's other "
                          f"operators may not exist unchanged there): {str(exc).splitlines()[0]}"
                          ) from None

@@ -35,7 +35,7 @@ from ..report.recipes import (
 )
 from .graph import Runner
 
-__all__ = ["FLOAT", "ModelCase", "Quantized", "compare", "qdq", "spearman"]
+__all__ = ["FLOAT", "ModelCase", "Quantized", "apply_recipe", "compare", "qdq", "spearman"]
 
 #: The plan's name for a weight left in float32.
 FLOAT = "float32"
@@ -225,3 +225,18 @@ class ModelCase:
     def fidelity(self, replace: Mapping[str, np.ndarray] | None = None) -> dict[str, float]:
         """:func:`compare` of the outputs with ``replace``'s weights against the float ones."""
         return compare(self.reference, self.run(replace), self.kind)
+
+
+def apply_recipe(case: ModelCase, recipe: Recipe | str, tensors: list[str] | str | None = None
+                 ) -> dict[str, float]:
+    """The fidelity of one recipe on all weights (``tensors`` None), on one tensor (a name) or
+    on some (a list); weights the recipe cannot express stay float."""
+    names = case.weights if tensors is None else ([tensors] if isinstance(tensors, str)
+                                                  else list(tensors))
+    replace = {}
+    for t in names:
+        try:
+            replace[t] = qdq(case.arrays[t], recipe).x_hat
+        except ValueError:
+            continue
+    return case.fidelity(replace)
