@@ -416,3 +416,25 @@ def test_export_converts_a_model_whose_operators_changed():
     assert ex.opset_import[0].version == 21
     out = graph.make_session(ex).run(None, case.batches[0])[0]
     assert np.array_equal(out, case.run(plan.planned_weights(case, p))[0])
+
+
+def test_prefix_cache_runs_equal_whole_runs_bit_for_bit(tiny_case):
+    for w in tiny_case.weights:
+        x = qdq(tiny_case.arrays[w], "int4:blocked32").x_hat
+        part = tiny_case.run_alone(w, x)
+        assert tiny_case.prefix.supports(w) == (w == "w2")  # w1 feeds every node: no saving
+        assert np.array_equal(part[0], tiny_case.run({w: x})[0])
+    # w2 feeds only the last MatMul: its sub-model has two of the four nodes
+    assert len(tiny_case.prefix.plans["w2"][0].graph.node) == 2
+
+
+@needs_minilm
+def test_prefix_cache_on_minilm_equals_whole_runs():
+    from qcore.model import minilm
+
+    batches, order = minilm.encode_batches(minilm.load_sentences(6), 4)
+    case = ModelCase("minilm", minilm.minilm_model(), batches, "embedding", order)
+    for w in (case.weights[0], case.weights[20], case.weights[-1]):
+        x = qdq(case.arrays[w], "mxfp4").x_hat
+        assert np.array_equal(case.run_alone(w, x)[0], case.run({w: x})[0])
+    assert all(case.prefix.supports(w) for w in case.weights)

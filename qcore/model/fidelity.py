@@ -195,6 +195,7 @@ class ModelCase:
     threads: int = 0
     runner: Runner = field(init=False)
     reference: list[np.ndarray] = field(init=False)
+    prefix: Any = field(init=False, default=None)  # a PrefixCache, made on first use
 
     def __post_init__(self) -> None:
         self.runner = Runner(self.model, self.weights, self.threads)
@@ -208,7 +209,20 @@ class ModelCase:
 
     def run(self, replace: Mapping[str, np.ndarray] | None = None) -> list[np.ndarray]:
         """The outputs over all batches (concatenated along axis 0, in input order)."""
-        per = [self.runner.run(b, replace) for b in self.batches]
+        return self._combine([self.runner.run(b, replace) for b in self.batches])
+
+    def run_alone(self, tensor: str, value: np.ndarray) -> list[np.ndarray]:
+        """:meth:`run` with one weight replaced, recomputing only what depends on it where the
+        graph allows (:class:`qcore.model.graph.PrefixCache`)."""
+        if self.prefix is None:
+            from .graph import PrefixCache
+
+            self.prefix = PrefixCache(self.runner, self.batches)
+        if self.prefix.supports(tensor):
+            return self._combine(self.prefix.run(tensor, value))
+        return self.run({tensor: value})
+
+    def _combine(self, per: list[list[np.ndarray]]) -> list[np.ndarray]:
         if len(per) == 1:
             outs = per[0]
         else:
@@ -224,6 +238,9 @@ class ModelCase:
 
     def fidelity(self, replace: Mapping[str, np.ndarray] | None = None) -> dict[str, float]:
         """:func:`compare` of the outputs with ``replace``'s weights against the float ones."""
+        if replace is not None and len(replace) == 1:
+            ((tensor, value),) = replace.items()
+            return compare(self.reference, self.run_alone(tensor, value), self.kind)
         return compare(self.reference, self.run(replace), self.kind)
 
 

@@ -21,7 +21,7 @@ import numpy as np
 from ..errors import QuantizationError
 from . import require
 
-__all__ = ["ModelError", "Runner", "generate_inputs", "graph_inputs", "load_model",
+__all__ = ["ModelError", "PrefixCache", "Runner", "generate_inputs", "graph_inputs", "load_model",
            "read_inputs", "session_options", "weight_names"]
 
 
@@ -180,6 +180,8 @@ class Runner:
         for name in self.names:
             exposed.graph.input.append(helper.make_tensor_value_info(
                 name, onnx.TensorProto.FLOAT, list(self.weights[name].shape)))
+        self.exposed = exposed
+        self.threads = threads
         self.session = make_session(exposed, threads)
         self.output_names = [o.name for o in self.session.get_outputs()]
 
@@ -196,3 +198,108 @@ class Runner:
             msg = str(exc).strip().splitlines()
             raise ModelError("onnxruntime cannot run the model on these inputs: "
                              + (msg[-1] if msg else type(exc).__name__)) from None
+
+
+class PrefixCache:
+    """Runs with one weight replaced that recompute only what depends on that weight.
+
+    The nodes downstream of weight W (those reading W, or reading what such a node made) are
+    the only ones whose results change when W alone changes. For each W, a sub-model holds
+    those nodes; its inputs are W, the graph inputs and other weights they read, and the
+    values the rest of the graph made (the *frontier*), which one run of the float model per
+    batch computes and keeps. A run of the sub-model gives the same outputs as a run of the
+    whole model with W replaced (the same operators on the same values, in the same session
+    options), at the cost of the downstream part alone: about half the model on average for a
+    chain of layers. Graphs with control flow (If, Loop, Scan bodies read outer values
+    implicitly) are not split: :meth:`supports` is False for every weight.
+    """
+
+    def __init__(self, runner: Runner, batches: list[Mapping[str, np.ndarray]]) -> None:
+        onnx = require("onnx")
+        self.runner = runner
+        self.batch_inputs = [dict(b) for b in batches]
+        self.sessions: dict[str, Any] = {}
+        g = runner.exposed.graph
+        self.plans: dict[str, tuple[Any, list[str], list[str], list[str]]] = {}
+        self.values: list[dict[str, np.ndarray]] = []
+        graph_attr = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+        if any(a.type in graph_attr for n in g.node for a in n.attribute):
+            return
+        inferred = onnx.shape_inference.infer_shapes(runner.exposed)
+        types = {v.name: v.type.tensor_type.elem_type
+                 for v in list(inferred.graph.value_info) + list(g.input) + list(g.output)}
+        graph_inputs = {i.name for i in g.input}
+        inits = {t.name for t in g.initializer}
+        outputs = [o.name for o in g.output]
+        cuts: dict[str, list[str]] = {}
+        for w in runner.names:
+            tainted, marked = {w}, []
+            for n in g.node:
+                if any(i in tainted for i in n.input if i):
+                    marked.append(n)
+                    tainted.update(o for o in n.output if o)
+            made = {o for n in marked for o in n.output}
+            frontier = sorted({i for n in marked for i in n.input
+                               if i and i not in made and i not in graph_inputs
+                               and i not in inits})
+            feeds = sorted({i for n in marked for i in n.input if i in graph_inputs})
+            if any(not types.get(f) for f in frontier) or len(marked) == len(g.node):
+                continue  # untyped values, or nothing to save: the whole model runs
+            sub = self._submodel(runner.exposed, marked, frontier, feeds, types,
+                                 [o for o in outputs if o in made])
+            self.plans[w] = (sub, frontier, feeds, [o for o in outputs if o in made])
+            cuts[w] = frontier
+        needed = sorted({f for fr in cuts.values() for f in fr})
+        if not needed:
+            return
+        probe = onnx.ModelProto()
+        probe.CopyFrom(runner.exposed)
+        helper = require("onnx.helper")
+        for name in needed:
+            probe.graph.output.append(helper.make_tensor_value_info(name, types[name], None))
+        session = make_session(probe, runner.threads)
+        names = outputs + needed
+        for b in batches:
+            feeds_b = dict(b)
+            feeds_b.update(runner.weights)
+            self.values.append(dict(zip(names, session.run(names, feeds_b))))
+
+    @staticmethod
+    def _submodel(model: Any, marked: list, frontier: list[str], feeds: list[str],
+                  types: dict[str, int], outs: list[str]) -> Any:
+        helper = require("onnx.helper")
+        g = model.graph
+        used = {i for n in marked for i in n.input}
+        inputs = [i for i in g.input if i.name in feeds]
+        inputs += [helper.make_tensor_value_info(f, types[f], None) for f in frontier]
+        graph = helper.make_graph(marked, g.name + ".downstream", inputs,
+                                  [o for o in g.output if o.name in outs],
+                                  initializer=[t for t in g.initializer if t.name in used])
+        sub = helper.make_model(graph, opset_imports=list(model.opset_import))
+        sub.ir_version = model.ir_version
+        return sub
+
+    def supports(self, weight: str) -> bool:
+        """Whether runs with ``weight`` replaced can use the cache."""
+        return weight in self.plans and bool(self.values)
+
+    def run(self, weight: str, value: np.ndarray) -> list[list[np.ndarray]]:
+        """Per batch, the model's outputs with ``weight`` replaced by ``value``."""
+        sub, frontier, feeds, outs = self.plans[weight]
+        if weight not in self.sessions:
+            self.sessions[weight] = make_session(sub, self.runner.threads)
+        session = self.sessions[weight]
+        value = np.ascontiguousarray(value, np.float32)
+        result = []
+        for i, cached in enumerate(self.values):
+            f = {name: cached[name] for name in frontier}
+            for name in feeds:
+                f[name] = value if name == weight else (
+                    self.runner.weights[name] if name in self.runner.weights
+                    else self._batch_input(i, name))
+            got = dict(zip(outs, session.run(outs, f))) if outs else {}
+            result.append([got.get(o, cached[o]) for o in self.runner.output_names])
+        return result
+
+    def _batch_input(self, i: int, name: str) -> np.ndarray:
+        return self.batch_inputs[i][name]
