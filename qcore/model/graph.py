@@ -287,6 +287,7 @@ class PrefixCache:
         """Per batch, the model's outputs with ``weight`` replaced by ``value``."""
         sub, frontier, feeds, outs = self.plans[weight]
         if weight not in self.sessions:
+            self.sessions.clear()  # one sub-model session at a time: each keeps its own arena
             self.sessions[weight] = make_session(sub, self.runner.threads)
         session = self.sessions[weight]
         value = np.ascontiguousarray(value, np.float32)
