@@ -149,8 +149,8 @@ def heatmap(rows: pd.DataFrame) -> go.Figure:
 
 def scatter(rows: pd.DataFrame) -> go.Figure:
     c = sensitivity.correlation(sens.rows)
-    fig = charts.figure(f"Tensor SQNR vs output SQNR — Pearson {c['pearson']:.3f}, "
-                        f"Spearman {c['spearman']:.3f} ({c['n']} points)",
+    fig = charts.figure(f"Tensor SQNR vs output SQNR<br><sup>Pearson {c['pearson']:.3f}, "
+                        f"Spearman {c['spearman']:.3f} over {c['n']} points</sup>",
                         "tensor SQNR (dB)", "output SQNR (dB), that tensor alone", height=420)
     for i, (r, part) in enumerate(rows.groupby("recipe", sort=False)):
         fig.add_trace(go.Scatter(x=part["tensor_sqnr_db"], y=part["output_sqnr_db"],
@@ -158,6 +158,7 @@ def scatter(rows: pd.DataFrame) -> go.Figure:
                                  marker=dict(size=8, color=theme.PALETTE[i % len(theme.PALETTE)]),
                                  hovertemplate="%{text}<br>tensor %{x:.2f} dB<br>output "
                                                "%{y:.2f} dB<extra>" + r + "</extra>"))
+    fig.update_layout(margin=dict(t=100))  # room for the subtitle above the legend
     return fig
 
 
@@ -198,7 +199,7 @@ with st.expander("The plan: one recipe per tensor"):
 st.caption("Exactly optimal under the additive model (multiple-choice knapsack solved by "
            "dynamic programming over Pareto sets; see docs/model.md), then run and measured.")
 
-budgets = sorted({round(float(b), 4) for b in np.linspace(lo, hi, CURVE_POINTS)})
+budgets = [float(b) for b in np.linspace(lo, hi, CURVE_POINTS)]
 curve_key = key + ("curve", allow_float)
 if curve_key not in cache:
     cache[curve_key] = errors.require(plan.plans_at, case, sens, budgets, allow_float,

@@ -438,3 +438,12 @@ def test_prefix_cache_on_minilm_equals_whole_runs():
         x = qdq(case.arrays[w], "mxfp4").x_hat
         assert np.array_equal(case.run_alone(w, x)[0], case.run({w: x})[0])
     assert all(case.prefix.supports(w) for w in case.weights)
+
+
+def test_budget_of_the_costliest_plan_affords_it_despite_float_noise():
+    elements = [147456, 589824, 589824, 147456, 11720448]
+    costs = [[int(e * 4.25), int(e * 8) + 32 * 384 + 8 * 384] for e in elements]
+    s = _sens(costs, [[1.0, 0.1]] * len(elements), elements)
+    lo, hi = plan.budget_range(s)
+    assert set(plan.make_plan(s, hi, allow_float=False).recipes.values()) == {"r1"}
+    assert set(plan.make_plan(s, lo, allow_float=False).recipes.values()) == {"r0"}

@@ -75,6 +75,12 @@ class Plan:
                 "recipes": dict(self.recipes)}
 
 
+def _cap(budget: float, elements: int) -> int:
+    """The most bits a plan may use: budget × elements, rounded down, with the float noise of
+    the product (a budget computed as bits / elements) rounded away first."""
+    return math.floor(round(float(budget) * elements, 6))
+
+
 def options(sens: Sensitivity, allow_float: bool = True
             ) -> dict[str, list[tuple[str, int, float]]]:
     """Per tensor: (recipe, bits, noise power) choices; float32 (noise 0) when allowed."""
@@ -97,7 +103,7 @@ def make_plan(sens: Sensitivity, budget: float, allow_float: bool = True) -> Pla
     if missing:
         raise ModelError(f"no recipe expresses tensors {missing}; allow float or add recipes")
     elements = sum(sens.elements[t] for t in tensors)
-    cap = math.floor(float(budget) * elements + 1e-9)
+    cap = _cap(budget, elements)
     cheapest = [min(c for _, c, _ in opts[t]) for t in tensors]
     if sum(cheapest) > cap:
         raise ModelError(f"budget {budget} bits per weight is below the cheapest plan "
@@ -138,7 +144,7 @@ def brute_force(sens: Sensitivity, budget: float, allow_float: bool = True) -> t
     opts = options(sens, allow_float)
     tensors = list(sens.tensors)
     elements = sum(sens.elements[t] for t in tensors)
-    cap = math.floor(float(budget) * elements + 1e-9)
+    cap = _cap(budget, elements)
     best = (None, math.inf)
     for combo in itertools.product(*(opts[t] for t in tensors)):
         c = sum(o[1] for o in combo)
