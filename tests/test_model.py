@@ -447,3 +447,23 @@ def test_budget_of_the_costliest_plan_affords_it_despite_float_noise():
     lo, hi = plan.budget_range(s)
     assert set(plan.make_plan(s, hi, allow_float=False).recipes.values()) == {"r1"}
     assert set(plan.make_plan(s, lo, allow_float=False).recipes.values()) == {"r0"}
+
+
+def test_external_data_model_by_path(tmp_path):
+    from qcore.model.cases import load_case
+
+    path = tmp_path / "ext.onnx"
+    onnx.save(tiny_model(), path, save_as_external_data=True, all_tensors_to_one_file=True,
+              location="ext.data", size_threshold=0)
+    assert (tmp_path / "ext.data").stat().st_size > 0
+    case = load_case(str(path), {"x": np.ones((2, 8), np.float32)})
+    assert case.weights == ["w1", "w2"]
+    assert np.array_equal(case.arrays["w1"], numpy_helper.to_array(tiny_model().graph.initializer[0]))
+
+
+def test_a_model_without_float_weights_is_refused():
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    with pytest.raises(ModelError, match="no float32 initializers"):
+        ModelCase("relu", helper.make_model(g), [{"x": np.ones(2, np.float32)}])

@@ -169,6 +169,9 @@ class Runner:
         self.model = model
         self.names = list(weight_names(model) if weights is None else weights)
         self.weights = initializer_arrays(model, self.names)
+        if not self.names:
+            raise ModelError("the model has no float32 initializers of rank >= 2 to quantize "
+                             "(weights that are graph inputs or float16/bfloat16 are not used)")
         unknown = [n for n in self.names if n not in self.weights]
         if unknown:
             raise ModelError(f"weights {unknown} are not float initializers of the model")
