@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import tempfile
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from app import charts, errors, frame, theme, widgets
+from app import charts, errors, frame, theme, warm, widgets
 from qcore.model import cases, plan, sensitivity
 from qcore.report import models, recipes
 
@@ -86,6 +87,9 @@ else:
         seed = widgets.number("Seed of generated inputs", "mf_seed", 0, min_value=0,
                               max_value=2**31 - 1, where=side)
 
+if os.environ.get(warm.SERVER_PID):
+    # the app's warm-up process: loading a model compiles no kernel, it would only cost time
+    st.stop()
 case = errors.require(load, source, ref, inputs, int(sentences), int(seed),
                       what="Loading the model")
 chosen = widgets.multi("Recipes", list(recipes.CATALOGUE), "mf_recipes", list(PAGE_RECIPES),

@@ -70,3 +70,12 @@ def test_minilm_subset():
     assert "Spearman of pairwise similarities" in shown
     assert float(shown["Bits per weight"]) <= 6.0
     assert np.isfinite(float(shown["Output SQNR measured"].split()[0]))
+
+
+def test_the_warm_up_process_skips_the_model_load(monkeypatch, tmp_path):
+    from app import warm
+
+    onnx.save(tiny_model(), tmp_path / "tiny.onnx")
+    monkeypatch.setenv(warm.SERVER_PID, "1")
+    at = open_page({"mf_source": "path", "mf_path": str(tmp_path / "tiny.onnx")})
+    assert not at.get("plotly_chart") and not at.metric
