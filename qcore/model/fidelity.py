@@ -1,0 +1,259 @@
+"""Output fidelity: weights through QuantizeLinear → DequantizeLinear, the model run, compared.
+
+:func:`qdq` applies a report recipe (:mod:`qcore.report.recipes`: its grammar, its choice of
+scales, its opset and zero-point rules) to one weight and keeps everything the export needs.
+:class:`ModelCase` is a model with its inputs and float outputs; :meth:`ModelCase.fidelity`
+runs it with some weights replaced and measures (DESIGN §8), in float64:
+
+- ``output_sqnr_db`` = 10·log10(Σ y² / Σ (y − ŷ)²) over all outputs, ``max_abs`` = max |y − ŷ|;
+- embeddings (MiniLM): ``cosine_mean`` / ``cosine_min`` of each row with its float self, and
+  ``spearman``: the rank correlation of all pairwise cosine similarities between rows (float
+  vs quantized) — a task-free measure of whether the model still orders its inputs the same;
+- logits (the last axis of each output): ``kl`` = mean KL(softmax(y) ‖ softmax(ŷ)) and
+  ``top1`` = the fraction of rows whose argmax is unchanged.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..calibration import choose_params
+from ..formats import get_format
+from ..metrics import error_metrics
+from ..ops import dequantize_linear, quantize_linear
+from ..report.recipes import (
+    Recipe,
+    granularity_for,
+    parse_recipe,
+    required_opset,
+    stores_zero_point,
+)
+from .graph import Runner
+
+__all__ = ["FLOAT", "ModelCase", "Quantized", "apply_recipe", "compare", "qdq", "spearman"]
+
+#: The plan's name for a weight left in float32.
+FLOAT = "float32"
+
+
+@dataclass
+class Quantized:
+    """One weight through one recipe: codes, scale, zero point, attributes and the round trip."""
+
+    recipe: str
+    y: np.ndarray  # codes, an ml_dtypes / numpy array of the target type
+    scale: np.ndarray
+    zero_point: np.ndarray | None  # stored in the graph (see recipes.stores_zero_point)
+    axis: int
+    block_size: int
+    granularity: str
+    opset: int  # the oldest opset whose Q and DQ express it
+    x_hat: np.ndarray  # DequantizeLinear(QuantizeLinear(x)), float32
+    tensor_sqnr_db: float
+    bits: int  # codes + scales + stored zero points, in bits (DESIGN §8)
+    elements: int
+
+    @property
+    def bits_per_element(self) -> float:
+        return self.bits / self.elements if self.elements else math.nan
+
+
+def qdq(x: np.ndarray, recipe: Recipe | str) -> Quantized:
+    """Quantize and dequantize float32 ``x`` by a report recipe (the same scales, opset and
+    stored zero point as :func:`qcore.report.recipes.run_recipe`)."""
+    r = parse_recipe(recipe) if isinstance(recipe, str) else recipe
+    x = np.ascontiguousarray(x, np.float32)
+    gran, axis, block = granularity_for(r, x.shape)
+    params = choose_params(x, r.target, method=r.method, granularity=gran, axis=axis,
+                           block_size=block or 32)
+    fmt = params.format
+    sshape = tuple(np.shape(params.scale))
+    zp_asym = params.zero_point is not None and not (
+        fmt.signed and not np.any(np.asarray(params.zero_point).astype(np.int64)))
+    kw = params.kwargs
+    opset = required_opset(fmt.name, params.scale_format.name, tuple(x.shape), sshape, zp_asym,
+                           kw["axis"], kw["block_size"])
+    stored = stores_zero_point(params, opset)
+    zp = None
+    if stored:
+        zp = params.zero_point if params.zero_point is not None else np.zeros(sshape, fmt.dtype)
+        zp = np.asarray(zp, fmt.dtype)
+    out = None if opset < 21 else fmt.name
+    y = quantize_linear(x, params.scale, zp, output_dtype=out, opset=opset, **kw)
+    x_hat = dequantize_linear(y, params.scale, zp, opset=opset, **kw)
+    m = error_metrics(x, x_hat)
+    n_scales = int(np.asarray(params.scale).size)
+    bits = x.size * fmt.bits + n_scales * params.scale_format.bits \
+        + (n_scales * fmt.bits if stored else 0)
+    return Quantized(r.name, np.asarray(y), np.asarray(params.scale), zp, int(kw["axis"]),
+                     int(kw["block_size"]), gran, int(opset),
+                     np.ascontiguousarray(x_hat, np.float32), float(m["sqnr_db"]), int(bits),
+                     int(x.size))
+
+
+def float_bits(x: np.ndarray) -> int:
+    """Stored bits of a weight left in float (DESIGN §8: float32 counts 32 per element)."""
+    return int(x.size) * get_format(np.asarray(x).dtype).bits
+
+
+# ---------------------------------------------------------------------------------------------
+# measures
+
+
+def _rank(a: np.ndarray) -> np.ndarray:
+    """Ranks with ties averaged (what Spearman's coefficient needs)."""
+    order = np.argsort(a, kind="stable")
+    s = a[order]
+    ranks = np.empty(a.size, np.float64)
+    ranks[order] = np.arange(a.size, dtype=np.float64)
+    edges = np.flatnonzero(np.diff(s) != 0) + 1
+    starts = np.concatenate([[0], edges])
+    ends = np.concatenate([edges, [a.size]])
+    avg = (starts + ends - 1) / 2.0
+    ranks[order] = np.repeat(avg, ends - starts)
+    return ranks
+
+
+def spearman(a: np.ndarray, b: np.ndarray) -> float:
+    """Spearman's rank correlation of two equal-length vectors (ties averaged)."""
+    a = np.asarray(a, np.float64).ravel()
+    b = np.asarray(b, np.float64).ravel()
+    if a.size < 2:
+        return math.nan
+    ra, rb = _rank(a) - (a.size - 1) / 2.0, _rank(b) - (b.size - 1) / 2.0
+    den = math.sqrt(float(ra @ ra) * float(rb @ rb))
+    return float(ra @ rb) / den if den else math.nan
+
+
+def _cosines(e: np.ndarray) -> np.ndarray:
+    n = e / np.maximum(np.linalg.norm(e, axis=1, keepdims=True), 1e-300)
+    return n @ n.T
+
+
+def compare(ref: list[np.ndarray], out: list[np.ndarray], kind: str = "generic"
+            ) -> dict[str, float]:
+    """Measures of ``out`` against ``ref`` (module doc); ``kind``: generic, embedding, logits."""
+    sig = err = 0.0
+    max_abs = 0.0
+    for y, yh in zip(ref, out):
+        y64, yh64 = np.asarray(y, np.float64), np.asarray(yh, np.float64)
+        d = y64 - yh64
+        sig += float(np.sum(y64 * y64))
+        err += float(np.sum(d * d))
+        if d.size:
+            max_abs = max(max_abs, float(np.max(np.abs(d))))
+    sqnr = math.inf if err == 0 else (10 * math.log10(sig / err) if sig else -math.inf)
+    res = {"output_sqnr_db": sqnr, "max_abs": max_abs, "noise_power": err,
+           "signal_power": sig}
+    if kind == "embedding":
+        y = np.asarray(ref[0], np.float64).reshape(len(ref[0]), -1)
+        yh = np.asarray(out[0], np.float64).reshape(len(out[0]), -1)
+        cos = np.sum(y * yh, axis=1) / np.maximum(
+            np.linalg.norm(y, axis=1) * np.linalg.norm(yh, axis=1), 1e-300)
+        iu = np.triu_indices(len(y), 1)
+        res.update(cosine_mean=float(cos.mean()), cosine_min=float(cos.min()),
+                   spearman=spearman(_cosines(y)[iu], _cosines(yh)[iu]))
+    elif kind == "logits":
+        kls, agree, rows = 0.0, 0, 0
+        for y, yh in zip(ref, out):
+            a = np.asarray(y, np.float64).reshape(-1, np.shape(y)[-1])
+            b = np.asarray(yh, np.float64).reshape(-1, np.shape(yh)[-1])
+            la = a - a.max(axis=1, keepdims=True)
+            la -= np.log(np.exp(la).sum(axis=1, keepdims=True))
+            lb = b - b.max(axis=1, keepdims=True)
+            lb -= np.log(np.exp(lb).sum(axis=1, keepdims=True))
+            kls += float(np.sum(np.exp(la) * (la - lb)))
+            agree += int(np.sum(a.argmax(axis=1) == b.argmax(axis=1)))
+            rows += a.shape[0]
+        res.update(kl=kls / max(rows, 1), top1=agree / max(rows, 1))
+    return res
+
+
+# ---------------------------------------------------------------------------------------------
+# a model with its inputs
+
+
+@dataclass
+class ModelCase:
+    """A model, the batches it runs on and its float outputs.
+
+    ``order``: row j of the concatenated outputs is input ``order[j]`` (batches sorted by
+    length); None when the inputs are one batch. ``kind``: generic, embedding or logits.
+    """
+
+    name: str
+    model: Any
+    batches: list[dict[str, np.ndarray]]
+    kind: str = "generic"
+    order: np.ndarray | None = None
+    weights: list[str] | None = None
+    threads: int = 0
+    runner: Runner = field(init=False)
+    reference: list[np.ndarray] = field(init=False)
+    prefix: Any = field(init=False, default=None)  # a PrefixCache, made on first use
+
+    def __post_init__(self) -> None:
+        self.runner = Runner(self.model, self.weights, self.threads)
+        self.weights = self.runner.names
+        self.reference = self.run()
+
+    @property
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The float weights, by name."""
+        return self.runner.weights
+
+    def run(self, replace: Mapping[str, np.ndarray] | None = None) -> list[np.ndarray]:
+        """The outputs over all batches (concatenated along axis 0, in input order)."""
+        return self._combine([self.runner.run(b, replace) for b in self.batches])
+
+    def run_alone(self, tensor: str, value: np.ndarray) -> list[np.ndarray]:
+        """:meth:`run` with one weight replaced, recomputing only what depends on it where the
+        graph allows (:class:`qcore.model.graph.PrefixCache`)."""
+        if self.prefix is None:
+            from .graph import PrefixCache
+
+            self.prefix = PrefixCache(self.runner, self.batches)
+        if self.prefix.supports(tensor):
+            return self._combine(self.prefix.run(tensor, value))
+        return self.run({tensor: value})
+
+    def _combine(self, per: list[list[np.ndarray]]) -> list[np.ndarray]:
+        if len(per) == 1:
+            outs = per[0]
+        else:
+            outs = [np.concatenate([p[k] for p in per]) for k in range(len(per[0]))]
+        if self.order is not None:
+            restored = []
+            for o in outs:
+                r = np.empty_like(o)
+                r[self.order] = o
+                restored.append(r)
+            outs = restored
+        return outs
+
+    def fidelity(self, replace: Mapping[str, np.ndarray] | None = None) -> dict[str, float]:
+        """:func:`compare` of the outputs with ``replace``'s weights against the float ones."""
+        if replace is not None and len(replace) == 1:
+            ((tensor, value),) = replace.items()
+            return compare(self.reference, self.run_alone(tensor, value), self.kind)
+        return compare(self.reference, self.run(replace), self.kind)
+
+
+def apply_recipe(case: ModelCase, recipe: Recipe | str, tensors: list[str] | str | None = None
+                 ) -> dict[str, float]:
+    """The fidelity of one recipe on all weights (``tensors`` None), on one tensor (a name) or
+    on some (a list); weights the recipe cannot express stay float."""
+    names = case.weights if tensors is None else ([tensors] if isinstance(tensors, str)
+                                                  else list(tensors))
+    replace = {}
+    for t in names:
+        try:
+            replace[t] = qdq(case.arrays[t], recipe).x_hat
+        except ValueError:
+            continue
+    return case.fidelity(replace)

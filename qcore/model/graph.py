@@ -1,0 +1,309 @@
+"""Any ONNX model: load it, find its float weights, feed it, run it with chosen weights.
+
+The weights a tool may quantize are the model's float32 initializers of rank >= 2 (matrices,
+embedding tables, convolution kernels); biases and norms (rank 1) stay float, as every
+quantization tool leaves them. :class:`Runner` turns those initializers into graph inputs so
+one onnxruntime session runs the model with any replacement weights; its sessions turn
+intra-op spinning off (DESIGN §6: onnxruntime and qcore alternate here), disable graph
+optimisations and weight prepacking, so that a float weight fed as an input and the same weight
+computed by a DequantizeLinear node go through the same kernels (bit-for-bit comparisons).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import QuantizationError
+from . import require
+
+__all__ = ["ModelError", "PrefixCache", "Runner", "generate_inputs", "graph_inputs", "load_model",
+           "read_inputs", "session_options", "weight_names"]
+
+
+class ModelError(QuantizationError):
+    """A model, its inputs or a plan the tool cannot use (a ValueError)."""
+
+
+def load_model(path: str | os.PathLike) -> Any:
+    """The ``onnx.ModelProto`` at ``path``, external data loaded from beside it."""
+    onnx = require("onnx")
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise ModelError(f"model {str(path)!r}: no such file (give a .onnx path or 'minilm')")
+    try:
+        return onnx.load(str(p), load_external_data=True)
+    except Exception as exc:  # noqa: BLE001 - onnx raises many types for a bad file
+        raise ModelError(f"model {str(path)!r} is not an ONNX model onnx can load: "
+                         f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+                         ) from None
+
+
+def weight_names(model: Any, min_rank: int = 2) -> list[str]:
+    """Names of the float32 initializers of rank >= ``min_rank`` that are not graph inputs."""
+    onnx = require("onnx")
+    inputs = {i.name for i in model.graph.input}
+    return [t.name for t in model.graph.initializer
+            if t.data_type == onnx.TensorProto.FLOAT and len(t.dims) >= min_rank
+            and t.name not in inputs]
+
+
+def initializer_arrays(model: Any, names: list[str]) -> dict[str, np.ndarray]:
+    """The initializers ``names`` as NumPy arrays (float32, C order)."""
+    numpy_helper = require("onnx.numpy_helper")
+    wanted = set(names)
+    return {t.name: np.ascontiguousarray(numpy_helper.to_array(t), np.float32)
+            for t in model.graph.initializer if t.name in wanted}
+
+
+def graph_inputs(model: Any) -> list[tuple[str, np.dtype, list[int | str | None]]]:
+    """(name, NumPy dtype, shape with symbolic dims as names) of the inputs a user feeds."""
+    helper = require("onnx.helper")
+    inits = {t.name for t in model.graph.initializer}
+    out = []
+    for i in model.graph.input:
+        if i.name in inits:
+            continue
+        tt = i.type.tensor_type
+        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type))
+        dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+                for d in tt.shape.dim]
+        out.append((i.name, dtype, dims))
+    return out
+
+
+def generate_inputs(model: Any, seed: int = 0, int_range: tuple[int, int] = (0, 100),
+                    dim: int = 1) -> dict[str, np.ndarray]:
+    """Seeded inputs: floats standard normal, integers uniform in ``int_range`` (inclusive),
+    booleans fair coins; a symbolic dimension takes ``dim``."""
+    rng = np.random.default_rng(seed)
+    lo, hi = int(int_range[0]), int(int_range[1])
+    if hi < lo:
+        raise ModelError(f"int_range {int_range}: the low end must not exceed the high end")
+    out = {}
+    for name, dtype, dims in graph_inputs(model):
+        shape = tuple(d if isinstance(d, int) and d > 0 else dim for d in dims)
+        if dtype.kind == "f":
+            out[name] = rng.standard_normal(shape).astype(dtype)
+        elif dtype.kind in "iu":
+            out[name] = rng.integers(lo, hi, size=shape, endpoint=True).astype(dtype)
+        elif dtype.kind == "b":
+            out[name] = rng.random(shape) < 0.5
+        else:
+            raise ModelError(f"input {name!r} has type {dtype}; give it in an --inputs .npz")
+    return out
+
+
+def check_inputs(model: Any, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``feeds`` checked against the graph's inputs (names, ranks, fixed dims, dtype kinds);
+    floats and integers cast to the input's type."""
+    expected = graph_inputs(model)
+    names = [n for n, _, _ in expected]
+    missing = [n for n in names if n not in feeds]
+    extra = [n for n in feeds if n not in names]
+    if missing or extra:
+        raise ModelError(f"inputs do not match the model: missing {missing}, unknown {extra}; "
+                         f"the model's inputs are {names}")
+    out = {}
+    for name, dtype, dims in expected:
+        a = np.asarray(feeds[name])
+        if a.ndim != len(dims) or any(isinstance(d, int) and d > 0 and d != s
+                                      for d, s in zip(dims, a.shape)):
+            raise ModelError(f"input {name!r} has shape {a.shape}; the model wants "
+                             f"{[d if d else '?' for d in dims]}")
+        if (a.dtype.kind == "f") != (dtype.kind == "f"):
+            raise ModelError(f"input {name!r} is {a.dtype}; the model wants {dtype}")
+        out[name] = np.ascontiguousarray(a.astype(dtype, copy=False))
+    return out
+
+
+def read_inputs(path: str | os.PathLike, model: Any) -> dict[str, np.ndarray]:
+    """Inputs from an ``.npz`` whose array names are the graph's input names."""
+    try:
+        with np.load(Path(path).expanduser(), allow_pickle=False) as z:
+            feeds = {k: z[k] for k in z.files}
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"inputs {str(path)!r} are not a readable .npz: {exc}") from None
+    return check_inputs(model, feeds)
+
+
+def session_options(threads: int = 0) -> Any:
+    """onnxruntime options: spinning off, no graph optimisations, no prepacking (module doc)."""
+    ort = require("onnxruntime")
+    so = ort.SessionOptions()
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    so.add_session_config_entry("session.disable_prepacking", "1")
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.log_severity_level = 3
+    if threads:
+        so.intra_op_num_threads = int(threads)
+    return so
+
+
+def make_session(model: Any, threads: int = 0) -> Any:
+    """An onnxruntime CPU session of ``model`` (ModelError with onnxruntime's reason)."""
+    ort = require("onnxruntime")
+    try:
+        return ort.InferenceSession(model.SerializeToString(), session_options(threads),
+                                    providers=["CPUExecutionProvider"])
+    except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own exception types
+        msg = str(exc).strip().splitlines()
+        raise ModelError("onnxruntime cannot load the model: "
+                         + (msg[-1] if msg else type(exc).__name__)) from None
+
+
+class Runner:
+    """One model, its float weights, one session; :meth:`run` with any weights replaced.
+
+    ``weights``: the initializers to expose (default :func:`weight_names`); they become graph
+    inputs of the session's copy of the model, fed from :attr:`weights` unless replaced.
+    """
+
+    def __init__(self, model: Any, weights: list[str] | None = None, threads: int = 0) -> None:
+        onnx = require("onnx")
+        helper = require("onnx.helper")
+        self.model = model
+        self.names = list(weight_names(model) if weights is None else weights)
+        self.weights = initializer_arrays(model, self.names)
+        if not self.names:
+            raise ModelError("the model has no float32 initializers of rank >= 2 to quantize "
+                             "(weights that are graph inputs or float16/bfloat16 are not used)")
+        unknown = [n for n in self.names if n not in self.weights]
+        if unknown:
+            raise ModelError(f"weights {unknown} are not float initializers of the model")
+        exposed = onnx.ModelProto()
+        exposed.CopyFrom(model)
+        keep = [t for t in exposed.graph.initializer if t.name not in self.weights]
+        del exposed.graph.initializer[:]
+        exposed.graph.initializer.extend(keep)
+        for name in self.names:
+            exposed.graph.input.append(helper.make_tensor_value_info(
+                name, onnx.TensorProto.FLOAT, list(self.weights[name].shape)))
+        self.exposed = exposed
+        self.threads = threads
+        self.session = make_session(exposed, threads)
+        self.output_names = [o.name for o in self.session.get_outputs()]
+
+    def run(self, feeds: Mapping[str, np.ndarray],
+            replace: Mapping[str, np.ndarray] | None = None) -> list[np.ndarray]:
+        """The model's outputs with ``replace``'s weights in place of the float ones."""
+        all_feeds = dict(feeds)
+        all_feeds.update(self.weights)
+        if replace:
+            all_feeds.update({k: np.ascontiguousarray(v, np.float32) for k, v in replace.items()})
+        try:
+            return self.session.run(self.output_names, all_feeds)
+        except Exception as exc:  # noqa: BLE001
+            msg = str(exc).strip().splitlines()
+            raise ModelError("onnxruntime cannot run the model on these inputs: "
+                             + (msg[-1] if msg else type(exc).__name__)) from None
+
+
+class PrefixCache:
+    """Runs with one weight replaced that recompute only what depends on that weight.
+
+    The nodes downstream of weight W (those reading W, or reading what such a node made) are
+    the only ones whose results change when W alone changes. For each W, a sub-model holds
+    those nodes; its inputs are W, the graph inputs and other weights they read, and the
+    values the rest of the graph made (the *frontier*), which one run of the float model per
+    batch computes and keeps. A run of the sub-model gives the same outputs as a run of the
+    whole model with W replaced (the same operators on the same values, in the same session
+    options), at the cost of the downstream part alone: about half the model on average for a
+    chain of layers. Graphs with control flow (If, Loop, Scan bodies read outer values
+    implicitly) are not split: :meth:`supports` is False for every weight.
+    """
+
+    def __init__(self, runner: Runner, batches: list[Mapping[str, np.ndarray]]) -> None:
+        onnx = require("onnx")
+        self.runner = runner
+        self.batch_inputs = [dict(b) for b in batches]
+        self.sessions: dict[str, Any] = {}
+        g = runner.exposed.graph
+        self.plans: dict[str, tuple[Any, list[str], list[str], list[str]]] = {}
+        self.values: list[dict[str, np.ndarray]] = []
+        graph_attr = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+        if any(a.type in graph_attr for n in g.node for a in n.attribute):
+            return
+        inferred = onnx.shape_inference.infer_shapes(runner.exposed)
+        types = {v.name: v.type.tensor_type.elem_type
+                 for v in list(inferred.graph.value_info) + list(g.input) + list(g.output)}
+        graph_inputs = {i.name for i in g.input}
+        inits = {t.name for t in g.initializer}
+        outputs = [o.name for o in g.output]
+        cuts: dict[str, list[str]] = {}
+        for w in runner.names:
+            tainted, marked = {w}, []
+            for n in g.node:
+                if any(i in tainted for i in n.input if i):
+                    marked.append(n)
+                    tainted.update(o for o in n.output if o)
+            made = {o for n in marked for o in n.output}
+            frontier = sorted({i for n in marked for i in n.input
+                               if i and i not in made and i not in graph_inputs
+                               and i not in inits})
+            feeds = sorted({i for n in marked for i in n.input if i in graph_inputs})
+            if any(not types.get(f) for f in frontier) or len(marked) == len(g.node):
+                continue  # untyped values, or nothing to save: the whole model runs
+            sub = self._submodel(runner.exposed, marked, frontier, feeds, types,
+                                 [o for o in outputs if o in made])
+            self.plans[w] = (sub, frontier, feeds, [o for o in outputs if o in made])
+            cuts[w] = frontier
+        needed = sorted({f for fr in cuts.values() for f in fr})
+        if not needed:
+            return
+        probe = onnx.ModelProto()
+        probe.CopyFrom(runner.exposed)
+        helper = require("onnx.helper")
+        for name in needed:
+            probe.graph.output.append(helper.make_tensor_value_info(name, types[name], None))
+        session = make_session(probe, runner.threads)
+        names = outputs + needed
+        for b in batches:
+            feeds_b = dict(b)
+            feeds_b.update(runner.weights)
+            self.values.append(dict(zip(names, session.run(names, feeds_b))))
+
+    @staticmethod
+    def _submodel(model: Any, marked: list, frontier: list[str], feeds: list[str],
+                  types: dict[str, int], outs: list[str]) -> Any:
+        helper = require("onnx.helper")
+        g = model.graph
+        used = {i for n in marked for i in n.input}
+        inputs = [i for i in g.input if i.name in feeds]
+        inputs += [helper.make_tensor_value_info(f, types[f], None) for f in frontier]
+        graph = helper.make_graph(marked, g.name + ".downstream", inputs,
+                                  [o for o in g.output if o.name in outs],
+                                  initializer=[t for t in g.initializer if t.name in used])
+        sub = helper.make_model(graph, opset_imports=list(model.opset_import))
+        sub.ir_version = model.ir_version
+        return sub
+
+    def supports(self, weight: str) -> bool:
+        """Whether runs with ``weight`` replaced can use the cache."""
+        return weight in self.plans and bool(self.values)
+
+    def run(self, weight: str, value: np.ndarray) -> list[list[np.ndarray]]:
+        """Per batch, the model's outputs with ``weight`` replaced by ``value``."""
+        sub, frontier, feeds, outs = self.plans[weight]
+        if weight not in self.sessions:
+            self.sessions.clear()  # one sub-model session at a time: each keeps its own arena
+            self.sessions[weight] = make_session(sub, self.runner.threads)
+        session = self.sessions[weight]
+        value = np.ascontiguousarray(value, np.float32)
+        result = []
+        for i, cached in enumerate(self.values):
+            f = {name: cached[name] for name in frontier}
+            for name in feeds:
+                f[name] = value if name == weight else (
+                    self.runner.weights[name] if name in self.runner.weights
+                    else self._batch_input(i, name))
+            got = dict(zip(outs, session.run(outs, f))) if outs else {}
+            result.append([got.get(o, cached[o]) for o in self.runner.output_names])
+        return result
+
+    def _batch_input(self, i: int, name: str) -> np.ndarray:
+        return self.batch_inputs[i][name]

@@ -1,0 +1,152 @@
+"""Sensitivity: each weight tensor × each recipe quantized alone, and each recipe on every weight.
+
+A row says what one recipe does to one tensor (its bits and its own SQNR) and what the model
+feels (the output SQNR with that tensor alone replaced by its round trip). Rows with
+``tensor == "*"`` are one recipe on every weight at once. :func:`correlation` answers "does a
+tensor's own SQNR predict the model's drift?" over the single-tensor rows.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..report.recipes import parse_recipes
+from .fidelity import ModelCase, float_bits, qdq, spearman
+
+__all__ = ["COLUMNS", "Sensitivity", "correlation", "measure", "uniform", "write_csv"]
+
+#: The table's columns (the CLI's contract is the first five).
+COLUMNS = ("tensor", "recipe", "bits_per_element", "tensor_sqnr_db", "output_sqnr_db",
+           "max_abs", "bits", "elements", "noise_power", "opset", "cosine_mean", "spearman",
+           "kl", "top1")
+
+Progress = Callable[[int, int, str], None]
+
+
+@dataclass
+class Sensitivity:
+    """The single-tensor rows of a model and what the plan needs from them."""
+
+    tensors: list[str]
+    recipes: list[str]
+    elements: dict[str, int]
+    float_bits: dict[str, int]
+    rows: list[dict]
+    signal_power: float
+
+    def row(self, tensor: str, recipe: str) -> dict | None:
+        for r in self.rows:
+            if r["tensor"] == tensor and r["recipe"] == recipe:
+                return r
+        return None
+
+
+def _row(tensor: str, q, fid: dict) -> dict:
+    return {"tensor": tensor, "recipe": q.recipe, "bits_per_element": q.bits_per_element,
+            "tensor_sqnr_db": q.tensor_sqnr_db, "output_sqnr_db": fid["output_sqnr_db"],
+            "max_abs": fid["max_abs"], "bits": q.bits, "elements": q.elements,
+            "noise_power": fid["noise_power"], "opset": q.opset,
+            "cosine_mean": fid.get("cosine_mean", math.nan),
+            "spearman": fid.get("spearman", math.nan), "kl": fid.get("kl", math.nan),
+            "top1": fid.get("top1", math.nan)}
+
+
+def measure(case: ModelCase, recipes: Sequence[str] | str, tensors: Sequence[str] | None = None,
+            progress: Progress | None = None) -> Sensitivity:
+    """Every tensor × every recipe alone: one model run each (a recipe that cannot express a
+    tensor is left out for it)."""
+    names = [r.name for r in parse_recipes(recipes)]
+    chosen = list(case.weights if tensors is None else tensors)
+    unknown = [t for t in chosen if t not in case.arrays]
+    if unknown:
+        from .graph import ModelError
+        raise ModelError(f"tensors {unknown} are not weights of the model; its weights: "
+                         + ", ".join(case.weights))
+    rows = []
+    total, done = len(chosen) * len(names), 0
+    for t in chosen:
+        x = case.arrays[t]
+        for r in names:
+            if progress:
+                progress(done, total, f"{t} × {r}")
+            try:
+                q = qdq(x, r)
+            except ValueError:
+                done += 1
+                continue
+            rows.append(_row(t, q, case.fidelity({t: q.x_hat})))
+            done += 1
+    if progress:
+        progress(total, total, "done")
+    signal = sum(float(np.sum(np.asarray(y, np.float64) ** 2)) for y in case.reference)
+    return Sensitivity(chosen, names, {t: int(case.arrays[t].size) for t in chosen},
+                       {t: float_bits(case.arrays[t]) for t in chosen}, rows, signal)
+
+
+def uniform(case: ModelCase, recipes: Sequence[str] | str,
+            tensors: Sequence[str] | None = None,
+            progress: Progress | None = None) -> list[dict]:
+    """One row per recipe with ``tensor == "*"``: that recipe on every weight (those it cannot
+    express stay float and count 32 bits)."""
+    names = [r.name for r in parse_recipes(recipes)]
+    chosen = list(case.weights if tensors is None else tensors)
+    out = []
+    for i, r in enumerate(names):
+        if progress:
+            progress(i, len(names), f"* × {r}")
+        replace, bits, n, noise_t = {}, 0, 0, []
+        for t in chosen:
+            x = case.arrays[t]
+            n += x.size
+            try:
+                q = qdq(x, r)
+            except ValueError:
+                bits += float_bits(x)
+                continue
+            replace[t] = q.x_hat
+            bits += q.bits
+            sig = float(np.sum(x.astype(np.float64) ** 2))
+            noise_t.append(sig * 10 ** (-q.tensor_sqnr_db / 10) if math.isfinite(
+                q.tensor_sqnr_db) else 0.0)
+        fid = case.fidelity(replace)
+        tensor_sqnr = (10 * math.log10(sum(float(np.sum(case.arrays[t].astype(np.float64) ** 2))
+                                           for t in chosen) / sum(noise_t))
+                       if sum(noise_t) > 0 else math.inf)
+        out.append({"tensor": "*", "recipe": r, "bits_per_element": bits / n,
+                    "tensor_sqnr_db": tensor_sqnr, "output_sqnr_db": fid["output_sqnr_db"],
+                    "max_abs": fid["max_abs"], "bits": bits, "elements": n,
+                    "noise_power": fid["noise_power"], "opset": "",
+                    "cosine_mean": fid.get("cosine_mean", math.nan),
+                    "spearman": fid.get("spearman", math.nan), "kl": fid.get("kl", math.nan),
+                    "top1": fid.get("top1", math.nan)})
+    if progress:
+        progress(len(names), len(names), "done")
+    return out
+
+
+def correlation(rows: Sequence[dict]) -> dict[str, float]:
+    """Pearson and Spearman correlation of tensor SQNR with output SQNR over the single-tensor
+    rows whose both values are finite, and how many rows that is."""
+    pairs = np.array([(r["tensor_sqnr_db"], r["output_sqnr_db"]) for r in rows
+                      if r["tensor"] != "*" and math.isfinite(r["tensor_sqnr_db"])
+                      and math.isfinite(r["output_sqnr_db"])], np.float64).reshape(-1, 2)
+    if len(pairs) < 3:
+        return {"pearson": math.nan, "spearman": math.nan, "n": len(pairs)}
+    return {"pearson": float(np.corrcoef(pairs[:, 0], pairs[:, 1])[0, 1]),
+            "spearman": spearman(pairs[:, 0], pairs[:, 1]), "n": len(pairs)}
+
+
+def write_csv(rows: Sequence[dict], path: str | os.PathLike) -> None:
+    """The rows as CSV with :data:`COLUMNS` (numbers as Python writes them; inf as ``inf``)."""
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=list(COLUMNS), extrasaction="ignore")
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: ("" if isinstance(v, float) and math.isnan(v) else v)
+                        for k, v in r.items()})
