@@ -28,6 +28,8 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+from app import nav
+
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -35,14 +37,12 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-f
 COLD_TARGETS_S = {"Home": 10.0, "Quantize Lab": 25.0}
 WARM_TARGET_S = 3.0
 #: (title, URL path) of every page, in the app's order (default views)
-PAGES = [("Home", ""), ("Quantize Lab", "quantize_lab"), ("Format Compare", "format_compare"),
-         ("Round Trip & Sweeps", "round_trip_sweeps"), ("Model Report", "model_report"),
-         ("Dynamic Quantization", "dynamic_quantization"), ("Number Formats", "number_formats"),
-         ("Operator Versions", "operator_versions"), ("Conformance", "conformance")]
+PAGES = [(p.title, "" if p.script == nav.DEFAULT else nav.url_path(p))
+         for p in sorted(nav.PAGES, key=lambda p: p.script != nav.DEFAULT)]
 #: Pages whose default view draws no plotly chart (every other page is rendered only once its
 #: first chart has drawn: charts load lazily, after the script run, so a page can look "done"
 #: with none in the DOM yet)
-CHARTLESS = {"Conformance"}
+CHARTLESS = {"Conformance", "Learn: guided path", "Model Fidelity", "Glossary"}
 _WARM_DONE = re.compile(r"\[qcore\.app\] warm-up done in ([0-9.]+) s")
 _PAGES_READY = re.compile(r"\[qcore\.app\] warm-up: every page's default view ready in "
                           r"([0-9.]+) s")

@@ -24,6 +24,7 @@ DOC_SHOTS = ROOT / "docs" / "screenshots"
 #: (screenshot name, URL path and query) of every page, in the app's order. The queries pick
 #: views worth a screenshot (real tensors from datasets/); AppTest covers every default.
 PAGES = [
+    ("learn", "learn?step=2"),
     ("home", ""),
     ("quantize_lab", "quantize_lab?src=dataset&ds=layer5.ffn.residual&target=int4&gran=blocked"
                      "&axis=1&block=32&logy=1"),
@@ -31,10 +32,12 @@ PAGES = [
                        "&c_axis=0"),
     ("round_trip_sweeps", "round_trip_sweeps?dist=laplace&s_target=int4"),
     ("model_report", "model_report?mr_source=datasets"),
+    ("model_fidelity", "model_fidelity"),
     ("dynamic_quantization", "dynamic_quantization?src=dataset&ds=layer0.ffn.act&d_logy=1"),
     ("number_formats", "number_formats"),
     ("operator_versions", "operator_versions"),
     ("conformance", "conformance"),
+    ("glossary", "glossary"),
 ]
 
 #: Every page's title by its name (the URL path; Home's is "home"), from the benchmark's list.
