@@ -282,7 +282,7 @@ def lab(spec, cfg) -> LabResult:
     from qcore import metrics
 
     x, params, y, x_hat = _quantize(spec, cfg)
-    m = metrics.error_metrics(x, x_hat, y=y, params=params)
+    m = metrics.error_metrics(x, x_hat, y=y, params=params, opset=cfg.opset)
     xf = x.astype(np.float32, copy=False)
     counts, edges = metrics.histogram(xf, bins=HIST_BINS)
     with np.errstate(all="ignore"):
@@ -495,7 +495,8 @@ def clipping(spec, cfg, n: int = 40) -> pd.DataFrame:
     return analysis.clipping_sweep(tensors.load(spec), cfg.target, n=n,
                                    granularity=cfg.granularity, axis=cfg.axis,
                                    block_size=cfg.block_size, saturate=cfg.saturate,
-                                   opset=cfg.opset, scale_dtype=cfg.scale_dtype)
+                                   opset=cfg.opset, scale_dtype=cfg.scale_dtype,
+                                   method=cfg.method)
 
 
 @st.cache_data(max_entries=8, show_spinner="Sweeping block sizes…")

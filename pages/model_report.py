@@ -183,7 +183,7 @@ def heatmap(matrix: pd.DataFrame, value: str) -> go.Figure:
 
 def pareto(table: pd.DataFrame) -> go.Figure:
     fig = charts.figure("Whole model: SQNR vs bits per element",
-                        "bits per element (total bytes × 8 / elements)",
+                        "bits per element (stored bits / elements)",
                         "SQNR (dB, element-weighted)", height=420)
     fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.18, x=0, xanchor="left"))
     front = table[table["pareto"]].sort_values("bits_per_element")
