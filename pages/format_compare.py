@@ -3,6 +3,7 @@
 import streamlit as st
 
 from app import charts, compute, controls, errors, explain, frame, tensors, text, widgets
+from qcore import analysis
 
 frame.enter()
 
@@ -24,9 +25,10 @@ left, right = st.columns([5, 4], gap="medium")
 with left:
     charts.show(charts.pareto(df))
 with right:
-    best = df[df["error"] == ""].sort_values("sqnr_db", ascending=False)
-    if len(best):
-        top = best.iloc[0]
+    best = df[df["error"] == ""]
+    pick = analysis.front_pick(best["bits_per_element"], best["sqnr_db"]) if len(best) else None
+    if pick is not None:
+        top = best.iloc[pick]
         c1, c2 = st.columns(2)
         c1.metric("Best SQNR", text.db(top["sqnr_db"]), help="Among the chosen formats.",
                   border=True)

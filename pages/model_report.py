@@ -14,7 +14,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from app import charts, compute, errors, frame, theme, widgets
-from qcore import datasets
+from qcore import analysis, datasets
 from qcore.report import core, list_tensors, models, recipes, synthetic
 
 frame.enter()
@@ -143,8 +143,10 @@ per = summary["recipes"]
 if per.empty:
     st.warning("No rows without errors.")
 else:
-    best = per.sort_values("sqnr_db_weighted", ascending=False).iloc[0]
-    cheapest_good = per[per["sqnr_db_weighted"] >= 30].sort_values("bits_per_element")
+    # both picks from the Pareto front (qcore.analysis.front_pick): never a dominated recipe
+    best = per.iloc[analysis.front_pick(per["bits_per_element"], per["sqnr_db_weighted"]) or 0]
+    good = analysis.front_pick(per["bits_per_element"], per["sqnr_db_weighted"], min_sqnr_db=30)
+    cheapest_good = per.iloc[[] if good is None else [good]]
     m1, m2, m3 = st.columns(3)
     m1.metric("Best recipe (element-weighted SQNR)", str(best["recipe"]),
               f"{best['sqnr_db_weighted']:.2f} dB", delta_color="off", border=True)
