@@ -374,9 +374,9 @@ def npz_bytes(spec, cfg) -> bytes:
 
     x, params, y, _ = _quantize(spec, cfg)
     return export.npz_bytes(
-        y, params.scale, params.zero_point, **params.kwargs, saturate=int(cfg.saturate), opset=cfg.opset,
-        operator=qcore.resolve(qcore.QUANTIZE, cfg.opset).label,
-        precision=cfg.precision or None)
+        y, params.scale, params.zero_point, **params.kwargs, saturate=int(cfg.saturate),
+        opset=cfg.opset, operator=qcore.resolve(qcore.QUANTIZE, cfg.opset).label,
+        precision=cfg.precision or None, x_type=qcore.get_format(x.dtype).name)
 
 
 def packed_bytes(y: np.ndarray) -> bytes:

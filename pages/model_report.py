@@ -147,7 +147,7 @@ else:
     best = per.iloc[analysis.front_pick(per["bits_per_element"], per["sqnr_db_weighted"]) or 0]
     good = analysis.front_pick(per["bits_per_element"], per["sqnr_db_weighted"], min_sqnr_db=30)
     cheapest_good = per.iloc[[] if good is None else [good]]
-    m1, m2, m3 = st.columns(3)
+    m1, m2, m3 = st.columns([2, 2, 1])  # recipe names must not be cut off
     m1.metric("Best recipe (element-weighted SQNR)", str(best["recipe"]),
               f"{best['sqnr_db_weighted']:.2f} dB", delta_color="off", border=True)
     if len(cheapest_good):

@@ -23,7 +23,7 @@ def clipping_tab() -> None:
     full = df.iloc[-1]
     exact = bool((df["mse"] == 0).all())
     gain = text.db_gain(best["sqnr_db"], full["sqnr_db"])
-    c1, c2, c3, c4 = st.columns(4)
+    c1, c2, c3, c4 = st.columns([1.4, 1, 1, 1.3])  # the values must not be cut off
     c1.metric("Best clipping range", f"{best['clip_ratio']:.2f} × max|x|", border=True)
     c2.metric("Threshold", text.short_num(best["threshold"], 4), border=True)
     c3.metric("Best SQNR", text.db(best["sqnr_db"]), border=True,

@@ -23,7 +23,8 @@ if TYPE_CHECKING:
     import pandas as pd
 
 _METRIC_COLUMNS = ("bits_per_element", "sqnr_db", "rmse", "max_abs_error", "clipped_fraction",
-                   "mse", "mean_abs_error", "mean_rel_error", "nan_out", "inf_out")
+                   "mse", "mean_abs_error", "mean_rel_error", "nan_out", "inf_out",
+                   "sqnr_coverage", "nonfinite_made")
 
 
 def pareto_front(cost: Any, quality: Any) -> np.ndarray:

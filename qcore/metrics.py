@@ -175,7 +175,9 @@ def error_metrics(x: Any, x_hat: Any, *, y: Any = None, target: Any = None,
     """Error statistics of a round trip x -> x_hat (one numba pass).
 
     Keys: mse, rmse, sqnr_db, max_abs_error, mean_abs_error, mean_rel_error, clipped_fraction,
-    nan_in, inf_in, nan_out, inf_out, bits_per_element, n, plus n_compared, sqnr_coverage
+    nan_in, inf_in, nan_out, inf_out, bits_per_element, n, plus nan_made / inf_made /
+    nonfinite_made (finite x turned into NaN / +-Inf / either by quantizing: the NaN and Inf
+    the quantization *produced*, input NaN/Inf left out), n_compared, sqnr_coverage
     (n_compared / n: the share the error figures cover), n_clipped and clipping_mse /
     rounding_mse (the mse split between clipped and in-range elements).
     ``clipped_fraction`` and the split need ``params``; ``bits_per_element`` needs the target
@@ -209,6 +211,8 @@ def error_metrics(x: Any, x_hat: Any, *, y: Any = None, target: Any = None,
         sqnr = -math.inf
     else:
         sqnr = 10.0 * math.log10(st[S_SX2] / st[S_SSE])
+    made = int(st[S_NFIN] - ncmp)  # finite x whose x̂ is NaN or +-Inf: made by quantizing
+    nan_made = int(np.count_nonzero(np.isnan(ha) & np.isfinite(xa))) if made else 0
     if fmt is None:
         bpe = math.nan
     elif params is not None:
@@ -231,6 +235,9 @@ def error_metrics(x: Any, x_hat: Any, *, y: Any = None, target: Any = None,
         "inf_out": int(st[S_INFOUT]),
         "bits_per_element": bpe,
         "n": int(n),
+        "nan_made": nan_made,
+        "inf_made": made - nan_made,
+        "nonfinite_made": made,
         "n_compared": int(ncmp),
         "sqnr_coverage": ncmp / n if n else nan,
         "n_clipped": int(st[S_NCLIP]) if has_range else 0,

@@ -220,3 +220,99 @@ def test_model_report_fewest_bits_pick_is_never_dominated(tmp_path):
     shown = {m.label: m.value for m in at.metric}
     assert shown["Fewest bits with ≥ 30 dB"] == "float8e4m3fn:per-tensor"
     assert shown["Best recipe (element-weighted SQNR)"] == "float8e4m3fn:per-tensor"
+
+
+# ---------------------------------------------------------------------------------------------
+# what the pages say about the figures
+
+
+def _page(page: str, state: dict):
+    from pathlib import Path
+
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(Path(__file__).resolve().parent.parent / "streamlit_app.py"),
+                           default_timeout=300)
+    for k, v in state.items():
+        at.session_state[k] = v
+    at.switch_page(f"pages/{page}.py")
+    at.run()
+    assert not at.exception, [e.message for e in at.exception]
+    return at
+
+
+SMALL = {"rows": 24, "cols": 80, "dist": "outliers", "seed": 3}
+
+
+def test_mx_shows_the_scale_type_in_use():
+    at = _page("quantize_lab", {**SMALL, "method": "mx", "target": "float4e2m1",
+                                "gran": "blocked", "stype": "float16"})
+    box = [s for s in at.selectbox if s.label == "Scale type"]
+    assert len(box) == 1 and box[0].disabled and box[0].value == "float8e8m0"
+    assert any("(float8e8m0)" in c.value for c in at.caption)
+    # the choice for the other methods is kept
+    at.session_state["method"] = "absmax"
+    at.run()
+    box = [s for s in at.selectbox if s.label == "Scale type"]
+    assert box[0].value == "float16" and not box[0].disabled
+
+
+def test_one_lost_element_is_not_called_all():
+    """Saturate off, a manual scale that loses only the largest elements to NaN (a share that
+    rounds to 100 % at 3 digits): the SQNR card says which share it covers without calling it
+    100 %, and the NaN is counted once, the same on the card and in the warning."""
+    state = {"rows": 64, "cols": 128, "dist": "normal", "seed": 3}
+    x = tensors.load(tensors.TensorSpec(source="synthetic", distribution="normal", rows=64,
+                                        cols=128, seed=3))
+    order = np.sort(np.abs(x.reshape(-1)).astype(np.float64))
+    scale = (order[-1] + order[-2]) / 2 / 464  # e4m3fn: beyond 448 + 16 becomes NaN
+    want = int((np.abs(x.astype(np.float64)) / np.float32(scale) > 464).sum())
+    assert 0 < want and f"{100 * (x.size - want) / x.size:.3g}" == "100"
+    at = _page("quantize_lab", {**state, "target": "float8e4m3fn", "method": "manual",
+                                "mscale": scale, "sat": False})
+    shown = {m.label: m for m in at.metric}
+    assert int(shown["NaN produced"].value.replace(",", "")) == want
+    assert shown["Inf produced"].value == "0"
+    delta = shown["SQNR"].proto.delta
+    assert "100 %" not in delta and "finite" in delta, delta
+    assert "what it counts" in shown["Clipped"].proto.help.lower()
+    warning = " ".join(w.value for w in at.warning)
+    assert f"{want} element(s)" in warning and f"{x.size - want:,} of {x.size:,}" in warning
+
+
+def test_npz_download_records_x_type_and_keeps_the_scale_type():
+    import io as _io
+
+    import qcore
+
+    spec = tensors.TensorSpec(source="synthetic", rows=8, cols=64, x_type="float16")
+    for stype, stored in (("float16", np.float16), ("bfloat16", np.uint16),
+                          ("float", np.float32)):
+        cfg = QuantConfig(opset=25, target="int8", method="absmax", scale_dtype=stype)
+        data = np.load(_io.BytesIO(compute.npz_bytes(spec, cfg)), allow_pickle=False)
+        x = tensors.load(spec)
+        assert str(data["x_type"]) == "float16" == qcore.get_format(x.dtype).name
+        assert data["scale"].dtype == stored
+        p = calibration.choose_params(x, "int8", method="absmax", scale_dtype=stype)
+        assert str(data["scale_type"]) == qcore.get_format(np.asarray(p.scale).dtype).name
+        np.testing.assert_array_equal(data["scale"], np.asarray(p.scale).view(stored))
+        np.testing.assert_array_equal(data["y"], p.quantize(x, opset=25))
+
+
+def test_upload_without_a_file_prompts_and_bfloat16_is_called_exact():
+    at = _page("quantize_lab", {"src": "upload"})
+    assert any("choose a file" in i.value.lower() for i in at.info)
+    a = np.arange(6, dtype=np.float32).astype(ml_dtypes.bfloat16).reshape(2, 3)
+    at.file_uploader(key="upload_file").upload("w.safetensors", _safetensors_bf16(a))
+    at.run()
+    note = " ".join(c.value for c in at.caption)
+    assert "bfloat16" in note and "exact" in note and "rounded" not in note, note
+
+
+def _safetensors_bf16(a: np.ndarray) -> bytes:
+    import json
+
+    text = json.dumps({"w": {"dtype": "BF16", "shape": list(a.shape),
+                             "data_offsets": [0, a.nbytes]}}).encode()
+    text += b" " * (-len(text) % 8)
+    return len(text).to_bytes(8, "little") + text + a.tobytes()
