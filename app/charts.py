@@ -23,8 +23,10 @@ def figure(title: str, x_title: str, y_title: str, *, height: int = 340,
            log_x: bool = False, log_y: bool = False) -> go.Figure:
     """An empty figure with the app's look, a title and axis labels."""
     fig = go.Figure()
-    fig.update_layout(template=theme.TEMPLATE, title=dict(text=title), height=height,
-                      xaxis_title=x_title, yaxis_title=y_title)
+    # the title 12 px below the top whatever the height (a fraction of a tall figure's
+    # height would put it over the first row of the plot)
+    fig.update_layout(template=theme.TEMPLATE, title=dict(text=title, y=1 - 12 / height),
+                      height=height, xaxis_title=x_title, yaxis_title=y_title)
     if log_x:
         fig.update_xaxes(type="log", dtick=1)
     if log_y:
@@ -87,6 +89,19 @@ _CLASS_COLORS = {"normal": theme.INPUT, "subnormal": theme.OUTPUT, "zero": theme
                  "integer": theme.INPUT, "power of two": theme.INPUT}
 
 
+def _log_ticks(fig: go.Figure, values: Any, axis: str = "x") -> None:
+    """Ticks at the powers of two of a log axis spanning under three decades (the decade
+    ticks would leave one or none: float4's 0.5…6)."""
+    v = np.asarray(values, np.float64)
+    v = v[np.isfinite(v) & (v > 0)]
+    if v.size < 2 or v.max() / v.min() >= 1000:
+        return
+    ks = range(int(np.floor(np.log2(v.min()))), int(np.ceil(np.log2(v.max()))) + 1)
+    vals = [2.0 ** k for k in ks]
+    upd = fig.update_xaxes if axis == "x" else fig.update_yaxes
+    upd(tickmode="array", tickvals=vals, ticktext=[f"{t:g}" for t in vals])
+
+
 def number_line(values: np.ndarray, classes: np.ndarray, name: str, *, log: bool) -> go.Figure:
     """Every finite value of a format on a number line (positive magnitudes when log)."""
     v = np.asarray(values, dtype=np.float64)
@@ -106,6 +121,8 @@ def number_line(values: np.ndarray, classes: np.ndarray, name: str, *, log: bool
                                              line=dict(width=1.6)),
                                  hovertemplate="%{x:.6g}<extra>" + cls + "</extra>"))
     fig.update_yaxes(visible=False, range=[-1, 1])
+    if log:
+        _log_ticks(fig, v[finite & (v > 0)])
     return fig
 
 
@@ -118,6 +135,8 @@ def spacing(df: pd.DataFrame, name: str) -> go.Figure:
                              name="gap", customdata=df["relative gap"],
                              hovertemplate="value %{x:.4g}<br>gap %{y:.4g}<br>relative "
                                            "%{customdata:.2%}<extra></extra>"))
+    _log_ticks(fig, df["value"], "x")
+    _log_ticks(fig, df["gap"], "y")
     return fig
 
 

@@ -219,13 +219,18 @@ with right:
     st.caption(compute.PARETO_RULE.format(noun="recipe"))
     table = per.copy()
     table["MiB"] = table["bytes"] / 2**20
-    st.dataframe(table[["recipe", "bits_per_element", "MiB", "sqnr_db_weighted",
-                        "sqnr_db_model", "min_sqnr_db", "pareto"]], hide_index=True,
+    # SQNR beside the recipe: the narrow column scrolls, the figures that matter stay in view
+    st.dataframe(table[["recipe", "sqnr_db_weighted", "bits_per_element", "pareto",
+                        "sqnr_db_model", "min_sqnr_db", "MiB"]], hide_index=True,
                  column_config={
+                     "recipe": st.column_config.TextColumn("recipe", pinned=True),
                      "bits_per_element": st.column_config.NumberColumn("bits/elem", format="%.3f"),
                      "MiB": st.column_config.NumberColumn("MiB", format="%.2f"),
-                     "sqnr_db_weighted": st.column_config.NumberColumn("SQNR dB (weighted)",
-                                                                       format="%.2f"),
+                     "sqnr_db_weighted": st.column_config.NumberColumn("SQNR dB",
+                                                                       format="%.2f",
+                                                                       help="Element-weighted "
+                                                                            "mean over the "
+                                                                            "tensors."),
                      "sqnr_db_model": st.column_config.NumberColumn("SQNR dB (model)",
                                                                     format="%.2f"),
                      "min_sqnr_db": st.column_config.NumberColumn("worst dB", format="%.2f"),
