@@ -157,3 +157,78 @@ def _state(pid: int, want: str, timeout: float = 5) -> bool:
                 return True
         time.sleep(0.02)
     return False
+
+
+def _compile_page():
+    """A page that compiles a kernel nobody has compiled (a fresh function, no disk cache);
+    a listener stretches the compilation so the notice has time to show."""
+    import time
+
+    import numba
+    import numpy as np
+    import streamlit as st
+    from numba.core import event
+
+    from app import warm
+
+    warm.NOTICE_AFTER_S = 0.1
+
+    class Slow(event.Listener):
+        def on_start(self, ev):
+            time.sleep(2.2)
+
+        def on_end(self, ev):
+            pass
+
+    @numba.njit(cache=False)
+    def fresh_kernel(a):
+        return a.sum()
+
+    slow = Slow()
+    event.register("numba:compile", slow)
+    try:
+        with warm.page_running():
+            fresh_kernel(np.ones(3))
+            fresh_kernel(np.ones(4))  # compiled already: no second notice
+    finally:
+        event.unregister("numba:compile", slow)
+    st.write("done")
+
+
+def test_a_page_waiting_for_a_compiler_says_so_with_progress():
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_function(_compile_page, default_timeout=120)
+    at.run()
+    assert not at.exception
+    said = [t.value for t in at.toast]
+    assert any("Compiling fresh kernel for this CPU, once (kernel 1, " in s and "s so far" in s
+               for s in said), said
+    assert any(s.startswith("Compiled 1 kernel(s) for this CPU") for s in said), said
+
+
+def test_the_watch_counts_only_its_own_thread():
+    """A compilation in another thread (the server's warm-up) is not the page's."""
+    import numba
+    import numpy as np
+
+    @numba.njit(cache=False)
+    def other(a):
+        return a.max()
+
+    @numba.njit(cache=False)
+    def mine(a):
+        return a.min()
+
+    watch = warm.CompileWatch.start()
+    try:
+        t = threading.Thread(target=other, args=(np.ones(2),))
+        t.start()
+        t.join()
+        assert watch.count == 0
+        mine(np.ones(2))
+        assert watch.count == 1 and watch.name == "mine" and watch.depth == 0
+    finally:
+        watch.stop()
+    mine(np.ones(2, np.float32))  # after the run: no watch
+    assert watch.count == 1
