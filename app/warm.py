@@ -7,7 +7,12 @@ Lab's default view (where most users go next) in the server itself; then the ser
 then compiles every other kernel specialisation, and numba's on-disk cache hands each kernel to
 the server. The process is stopped (SIGSTOP) while a page script runs and continued once none
 has for :data:`PROCESS_QUIET_S` seconds, so it takes no core from a page or from the browser
-drawing it. In the server, a long warm-up held the server's GIL and numba's process-wide
+drawing it. Its CPU is bounded: one core at most (it pins itself to one, and numba runs one
+thread there), at nice :data:`PROCESS_NICE`, and none while a page runs or for
+:data:`PROCESS_QUIET_S` seconds after. After each page run the server leaves the page and its
+settings in a hint file (:data:`HINT`); between kernels the process compiles first what that
+page can ask next (each control of its panel moved one step, :mod:`app.warm_process`). A page
+that still meets an uncompiled kernel says so while it waits (:class:`CompileWatch`). In the server, a long warm-up held the server's GIL and numba's process-wide
 compile lock for minutes: a page that needed a kernel waited behind a background compile of
 another (a warm restart had pages at 3.5-3.8 s on a znver3 host). Markers beside the cache
 (:func:`qcore.kernels.mark`) say what an earlier warm-up finished for these kernel sources: a
@@ -41,6 +46,12 @@ COMMAND = [sys.executable, "-m", "app.warm_process"]
 ROOT = Path(__file__).resolve().parent.parent
 #: Names the server a warm-up process watches (it ends when the server has).
 SERVER_PID = "QCORE_APP_SERVER_PID"
+#: Names the file where the server leaves the page on screen and its settings (JSON), which
+#: the warm-up process reads between kernels to compile first what that page can ask next.
+HINT = "QCORE_APP_WARM_HINT"
+#: The one core (the last one) and the niceness the warm-up process runs at: it takes at most
+#: one core, yields it to anything else, and is stopped while a page runs (see page_running).
+PROCESS_NICE = 19
 
 _cond = threading.Condition()
 _running = 0
@@ -80,6 +91,7 @@ def page_running() -> Iterator[None]:
         yield
     finally:
         watch.stop()
+        _write_hint()
         with _cond:
             _running -= 1
             _last_end = time.monotonic()
@@ -287,7 +299,8 @@ def _start_when_quiet() -> None:
         if timing:
             print("[qcore.app] warm-up: an earlier one compiled everything", flush=True)
         return
-    env = {**os.environ, SWITCH: "0", SERVER_PID: str(os.getpid()),
+    env = {**os.environ, SWITCH: "0", SERVER_PID: str(os.getpid()), HINT: str(hint_file()),
+           "NUMBA_NUM_THREADS": "1",  # one core: its parallel kernels compile, run serially
            "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     global _process
     try:
@@ -312,6 +325,30 @@ def _start_when_quiet() -> None:
     with _cond:
         _process = None
         _cond.notify_all()
+
+
+def hint_file() -> Path:
+    """The file this server's hints go to (named in the process's environment)."""
+    import tempfile
+
+    return Path(tempfile.gettempdir()) / f"qcore-warm-hint-{os.getpid()}.json"
+
+
+def _write_hint() -> None:
+    """Leave the page just run and its settings for the warm-up process (warm-up on only)."""
+    if os.environ.get(SWITCH, "1") == "0":
+        return
+    with contextlib.suppress(Exception):
+        import json
+
+        from . import state
+
+        page, settings = state.snapshot()
+        simple = {k: v for k, v in settings.items()
+                  if isinstance(v, (bool, int, float, str)) and not k.startswith("_")}
+        tmp = hint_file().with_suffix(".tmp")
+        tmp.write_text(json.dumps({"page": page, "settings": simple}))
+        tmp.replace(hint_file())
 
 
 def _signal(sig) -> None:
