@@ -70,11 +70,16 @@ def coverage(m: dict[str, Any]) -> str:
         return ""
     if ncmp == 0:
         return "no element has a finite x and x̂"
-    share, digits = text.percent(ncmp / n), 3
-    while share.startswith("100") and digits < 12:  # never claim all when one is left out
+    return f"over the {share_text(ncmp / n)} ({ncmp:,} of {n:,}) with finite x and x̂"
+
+
+def share_text(share: float) -> str:
+    """A share as a percentage that never reads 100 % unless it is all (more digits instead)."""
+    out, digits = text.percent(share), 3
+    while share < 1 and out.startswith("100") and digits < 12:
         digits += 1
-        share = text.percent(ncmp / n, digits)
-    return f"over the {share} ({ncmp:,} of {n:,}) with finite x and x̂"
+        out = text.percent(share, digits)
+    return out
 
 
 def metric_grid(m: dict[str, Any], *, per_row: int = 5) -> None:
@@ -88,8 +93,7 @@ def metric_grid(m: dict[str, Any], *, per_row: int = 5) -> None:
             if key == "sqnr_db" and value == "∞ dB":
                 help_ += " ∞: x̂ equals x everywhere (no error at all)."
             if part and key in ERROR_KEYS:  # short on the card (it must not be cut off)
-                share = text.percent(m["n_compared"] / m["n"])
-                short = part if share.startswith("100") else f"over the finite {share}"
+                short = f"over the finite {share_text(m['n_compared'] / m['n'])}"
                 col.metric(label, value, short, delta_color="off", delta_arrow="off",
                            help=help_ + f" Computed {part}: elements whose x or x̂ is NaN "
                                         "or ±Inf have no finite error.", border=True)

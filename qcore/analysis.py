@@ -127,8 +127,8 @@ def clipping_sweep(x: Any, target: Any, *, n: int = 60, granularity: str = PER_T
     observed min..max times the ratio, symmetric as the method is (signed and float targets
     symmetric, unsigned ones both tails). Columns: clip_ratio, threshold (ratio x amax; the
     mean over groups when grouped), mse, rounding_mse (elements inside the saturation bounds),
-    clipping_mse (outside), sqnr_db, clipped_fraction, bits_per_element, optimum (True on the
-    least-mse row). ``df.attrs["optimum"]`` is that row's index.
+    clipping_mse (outside), sqnr_db, clipped_fraction, bits_per_element, sqnr_coverage (the
+    share of elements the SQNR is over), optimum (True on the least-mse row). ``df.attrs["optimum"]`` is that row's index.
     """
     import pandas as pd
 
@@ -161,7 +161,8 @@ def clipping_sweep(x: Any, target: Any, *, n: int = 60, granularity: str = PER_T
                      "mse": m["mse"], "rounding_mse": m["rounding_mse"],
                      "clipping_mse": m["clipping_mse"], "sqnr_db": m["sqnr_db"],
                      "clipped_fraction": m["clipped_fraction"],
-                     "bits_per_element": m["bits_per_element"]})
+                     "bits_per_element": m["bits_per_element"],
+                     "sqnr_coverage": m["sqnr_coverage"]})
     df = pd.DataFrame(rows)
     best = int(np.nanargmin(df["mse"].to_numpy())) if df["mse"].notna().any() else 0
     df["optimum"] = np.arange(len(df)) == best
@@ -175,7 +176,7 @@ def block_size_sweep(x: Any, target: Any, block_sizes: Any, axis: int, *,
     """SQNR and bits per element for each block size along ``axis`` (blocked quantization).
 
     Sizes that are not integers in [1, x.shape[axis]] are skipped. Columns: block_size,
-    n_blocks, sqnr_db, rmse, bits_per_element, clipped_fraction.
+    n_blocks, sqnr_db, rmse, bits_per_element, clipped_fraction, sqnr_coverage.
     """
     import pandas as pd
 
@@ -194,9 +195,10 @@ def block_size_sweep(x: Any, target: Any, block_sizes: Any, axis: int, *,
         m = error_metrics(xa, _round_trip(xa, p, saturate, opset), params=p, opset=opset)
         rows.append({"block_size": int(b), "n_blocks": -(-dim // int(b)), "sqnr_db": m["sqnr_db"],
                      "rmse": m["rmse"], "bits_per_element": m["bits_per_element"],
-                     "clipped_fraction": m["clipped_fraction"]})
+                     "clipped_fraction": m["clipped_fraction"],
+                     "sqnr_coverage": m["sqnr_coverage"]})
     return pd.DataFrame(rows, columns=["block_size", "n_blocks", "sqnr_db", "rmse",
-                                       "bits_per_element", "clipped_fraction"])
+                                       "bits_per_element", "clipped_fraction", "sqnr_coverage"])
 
 
 def repeated_round_trips(x: Any, target: Any, params: QuantParams, n: int = 5, *,
