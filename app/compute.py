@@ -574,7 +574,7 @@ def dynamic(spec) -> DynamicResult:
     x_hat = qcore.dequantize_linear(y, scale, zp)
     xf = x.astype(np.float32, copy=False)
     params = calibration.QuantParams(scale, zp, 1, 0, qcore.PER_TENSOR, "dynamic", "uint8")
-    m = metrics.error_metrics(xf, x_hat, y=y, params=params)
+    m = metrics.error_metrics(xf, x_hat, y=y, params=params, opset=11)  # zero point stored
     codes = np.bincount(y.reshape(-1), minlength=256)
     counts, edges = metrics.histogram(xf, bins=HIST_BINS)
     with np.errstate(all="ignore"):
