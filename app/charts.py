@@ -23,8 +23,10 @@ def figure(title: str, x_title: str, y_title: str, *, height: int = 340,
            log_x: bool = False, log_y: bool = False) -> go.Figure:
     """An empty figure with the app's look, a title and axis labels."""
     fig = go.Figure()
-    fig.update_layout(template=theme.TEMPLATE, title=dict(text=title), height=height,
-                      xaxis_title=x_title, yaxis_title=y_title)
+    # the title 12 px below the top whatever the height (a fraction of a tall figure's
+    # height would put it over the first row of the plot)
+    fig.update_layout(template=theme.TEMPLATE, title=dict(text=title, y=1 - 12 / height),
+                      height=height, xaxis_title=x_title, yaxis_title=y_title)
     if log_x:
         fig.update_xaxes(type="log", dtick=1)
     if log_y:
@@ -32,16 +34,22 @@ def figure(title: str, x_title: str, y_title: str, *, height: int = 340,
     return fig
 
 
-def thin_log_ticks(fig: go.Figure, values: Any, axis: str = "x", most: int = 12) -> None:
-    """A log axis over many decades (float8e8m0 spans 10^-38…10^38) ticks every n-th decade so
-    the labels never overlap."""
+def log_ticks(fig: go.Figure, values: Any, axis: str = "x", most: int = 12) -> None:
+    """Readable ticks on a log axis: at the powers of two when it spans under three decades
+    (decade ticks would leave one or none: float4's 0.5…6), else every n-th decade so that at
+    most `most` labels show (float8e8m0 spans 10^-38…10^38 and its labels would overlap)."""
     v = np.asarray(values, np.float64)
     v = v[np.isfinite(v) & (v > 0)]
     if v.size < 2:
         return
+    upd = fig.update_xaxes if axis == "x" else fig.update_yaxes
+    if v.max() / v.min() < 1000:
+        ks = range(int(np.floor(np.log2(v.min()))), int(np.ceil(np.log2(v.max()))) + 1)
+        vals = [2.0 ** k for k in ks]
+        upd(tickmode="array", tickvals=vals, ticktext=[f"{t:g}" for t in vals])
+        return
     decades = np.log10(v.max()) - np.log10(v.min())
-    step = max(1, int(np.ceil(decades / most)))
-    (fig.update_xaxes if axis == "x" else fig.update_yaxes)(dtick=step, exponentformat="power")
+    upd(dtick=max(1, int(np.ceil(decades / most))), exponentformat="power")
 
 
 def show(fig: go.Figure, *, key: str | None = None) -> None:
@@ -119,7 +127,7 @@ def number_line(values: np.ndarray, classes: np.ndarray, name: str, *, log: bool
                                  hovertemplate="%{x:.6g}<extra>" + cls + "</extra>"))
     fig.update_yaxes(visible=False, range=[-1, 1])
     if log:
-        thin_log_ticks(fig, v)
+        log_ticks(fig, v)
     return fig
 
 
@@ -132,8 +140,8 @@ def spacing(df: pd.DataFrame, name: str) -> go.Figure:
                              name="gap", customdata=df["relative gap"],
                              hovertemplate="value %{x:.4g}<br>gap %{y:.4g}<br>relative "
                                            "%{customdata:.2%}<extra></extra>"))
-    thin_log_ticks(fig, df["value"], "x")
-    thin_log_ticks(fig, df["gap"], "y")
+    log_ticks(fig, df["value"], "x")
+    log_ticks(fig, df["gap"], "y")
     return fig
 
 

@@ -283,7 +283,7 @@ def lab(spec, cfg) -> LabResult:
     from qcore import metrics
 
     x, params, y, x_hat = _quantize(spec, cfg)
-    m = metrics.error_metrics(x, x_hat, y=y, params=params)
+    m = metrics.error_metrics(x, x_hat, y=y, params=params, opset=cfg.opset)
     xf = x.astype(np.float32, copy=False)
     counts, edges = metrics.histogram(xf, bins=HIST_BINS)
     with np.errstate(all="ignore"):
@@ -375,9 +375,9 @@ def npz_bytes(spec, cfg) -> bytes:
 
     x, params, y, _ = _quantize(spec, cfg)
     return export.npz_bytes(
-        y, params.scale, params.zero_point, **params.kwargs, saturate=int(cfg.saturate), opset=cfg.opset,
-        operator=qcore.resolve(qcore.QUANTIZE, cfg.opset).label,
-        precision=cfg.precision or None)
+        y, params.scale, params.zero_point, **params.kwargs, saturate=int(cfg.saturate),
+        opset=cfg.opset, operator=qcore.resolve(qcore.QUANTIZE, cfg.opset).label,
+        precision=cfg.precision or None, x_type=qcore.get_format(x.dtype).name)
 
 
 def packed_bytes(y: np.ndarray) -> bytes:
@@ -496,7 +496,8 @@ def clipping(spec, cfg, n: int = 40) -> pd.DataFrame:
     return analysis.clipping_sweep(tensors.load(spec), cfg.target, n=n,
                                    granularity=cfg.granularity, axis=cfg.axis,
                                    block_size=cfg.block_size, saturate=cfg.saturate,
-                                   opset=cfg.opset, scale_dtype=cfg.scale_dtype)
+                                   opset=cfg.opset, scale_dtype=cfg.scale_dtype,
+                                   method=cfg.method)
 
 
 @st.cache_data(max_entries=8, show_spinner="Sweeping block sizes…")
@@ -574,7 +575,7 @@ def dynamic(spec) -> DynamicResult:
     x_hat = qcore.dequantize_linear(y, scale, zp)
     xf = x.astype(np.float32, copy=False)
     params = calibration.QuantParams(scale, zp, 1, 0, qcore.PER_TENSOR, "dynamic", "uint8")
-    m = metrics.error_metrics(xf, x_hat, y=y, params=params)
+    m = metrics.error_metrics(xf, x_hat, y=y, params=params, opset=11)  # zero point stored
     codes = np.bincount(y.reshape(-1), minlength=256)
     counts, edges = metrics.histogram(xf, bins=HIST_BINS)
     with np.errstate(all="ignore"):

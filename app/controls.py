@@ -157,12 +157,20 @@ def panel(shape: tuple[int, ...], *, show_opset: bool = True, show_target: bool 
                             help="How the scale (and zero point) are chosen from the tensor."
                                  "\n\n" + glossary.tip("calibration") + "\n\n"
                                  + glossary.tip("mx"))
-    scale_dtype = widgets.select("Scale type", list(calibration.SCALE_DTYPES),
-                                 prefix + "stype", "float", where=first[-1],
-                                 format_func=SCALE_LABELS.get, disabled=method == "mx",
-                                 help="The element type the scale is stored in; float8e8m0 "
-                                      "holds powers of two only (MX). From opset 19 to 22 the "
-                                      "scale must have x's type.")
+    if method == "mx":  # a disabled control shows the value in use; the user's choice stays
+        scale_dtype = "float8e8m0"
+        first[-1].selectbox("Scale type", [scale_dtype], format_func=SCALE_LABELS.get,
+                            disabled=True, key=prefix + "stype_mx",
+                            help="MX calibration stores its power-of-two scales as float8e8m0 "
+                                 "(the OCP rule); the scale type chosen for the other methods "
+                                 "comes back with them.")
+    else:
+        scale_dtype = widgets.select("Scale type", list(calibration.SCALE_DTYPES),
+                                     prefix + "stype", "float", where=first[-1],
+                                     format_func=SCALE_LABELS.get,
+                                     help="The element type the scale is stored in; float8e8m0 "
+                                          "holds powers of two only (MX). From opset 19 to 22 "
+                                          "the scale must have x's type.")
     second = box.columns([1.5, 0.6, 0.8] + [1.1] * show_precision + [0.7],
                          vertical_alignment="bottom")
     mx_default = _mx_blocks(method, prefix)

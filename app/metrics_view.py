@@ -22,12 +22,22 @@ METRICS: tuple[tuple[str, str, str], ...] = (
     ("max_abs_error", "Max |error|", "The largest |x̂ − x| over the tensor."),
     ("mean_abs_error", "Mean |error|", "The average |x̂ − x|."),
     ("mean_rel_error", "Mean relative error", "The average |x̂ − x| / |x| over non-zero x."),
-    ("clipped_fraction", "Clipped", "Share of finite elements outside the range the codes "
-                                    "cover: they were saturated to the largest code."),
-    ("nan_out", "NaN produced", "NaN values in x̂ (e.g. float8 overflow with saturate=0)."),
-    ("inf_out", "Inf produced", "Infinite values in x̂ (float8e5m2 overflow with saturate=0)."),
-    ("bits_per_element", "Bits / element", "The target's bits plus the scales' and zero "
-                                           "points' storage spread over the elements."),
+    ("clipped_fraction", "Clipped", "What it counts: the finite elements of x that lie "
+                                    "beyond the outermost code by more than half a step, as a "
+                                    "share of the finite elements of x. Saturate on: they "
+                                    "became ±max. Saturate off (float8): they became NaN/Inf, "
+                                    "so they are also the NaN/Inf produced."),
+    ("nan_made", "NaN produced", "Finite elements of x that became NaN in x̂ (float8 "
+                                 "overflow with saturate off). NaN already in x is not "
+                                 "counted."),
+    ("inf_made", "Inf produced", "Finite elements of x that became ±Inf in x̂ (float8e5m2 "
+                                 "overflow with saturate off). ±Inf already in x is not "
+                                 "counted."),
+    ("bits_per_element", "Bits / element", "Stored bits per element at the chosen opset: the "
+                                           "target's bits, plus the scales' and any stored "
+                                           "zero points' bits spread over the elements. A zero "
+                                           "point is stored when it is not all 0, or before "
+                                           "opset 21 (only its type names the target)."),
 )
 
 
@@ -39,7 +49,8 @@ def fmt_metric(key: str, value: Any) -> str:
         return text.db(value)
     if key == "clipped_fraction":
         return text.percent(value)
-    if key in ("nan_out", "inf_out", "nan_in", "inf_in", "n"):
+    if key in ("nan_out", "inf_out", "nan_in", "inf_in", "n", "nan_made", "inf_made",
+               "nonfinite_made"):
         return f"{int(value):,}"
     if key == "bits_per_element":
         return f"{value:.3f}"
@@ -59,7 +70,16 @@ def coverage(m: dict[str, Any]) -> str:
         return ""
     if ncmp == 0:
         return "no element has a finite x and x̂"
-    return f"over the {text.percent(ncmp / n)} with finite x and x̂"
+    return f"over the {share_text(ncmp / n)} ({ncmp:,} of {n:,}) with finite x and x̂"
+
+
+def share_text(share: float) -> str:
+    """A share as a percentage that never reads 100 % unless it is all (more digits instead)."""
+    out, digits = text.percent(share), 3
+    while share < 1 and out.startswith("100") and digits < 12:
+        digits += 1
+        out = text.percent(share, digits)
+    return out
 
 
 def metric_grid(m: dict[str, Any], *, per_row: int = 5) -> None:
@@ -72,8 +92,9 @@ def metric_grid(m: dict[str, Any], *, per_row: int = 5) -> None:
             value = fmt_metric(key, m.get(key))
             if key == "sqnr_db" and value == "∞ dB":
                 help_ += " ∞: x̂ equals x everywhere (no error at all)."
-            if part and key in ERROR_KEYS:
-                col.metric(label, value, part, delta_color="off", delta_arrow="off",
+            if part and key in ERROR_KEYS:  # short on the card (it must not be cut off)
+                short = f"over the finite {share_text(m['n_compared'] / m['n'])}"
+                col.metric(label, value, short, delta_color="off", delta_arrow="off",
                            help=help_ + f" Computed {part}: elements whose x or x̂ is NaN "
                                         "or ±Inf have no finite error.", border=True)
             else:
@@ -89,15 +110,16 @@ def warn_non_finite(m: dict[str, Any]) -> None:
                    "are quantized as qcore decides (NaN → the type's minimum for integers, "
                    "±Inf saturate) and left out of the error statistics.",
                    icon=":material/warning:")
-    made = int(m.get("nan_out", 0)) + int(m.get("inf_out", 0)) - int(m.get("nan_in", 0)) \
-        - int(m.get("inf_in", 0))
+    made = int(m.get("nonfinite_made", 0))
     if made > 0:
         n = max(int(m.get("n", 1)), 1)
         st.warning(f"{made:,} element(s) ({text.percent(made / n)}) became NaN or ±Inf in "
                    "x̂: they overflowed the format's range and saturate is off, so "
-                   "QuantizeLinear gave NaN/Inf instead of ±max. SQNR, RMSE and the other "
-                   f"error figures are computed {coverage(m) or 'over the rest'}; they say "
-                   "nothing about the elements that were lost. Turn saturate on, or choose a "
+                   "QuantizeLinear gave NaN/Inf instead of ±max (“Clipped” counts them too). "
+                   "SQNR, RMSE and the other error figures are computed "
+                   f"{coverage(m) or 'over the rest'}; they say nothing about the elements "
+                   "that were lost, so they can be higher than with saturate on. Turn saturate "
+                   "on, or choose a "
                    "larger scale.", icon=":material/warning:")
 
 

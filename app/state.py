@@ -161,3 +161,9 @@ def sync_url() -> None:
     target = current_url_params()
     if st.query_params.to_dict() != target:
         st.query_params.from_dict(target)
+
+
+def snapshot() -> tuple[str, dict[str, Any]]:
+    """(this run's page, the last value of every setting): what the warm-up compiles next."""
+    return (str(st.session_state.get(_PAGE) or ""),
+            dict(st.session_state.get(_STORE, {})))

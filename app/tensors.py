@@ -135,6 +135,9 @@ def _upload(where) -> str:
             st.session_state.pop(_LAST_UPLOAD, None)
             where.info("Upload a .npy, .npz, .safetensors, .onnx or .csv file.",
                        icon=":material/upload:")
+            st.info("No tensor yet: choose a file under **Tensor file** in the sidebar (.npy, "
+                    ".npz, .safetensors, .onnx or .csv), or pick a synthetic or shipped tensor "
+                    "as the source.", icon=":material/upload_file:")
             return ""
         where.caption(f"Using **{kept[1]}**, uploaded earlier in this session. Upload another "
                       "file to replace it.")
@@ -184,12 +187,19 @@ def conversion_note(spec: TensorSpec, x: np.ndarray) -> str:
         return ""
     target = X_TYPE_LABELS.get(spec.x_type, spec.x_type)
     if raw.dtype.kind == "f" or raw.dtype == ml_dtypes.bfloat16:
-        how = f"each value rounded to the nearest {target}"
+        how = (f"exact: {target} holds every {raw.dtype} value" if _widens(raw.dtype, x.dtype)
+               else f"each value rounded to the nearest {target}")
     elif raw.dtype.kind in "iub":
         how = f"integers converted to {target}; exact up to the type's integer precision"
     else:
         how = f"converted to {target}"
     return f"The upload is **{raw.dtype}**; it is used as {target} ({how})."
+
+
+def _widens(src: np.dtype, dst: np.dtype) -> bool:
+    """Whether every value of float type ``src`` is a value of float type ``dst``."""
+    a, b = ml_dtypes.finfo(src), ml_dtypes.finfo(dst)
+    return b.nmant >= a.nmant and b.maxexp >= a.maxexp and b.minexp <= a.minexp
 
 
 def _dataset_label(name: str) -> str:

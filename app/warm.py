@@ -7,7 +7,12 @@ Lab's default view (where most users go next) in the server itself; then the ser
 then compiles every other kernel specialisation, and numba's on-disk cache hands each kernel to
 the server. The process is stopped (SIGSTOP) while a page script runs and continued once none
 has for :data:`PROCESS_QUIET_S` seconds, so it takes no core from a page or from the browser
-drawing it. In the server, a long warm-up held the server's GIL and numba's process-wide
+drawing it. Its CPU is bounded: one core at most (it pins itself to one, and numba runs one
+thread there), at nice :data:`PROCESS_NICE`, and none while a page runs or for
+:data:`PROCESS_QUIET_S` seconds after. After each page run the server leaves the page and its
+settings in a hint file (:data:`HINT`); between kernels the process compiles first what that
+page can ask next (each control of its panel moved one step, :mod:`app.warm_process`). A page
+that still meets an uncompiled kernel says so while it waits (:class:`CompileWatch`). In the server, a long warm-up held the server's GIL and numba's process-wide
 compile lock for minutes: a page that needed a kernel waited behind a background compile of
 another (a warm restart had pages at 3.5-3.8 s on a znver3 host). Markers beside the cache
 (:func:`qcore.kernels.mark`) say what an earlier warm-up finished for these kernel sources: a
@@ -41,6 +46,12 @@ COMMAND = [sys.executable, "-m", "app.warm_process"]
 ROOT = Path(__file__).resolve().parent.parent
 #: Names the server a warm-up process watches (it ends when the server has).
 SERVER_PID = "QCORE_APP_SERVER_PID"
+#: Names the file where the server leaves the page on screen and its settings (JSON), which
+#: the warm-up process reads between kernels to compile first what that page can ask next.
+HINT = "QCORE_APP_WARM_HINT"
+#: The one core (the last one) and the niceness the warm-up process runs at: it takes at most
+#: one core, yields it to anything else, and is stopped while a page runs (see page_running).
+PROCESS_NICE = 19
 
 _cond = threading.Condition()
 _running = 0
@@ -68,20 +79,167 @@ def warm() -> threading.Thread | None:
 @contextlib.contextmanager
 def page_running() -> Iterator[None]:
     """Around a page script: the warm-up process does not start meanwhile, and is stopped while
-    it runs."""
+    it runs; a kernel the page compiles is announced (:class:`CompileWatch`)."""
     global _running, _last_end, _starts
     with _cond:
         _running += 1
         _starts += 1
         _signal(signal.SIGSTOP if hasattr(signal, "SIGSTOP") else None)
         _cond.notify_all()
+    watch = CompileWatch.start()
     try:
         yield
     finally:
+        watch.stop()
+        _write_hint()
         with _cond:
             _running -= 1
             _last_end = time.monotonic()
             _cond.notify_all()
+
+
+# --------------------------------------------------------------------------- no silent wait
+
+#: Seconds a compilation runs before the page says so.
+NOTICE_AFTER_S = 0.3
+#: Seconds between updates of the notice (elapsed time: the progress indication).
+NOTICE_EVERY_S = 1.0
+
+
+class CompileWatch:
+    """The numba compilations (cache misses: a kernel this machine has not compiled yet) one
+    page run makes, announced as they happen.
+
+    numba's ``numba:compile`` event fires in the compiling thread for a real compilation only,
+    never for a kernel loaded from the on-disk cache, so the watch knows exactly when a click
+    waits for a compiler. A helper thread attached to the page's run shows a toast "Compiling
+    … for this CPU, once" with the kernels compiled so far and the seconds elapsed, updated
+    every :data:`NOTICE_EVERY_S`; it posts from its own thread, so nothing is recorded into
+    ``st.cache_data``'s replay of the cached function that compiles."""
+
+    _by_thread: dict[int, CompileWatch] = {}
+    _lock = threading.Lock()
+    _listening = False
+
+    def __init__(self, thread: int) -> None:
+        self.thread = thread
+        self.depth = 0  # nested compilations (a kernel compiles the functions it calls)
+        self.count = 0  # outermost compilations started
+        self.name = ""
+        self.t0: float | None = None  # the first compilation's start
+        self.busy_since: float | None = None
+        self.shown = False
+        self._done = threading.Event()
+        self._notifier: threading.Thread | None = None
+        self._ctx = None
+
+    # -- lifecycle (the page's script thread)
+
+    @classmethod
+    def start(cls) -> CompileWatch:
+        cls._listen()
+        watch = cls(threading.get_ident())
+        with contextlib.suppress(Exception):  # outside a Streamlit run: no notice, counts only
+            from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+            watch._ctx = get_script_run_ctx(suppress_warning=True)
+        with cls._lock:
+            cls._by_thread[watch.thread] = watch
+        return watch
+
+    def stop(self) -> None:
+        with self._lock:
+            self._by_thread.pop(self.thread, None)
+        self._done.set()
+        if self._notifier is not None:
+            self._notifier.join(timeout=2)
+        if self.shown and self.t0 is not None:
+            with contextlib.suppress(Exception):
+                st.toast(f"Compiled {self.count} kernel(s) for this CPU in "
+                         f"{time.monotonic() - self.t0:.0f} s; numba keeps them on disk, so "
+                         "this happens once.", icon=":material/check_circle:")
+
+    # -- numba's events (the compiling thread)
+
+    @classmethod
+    def _listen(cls) -> None:
+        with cls._lock:
+            if cls._listening:
+                return
+            from numba.core import event
+
+            event.register("numba:compile", _Listener())
+            cls._listening = True
+
+    def on_start(self, name: str) -> None:
+        if self.depth == 0:
+            now = time.monotonic()
+            self.count += 1
+            self.name = name
+            self.busy_since = now
+            if self.t0 is None:
+                self.t0 = now
+            if self._notifier is None and self._ctx is not None:
+                self._notifier = threading.Thread(target=self._notify, daemon=True,
+                                                  name="qcore-compile-notice")
+                with contextlib.suppress(Exception):
+                    from streamlit.runtime.scriptrunner import add_script_run_ctx
+
+                    add_script_run_ctx(self._notifier, self._ctx)
+                self._notifier.start()
+        self.depth += 1
+
+    def on_end(self) -> None:
+        self.depth = max(0, self.depth - 1)
+        if self.depth == 0:
+            self.busy_since = None
+
+    def text(self) -> str:
+        """What the notice says now."""
+        elapsed = 0.0 if self.t0 is None else time.monotonic() - self.t0
+        return (f"Compiling {self.name or 'a kernel'} for this CPU, once (kernel "
+                f"{self.count}, {elapsed:.0f} s so far); numba keeps it on disk for next time.")
+
+    def _notify(self) -> None:
+        toast = None
+        while not self._done.wait(NOTICE_EVERY_S if self.shown else NOTICE_AFTER_S / 3):
+            since = self.busy_since
+            if since is None or time.monotonic() - since < NOTICE_AFTER_S:
+                continue
+            with contextlib.suppress(Exception):
+                if toast is None:
+                    toast = st.toast(self.text(), icon=":material/hourglass_top:",
+                                     duration="long")
+                else:
+                    toast.toast(self.text(), icon=":material/hourglass_top:")
+                self.shown = True
+
+
+def _kernel_name(dispatcher: object) -> str:
+    """A readable name for the kernel a numba dispatcher compiles ('quantize float8 blocks')."""
+    fn = getattr(dispatcher, "py_func", None)
+    name = getattr(fn, "__name__", "") or "a kernel"
+    return name.strip("_").replace("_", " ")
+
+
+try:
+    from numba.core.event import Listener as _Base
+except ImportError:  # pragma: no cover - numba is a dependency
+    _Base = object  # type: ignore[assignment,misc]
+
+
+class _Listener(_Base):  # type: ignore[misc,valid-type]
+    """Hands numba's compile events to the watch of the thread that compiles, if any."""
+
+    def on_start(self, event) -> None:
+        watch = CompileWatch._by_thread.get(threading.get_ident())
+        if watch is not None:
+            watch.on_start(_kernel_name((event.data or {}).get("dispatcher")))
+
+    def on_end(self, event) -> None:
+        watch = CompileWatch._by_thread.get(threading.get_ident())
+        if watch is not None:
+            watch.on_end()
 
 
 def wait_quiet(quiet_s: float | None = None) -> None:
@@ -141,7 +299,8 @@ def _start_when_quiet() -> None:
         if timing:
             print("[qcore.app] warm-up: an earlier one compiled everything", flush=True)
         return
-    env = {**os.environ, SWITCH: "0", SERVER_PID: str(os.getpid()),
+    env = {**os.environ, SWITCH: "0", SERVER_PID: str(os.getpid()), HINT: str(hint_file()),
+           "NUMBA_NUM_THREADS": "1",  # one core: its parallel kernels compile, run serially
            "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     global _process
     try:
@@ -166,6 +325,30 @@ def _start_when_quiet() -> None:
     with _cond:
         _process = None
         _cond.notify_all()
+
+
+def hint_file() -> Path:
+    """The file this server's hints go to (named in the process's environment)."""
+    import tempfile
+
+    return Path(tempfile.gettempdir()) / f"qcore-warm-hint-{os.getpid()}.json"
+
+
+def _write_hint() -> None:
+    """Leave the page just run and its settings for the warm-up process (warm-up on only)."""
+    if os.environ.get(SWITCH, "1") == "0":
+        return
+    with contextlib.suppress(Exception):
+        import json
+
+        from . import state
+
+        page, settings = state.snapshot()
+        simple = {k: v for k, v in settings.items()
+                  if isinstance(v, (bool, int, float, str)) and not k.startswith("_")}
+        tmp = hint_file().with_suffix(".tmp")
+        tmp.write_text(json.dumps({"page": page, "settings": simple}))
+        tmp.replace(hint_file())
 
 
 def _signal(sig) -> None:

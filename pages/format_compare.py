@@ -3,6 +3,7 @@
 import streamlit as st
 
 from app import charts, compute, controls, errors, explain, frame, tensors, text, widgets
+from qcore import analysis
 
 frame.enter()
 
@@ -24,10 +25,11 @@ left, right = st.columns([5, 4], gap="medium")
 with left:
     charts.show(charts.pareto(df))
 with right:
-    best = df[df["error"] == ""].sort_values("sqnr_db", ascending=False)
-    if len(best):
-        top = best.iloc[0]
-        c1, c2 = st.columns(2)
+    best = df[df["error"] == ""]
+    pick = analysis.front_pick(best["bits_per_element"], best["sqnr_db"]) if len(best) else None
+    if pick is not None:
+        top = best.iloc[pick]
+        c1, c2 = st.columns([2, 3])  # room for the longest format name
         c1.metric("Best SQNR", text.db(top["sqnr_db"]), help="Among the chosen formats.",
                   border=True)
         c2.metric("…with", str(top["format"]), f"{top['bits_per_element']:.3f} bits/element",
@@ -38,25 +40,39 @@ with right:
         st.error(f"**{row['format']}**: {row['error']}", icon=":material/block:")
     st.caption(compute.PARETO_RULE.format(noun="format"))
 
-table = df.drop(columns=["error"]).copy()
-table["clipped_fraction"] = 100 * table["clipped_fraction"]
-table["mean_rel_error"] = 100 * table["mean_rel_error"]
+table = df.drop(columns=["error", "nan_out", "inf_out"]).copy()
+partial = bool((table["sqnr_coverage"] < 1).any())
+if not partial:
+    table = table.drop(columns=["sqnr_coverage"])
+for col in ("clipped_fraction", "mean_rel_error", "sqnr_coverage"):
+    if col in table:
+        table[col] = 100 * table[col]
+if partial:
+    st.caption("Some formats turned finite elements into NaN/Inf (saturate off): their SQNR and "
+               "errors cover only the finite elements (the “SQNR covers” column); “clipped” "
+               "counts the lost elements too.")
 st.dataframe(table, hide_index=True, column_config={
     "format": st.column_config.TextColumn("format", pinned=True),
     "bits": st.column_config.NumberColumn("bits"),
     "bits_per_element": st.column_config.NumberColumn("bits / element", format="%.3f"),
+    "sqnr_coverage": st.column_config.NumberColumn("SQNR covers %", format="%.4g",
+                                                   help="Share of elements with finite x "
+                                                        "and x̂: the SQNR is over these."),
+    "nonfinite_made": st.column_config.NumberColumn("NaN/Inf produced",
+                                                    help="Finite x that became NaN/±Inf."),
     "sqnr_db": st.column_config.ProgressColumn(
-        "SQNR (dB)", format="%.2f", min_value=0.0,
+        "SQNR over finite elements (dB)" if partial else "SQNR (dB)", format="%.2f",
+        min_value=0.0,
         max_value=float(max(1.0, table["sqnr_db"].replace(float("inf"), 0).max()))),
     "rmse": st.column_config.NumberColumn("RMSE", format="%.4g"),
     "max_abs_error": st.column_config.NumberColumn("max |error|", format="%.4g"),
-    "clipped_fraction": st.column_config.NumberColumn("clipped %", format="%.3g"),
+    "clipped_fraction": st.column_config.NumberColumn(
+        "clipped %", format="%.3g", help="Finite x beyond the outermost code (saturated, or "
+                                         "NaN/Inf with saturate off), % of finite x."),
     "pareto": st.column_config.CheckboxColumn("Pareto"),
     "mse": st.column_config.NumberColumn("MSE", format="%.4g"),
     "mean_abs_error": st.column_config.NumberColumn("mean |error|", format="%.4g"),
     "mean_rel_error": st.column_config.NumberColumn("mean rel. error %", format="%.3g"),
-    "nan_out": st.column_config.NumberColumn("NaN out"),
-    "inf_out": st.column_config.NumberColumn("Inf out"),
 })
 
 hists = compute.compare_error_hists(spec, tuple(targets), cfg)

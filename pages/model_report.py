@@ -14,7 +14,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from app import charts, compute, errors, explain, frame, theme, widgets
-from qcore import datasets
+from qcore import analysis, datasets
 from qcore.report import core, list_tensors, models, recipes, synthetic
 
 frame.enter()
@@ -145,9 +145,11 @@ per = summary["recipes"]
 if per.empty:
     st.warning("No rows without errors.")
 else:
-    best = per.sort_values("sqnr_db_weighted", ascending=False).iloc[0]
-    cheapest_good = per[per["sqnr_db_weighted"] >= 30].sort_values("bits_per_element")
-    m1, m2, m3 = st.columns(3)
+    # both picks from the Pareto front (qcore.analysis.front_pick): never a dominated recipe
+    best = per.iloc[analysis.front_pick(per["bits_per_element"], per["sqnr_db_weighted"]) or 0]
+    good = analysis.front_pick(per["bits_per_element"], per["sqnr_db_weighted"], min_sqnr_db=30)
+    cheapest_good = per.iloc[[] if good is None else [good]]
+    m1, m2, m3 = st.columns([2, 2, 1])  # recipe names must not be cut off
     m1.metric("Best recipe (element-weighted SQNR)", str(best["recipe"]),
               f"{best['sqnr_db_weighted']:.2f} dB", delta_color="off", border=True)
     if len(cheapest_good):
@@ -185,7 +187,7 @@ def heatmap(matrix: pd.DataFrame, value: str) -> go.Figure:
 
 def pareto(table: pd.DataFrame) -> go.Figure:
     fig = charts.figure("Whole model: SQNR vs bits per element",
-                        "bits per element (total bytes × 8 / elements)",
+                        "bits per element (stored bits / elements)",
                         "SQNR (dB, element-weighted)", height=420)
     fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.18, x=0, xanchor="left"))
     front = table[table["pareto"]].sort_values("bits_per_element")
@@ -219,13 +221,18 @@ with right:
     st.caption(compute.PARETO_RULE.format(noun="recipe"))
     table = per.copy()
     table["MiB"] = table["bytes"] / 2**20
-    st.dataframe(table[["recipe", "bits_per_element", "MiB", "sqnr_db_weighted",
-                        "sqnr_db_model", "min_sqnr_db", "pareto"]], hide_index=True,
+    # SQNR beside the recipe: the narrow column scrolls, the figures that matter stay in view
+    st.dataframe(table[["recipe", "sqnr_db_weighted", "bits_per_element", "pareto",
+                        "sqnr_db_model", "min_sqnr_db", "MiB"]], hide_index=True,
                  column_config={
+                     "recipe": st.column_config.TextColumn("recipe", pinned=True),
                      "bits_per_element": st.column_config.NumberColumn("bits/elem", format="%.3f"),
                      "MiB": st.column_config.NumberColumn("MiB", format="%.2f"),
-                     "sqnr_db_weighted": st.column_config.NumberColumn("SQNR dB (weighted)",
-                                                                       format="%.2f"),
+                     "sqnr_db_weighted": st.column_config.NumberColumn("SQNR dB",
+                                                                       format="%.2f",
+                                                                       help="Element-weighted "
+                                                                            "mean over the "
+                                                                            "tensors."),
                      "sqnr_db_model": st.column_config.NumberColumn("SQNR dB (model)",
                                                                     format="%.2f"),
                      "min_sqnr_db": st.column_config.NumberColumn("worst dB", format="%.2f"),

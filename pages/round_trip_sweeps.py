@@ -2,7 +2,18 @@
 
 import streamlit as st
 
-from app import charts, compute, controls, errors, explain, frame, tensors, text, widgets
+from app import (
+    charts,
+    compute,
+    controls,
+    errors,
+    explain,
+    frame,
+    metrics_view,
+    tensors,
+    text,
+    widgets,
+)
 
 frame.enter()
 
@@ -15,15 +26,25 @@ clip_tab, block_tab, trip_tab, chain_tab = widgets.tabs(
     ["Clipping range", "Block size", "Repeated round trips", "Chains of formats"], "s_tab")
 
 
+def partial(df) -> None:
+    """Say so where NaN/Inf produced (saturate off) leave elements out of the SQNR."""
+    cover = df["sqnr_coverage"] if "sqnr_coverage" in df else None
+    if cover is not None and bool((cover < 1).any()):
+        st.caption(f"Saturate is off and some settings turn finite elements into NaN/Inf: SQNR "
+                   f"is over the finite elements only (down to {metrics_view.share_text(cover.min())} of "
+                   "them); “clipped” counts the lost ones too.")
+
+
 def clipping_tab() -> None:
     df = errors.attempt(compute.clipping, spec, cfg, what="Clipping sweep")
     if df is None:
         return
     best = df.iloc[int(df.attrs.get("optimum", df["mse"].idxmin()))]
     full = df.iloc[-1]
+    partial(df)
     exact = bool((df["mse"] == 0).all())
     gain = text.db_gain(best["sqnr_db"], full["sqnr_db"])
-    c1, c2, c3, c4 = st.columns(4)
+    c1, c2, c3, c4 = st.columns([1.4, 1, 1, 1.3])  # the values must not be cut off
     c1.metric("Best clipping range", f"{best['clip_ratio']:.2f} × max|x|", border=True)
     c2.metric("Threshold", text.short_num(best["threshold"], 4), border=True)
     c3.metric("Best SQNR", text.db(best["sqnr_db"]), border=True,
@@ -54,6 +75,7 @@ def block_tab_body() -> None:
     if df is None or not len(df):
         return
     charts.show(charts.block_sizes(df))
+    partial(df)
     st.caption(f"Blocks along axis {cfg.axis % x.ndim} (length {x.shape[cfg.axis % x.ndim]}), "
                f"calibrated with {controls.METHOD_LABELS[cfg.method]}. Smaller blocks follow "
                "the data more closely but store more scales.")
@@ -61,7 +83,8 @@ def block_tab_body() -> None:
         "sqnr_db": st.column_config.NumberColumn("SQNR (dB)", format="%.2f"),
         "rmse": st.column_config.NumberColumn("RMSE", format="%.4g"),
         "bits_per_element": st.column_config.NumberColumn("bits / element", format="%.3f"),
-        "clipped_fraction": st.column_config.NumberColumn("clipped", format="%.3g")})
+        "clipped_fraction": st.column_config.NumberColumn("clipped", format="%.3g"),
+        "sqnr_coverage": st.column_config.NumberColumn("SQNR covers", format="%.4g")})
 
 
 def round_trip_tab() -> None:

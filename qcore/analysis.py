@@ -1,14 +1,16 @@
 """Analyses the Quantization Explorer shows: formats side by side, clipping and block-size sweeps,
-repeated round trips and chains of formats. Pure numerics: NumPy, pandas and qcore only."""
+repeated round trips and chains of formats. Pure numerics: NumPy, pandas and qcore only
+(pandas is imported by the functions that return a DataFrame, so importing this module does
+not load it). Every figure comes from :func:`qcore.metrics.error_metrics` at the opset the
+round trip ran at: the same bits per element, SQNR and clipped share the Lab shows."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
-from .calibration import choose_params, params_from_range, symmetric
+from .calibration import METHODS, choose_params, params_from_range, symmetric
 from .errors import QuantizationError
 from .formats import QUANTIZED_TYPES
 from .layout import BLOCKED, PER_TENSOR, Layout
@@ -17,8 +19,12 @@ from .quant_params import QuantParams, as_input, scale_format, target_format
 from .reductions import group_minmax
 from .versions import LATEST_OPSET
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 _METRIC_COLUMNS = ("bits_per_element", "sqnr_db", "rmse", "max_abs_error", "clipped_fraction",
-                   "mse", "mean_abs_error", "mean_rel_error", "nan_out", "inf_out")
+                   "mse", "mean_abs_error", "mean_rel_error", "nan_out", "inf_out",
+                   "sqnr_coverage", "nonfinite_made")
 
 
 def pareto_front(cost: Any, quality: Any) -> np.ndarray:
@@ -47,6 +53,27 @@ def bits_sqnr_front(bits: Any, sqnr: Any) -> np.ndarray:
     return pareto_front(np.round(np.asarray(bits, np.float64), PARETO_BITS_DECIMALS), sqnr)
 
 
+def front_pick(bits: Any, sqnr: Any, min_sqnr_db: float | None = None) -> int | None:
+    """Position of the point the app picks for the user, always on :func:`bits_sqnr_front`.
+
+    With ``min_sqnr_db``: the fewest bits (compared as the front compares them) among the
+    points reaching it, the higher SQNR among equals; without: the highest SQNR, the fewer
+    bits among equals. None when no point qualifies. A point the front marks as dominated is
+    never picked: one that costs as much and gives more is always there.
+    """
+    b = np.round(np.asarray(bits, np.float64), PARETO_BITS_DECIMALS)
+    q = np.asarray(sqnr, np.float64)
+    cand = np.flatnonzero(bits_sqnr_front(bits, sqnr))
+    if min_sqnr_db is not None:
+        cand = cand[q[cand] >= float(min_sqnr_db)]
+        if not cand.size:
+            return None
+        return int(min(cand, key=lambda i: (b[i], -q[i])))
+    if not cand.size:
+        return None
+    return int(min(cand, key=lambda i: (-q[i], b[i])))
+
+
 def _round_trip(x: np.ndarray, params: QuantParams, saturate: bool, opset: int,
                 precision: Any = None) -> np.ndarray:
     y = params.quantize(x, saturate=saturate, precision=precision, opset=opset)
@@ -62,6 +89,8 @@ def compare_formats(x: Any, targets: Any, *, granularity: str = PER_TENSOR, axis
 
     Extra keyword arguments go to :func:`qcore.calibration.choose_params`.
     """
+    import pandas as pd
+
     xa = as_input(x)
     rows = []
     if targets is None:
@@ -73,7 +102,7 @@ def compare_formats(x: Any, targets: Any, *, granularity: str = PER_TENSOR, axis
             p = choose_params(xa, fmt.name, method=method, granularity=granularity, axis=axis,
                               block_size=block_size, **calibration)
             xh = _round_trip(xa, p, saturate, opset)
-            m = error_metrics(xa, xh, params=p)
+            m = error_metrics(xa, xh, params=p, opset=opset)
             row.update({k: m[k] for k in _METRIC_COLUMNS})
             row["error"] = ""
         except QuantizationError as exc:
@@ -88,14 +117,21 @@ def compare_formats(x: Any, targets: Any, *, granularity: str = PER_TENSOR, axis
 def clipping_sweep(x: Any, target: Any, *, n: int = 60, granularity: str = PER_TENSOR,
                    axis: int = 0, block_size: int = 32, lo: float = 0.05, hi: float = 1.0,
                    saturate: bool = True, opset: int = LATEST_OPSET,
-                   scale_dtype: Any = "float") -> pd.DataFrame:
-    """Round-trip error as the clipping threshold goes from ``lo`` to ``hi`` times amax.
+                   scale_dtype: Any = "float", method: str = "mse") -> pd.DataFrame:
+    """Round-trip error as the clipping range shrinks from ``hi`` to ``lo`` times the observed
+    one, calibrated the way ``method`` calibrates.
 
-    Columns: clip_ratio, threshold (ratio x amax; the mean over groups when grouped), mse,
-    rounding_mse (elements inside the saturation bounds), clipping_mse (outside), sqnr_db,
-    clipped_fraction, optimum (True on the least-mse row). ``df.attrs["optimum"]`` is that
-    row's index. Signed and float targets clip symmetrically, unsigned ones both tails.
+    Each row is ``choose_params(x, target, method=..., clip_ratio=ratio)`` for ``minmax``,
+    ``absmax`` and ``mx`` (so ratio 1 is exactly what the Lab shows for that method); for
+    ``percentile``, ``mse`` and ``manual``, which pick their own range, the range is the
+    observed min..max times the ratio, symmetric as the method is (signed and float targets
+    symmetric, unsigned ones both tails). Columns: clip_ratio, threshold (ratio x amax; the
+    mean over groups when grouped), mse, rounding_mse (elements inside the saturation bounds),
+    clipping_mse (outside), sqnr_db, clipped_fraction, bits_per_element, sqnr_coverage (the
+    share of elements the SQNR is over), optimum (True on the least-mse row). ``df.attrs["optimum"]`` is that row's index.
     """
+    import pandas as pd
+
     xa = as_input(x)
     fmt = target_format(target)
     sfmt = scale_format(scale_dtype)
@@ -105,19 +141,28 @@ def clipping_sweep(x: Any, target: Any, *, n: int = 60, granularity: str = PER_T
     sshape = layout.scale_shape()
     ax = layout.axis if layout.axis is not None else 0
     bs = layout.block if granularity == BLOCKED else 0
+    if method not in METHODS:
+        raise QuantizationError(f"method={method!r} is not one of {', '.join(METHODS)}")
     glo, ghi = group_minmax(xa, layout)
-    sym = symmetric("mse", fmt)
+    sym = symmetric(method, fmt)
     amax = np.nan_to_num(np.maximum(np.abs(glo), np.abs(ghi)))
     rows = []
     for r in np.linspace(lo, hi, int(n)):
-        s, zp = params_from_range(fmt, glo * r, ghi * r, sym, sfmt)
-        p = QuantParams(s.reshape(sshape), None if zp is None else zp.reshape(sshape), ax, bs,
-                        granularity, "clip", fmt.name, float(r))
-        m = error_metrics(xa, _round_trip(xa, p, saturate, opset), params=p)
+        if method in ("minmax", "absmax", "mx"):
+            p = choose_params(xa, fmt.name, method=method, granularity=granularity, axis=axis,
+                              block_size=block_size, scale_dtype=scale_dtype,
+                              clip_ratio=float(r))
+        else:
+            s, zp = params_from_range(fmt, glo * r, ghi * r, sym, sfmt)
+            p = QuantParams(s.reshape(sshape), None if zp is None else zp.reshape(sshape), ax,
+                            bs, granularity, "clip", fmt.name, float(r))
+        m = error_metrics(xa, _round_trip(xa, p, saturate, opset), params=p, opset=opset)
         rows.append({"clip_ratio": float(r), "threshold": float(np.mean(amax) * r),
                      "mse": m["mse"], "rounding_mse": m["rounding_mse"],
                      "clipping_mse": m["clipping_mse"], "sqnr_db": m["sqnr_db"],
-                     "clipped_fraction": m["clipped_fraction"]})
+                     "clipped_fraction": m["clipped_fraction"],
+                     "bits_per_element": m["bits_per_element"],
+                     "sqnr_coverage": m["sqnr_coverage"]})
     df = pd.DataFrame(rows)
     best = int(np.nanargmin(df["mse"].to_numpy())) if df["mse"].notna().any() else 0
     df["optimum"] = np.arange(len(df)) == best
@@ -131,8 +176,10 @@ def block_size_sweep(x: Any, target: Any, block_sizes: Any, axis: int, *,
     """SQNR and bits per element for each block size along ``axis`` (blocked quantization).
 
     Sizes that are not integers in [1, x.shape[axis]] are skipped. Columns: block_size,
-    n_blocks, sqnr_db, rmse, bits_per_element, clipped_fraction.
+    n_blocks, sqnr_db, rmse, bits_per_element, clipped_fraction, sqnr_coverage.
     """
+    import pandas as pd
+
     xa = as_input(x)
     fmt = target_format(target)
     if xa.ndim == 0:
@@ -145,12 +192,13 @@ def block_size_sweep(x: Any, target: Any, block_sizes: Any, axis: int, *,
             continue
         p = choose_params(xa, fmt.name, method=method, granularity=BLOCKED, axis=ax,
                           block_size=int(b), **calibration)
-        m = error_metrics(xa, _round_trip(xa, p, saturate, opset), params=p)
+        m = error_metrics(xa, _round_trip(xa, p, saturate, opset), params=p, opset=opset)
         rows.append({"block_size": int(b), "n_blocks": -(-dim // int(b)), "sqnr_db": m["sqnr_db"],
                      "rmse": m["rmse"], "bits_per_element": m["bits_per_element"],
-                     "clipped_fraction": m["clipped_fraction"]})
+                     "clipped_fraction": m["clipped_fraction"],
+                     "sqnr_coverage": m["sqnr_coverage"]})
     return pd.DataFrame(rows, columns=["block_size", "n_blocks", "sqnr_db", "rmse",
-                                       "bits_per_element", "clipped_fraction"])
+                                       "bits_per_element", "clipped_fraction", "sqnr_coverage"])
 
 
 def repeated_round_trips(x: Any, target: Any, params: QuantParams, n: int = 5, *,
@@ -161,6 +209,8 @@ def repeated_round_trips(x: Any, target: Any, params: QuantParams, n: int = 5, *
     changed (elements that differ from the previous round trip) and max_change. A correct
     implementation is idempotent: ``changed`` is 0 from round trip 2 on.
     """
+    import pandas as pd
+
     xa = as_input(x)
     fmt = target_format(target)
     if params.target and params.target != fmt.name:
@@ -172,7 +222,7 @@ def repeated_round_trips(x: Any, target: Any, params: QuantParams, n: int = 5, *
     cur = xa
     for k in range(1, int(n) + 1):
         nxt = _round_trip(cur, params, saturate, opset)
-        m = error_metrics(xa, nxt, params=params)
+        m = error_metrics(xa, nxt, params=params, opset=opset)
         a = np.asarray(cur, np.float64)
         b = np.asarray(nxt, np.float64)
         same = (a == b) | (np.isnan(a) & np.isnan(b))
@@ -211,13 +261,14 @@ def chain(x: Any, steps: Any, *, method: str = "minmax", granularity: str = PER_
         fmt = target_format(target)
         p = choose_params(cur, fmt.name, **kw)
         xh = _round_trip(cur, p, saturate, opset)
-        m = error_metrics(xa, xh, params=p)
-        step = error_metrics(cur, xh, params=p)
+        m = error_metrics(xa, xh, params=p, opset=opset)
+        step = error_metrics(cur, xh, params=p, opset=opset)
         out.append({"step": i + 1, "format": fmt.name, **m, "step_sqnr_db": step["sqnr_db"],
                     "step_mse": step["mse"], "params": p, "x_hat": xh})
         cur = xh
     return out
 
 
-__all__ = ["PARETO_BITS_DECIMALS", "bits_sqnr_front", "block_size_sweep", "chain", "clipping_sweep", "compare_formats", "pareto_front",
+__all__ = ["PARETO_BITS_DECIMALS", "bits_sqnr_front", "block_size_sweep", "chain",
+           "clipping_sweep", "compare_formats", "front_pick", "pareto_front",
            "repeated_round_trips"]

@@ -35,7 +35,7 @@ def as_numpy(a: Any) -> np.ndarray:
 
 
 def _values(a: Any) -> np.ndarray:
-    """Scales / zero points as numbers (float32 widens bfloat16 and e8m0 exactly)."""
+    """Scales / zero points as numbers in float32 (which widens bfloat16 and e8m0 exactly)."""
     arr = np.asarray(a)
     fmt = get_format(arr.dtype)
     return as_numpy(arr) if fmt.is_integer else arr.astype(np.float32)
@@ -43,13 +43,18 @@ def _values(a: Any) -> np.ndarray:
 
 def npz_bytes(y: Any, scale: Any, zero_point: Any = None, **attributes: Any) -> bytes:
     """An ``.npz`` with ``y`` (see :func:`as_numpy`), ``y_type`` (the ONNX type name),
-    ``scale``, ``scale_type``, ``zero_point`` / ``zero_point_type`` (when there is one) and
-    every attribute given (axis, block_size, saturate, opset, …) as 0-d arrays."""
+    ``scale`` in its own type (float32 / float16 as such; bfloat16 and float8e8m0, which NumPy
+    files cannot name, as their stored codes, with ``scale_values`` in float32 beside them),
+    ``scale_type``, ``zero_point`` / ``zero_point_type`` (when there is one) and every
+    attribute given (axis, block_size, saturate, opset, x_type, …) as 0-d arrays."""
     y = np.asarray(y)
+    scale = np.asarray(scale)
     arrays: dict[str, np.ndarray] = {
         "y": as_numpy(y), "y_type": np.array(get_format(y.dtype).name),
-        "scale": _values(scale), "scale_type": np.array(get_format(np.asarray(scale).dtype).name),
+        "scale": as_numpy(scale), "scale_type": np.array(get_format(scale.dtype).name),
     }
+    if arrays["scale"].dtype != scale.dtype:  # codes: the values too, for readers without ml_dtypes
+        arrays["scale_values"] = _values(scale)
     if zero_point is not None:
         arrays["zero_point"] = _values(zero_point)
         arrays["zero_point_type"] = np.array(get_format(np.asarray(zero_point).dtype).name)

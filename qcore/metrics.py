@@ -10,6 +10,18 @@ range [value of the min code, value of the max code] by more than half the spaci
 outermost codes -- i.e. rounding alone would have needed a code beyond the last one
 (:meth:`QuantParams.saturation_bounds`). Without that half step, minmax calibration would report
 its own extremes as "clipped" whenever the rounded zero point shifts the range a little.
+``clipped_fraction`` = clipped elements / finite elements of x: saturated to the outermost code,
+or, for float8 with saturate off, turned into NaN/Inf (those also leave the error statistics).
+
+One definition of each figure the app, the report and the CLI show:
+
+- **Bits per element** (:func:`bits_per_element`): (codes × the target's bits + scales × the
+  scale type's bits + stored zero points × the target's bits) / elements, where a zero point
+  is stored (:func:`stores_zero_point`) when it is not all zero (an absent zero point means 0),
+  or when the operator version predates ``output_dtype`` so only a zero point names the type.
+- **SQNR** = 10·log10(Σx² / Σ(x̂ − x)²) over the elements whose x and x̂ are both finite;
+  ``sqnr_coverage`` is their share of the tensor (1.0 when every element counts).
+- **Clipped**: as above.
 """
 
 from __future__ import annotations
@@ -47,7 +59,43 @@ from .reductions import (
     group_sse,
     histogram_counts,
 )
+from .versions import LATEST_OPSET, QUANTIZE, resolve
 from .walkthrough import walkthrough
+
+# ---------------------------------------------------------------------------------------------
+# storage
+
+
+def stores_zero_point(params: QuantParams, opset: int = LATEST_OPSET) -> bool:
+    """Whether the ONNX graph for these parameters at ``opset`` carries a zero point.
+
+    An absent zero point means 0, so an all-zero one (symmetric signed integers, float targets)
+    is not stored -- except before QuantizeLinear had ``output_dtype``, when only a zero point's
+    type names a target other than uint8.
+    """
+    if "output_dtype" not in resolve(QUANTIZE, opset).attributes:
+        return True
+    zp = params.zero_point
+    return zp is not None and bool(np.any(np.asarray(zp).astype(np.float64) != 0))
+
+
+def storage_bits(params: QuantParams, n: int, opset: int = LATEST_OPSET) -> int:
+    """Bits a tensor of ``n`` elements takes quantized with ``params`` at ``opset``: codes,
+    scales and the zero points :func:`stores_zero_point` keeps (sub-byte packing not rounded
+    up to bytes)."""
+    fmt = params.format
+    n_scales = int(np.asarray(params.scale).size)
+    zp_bits = fmt.bits * n_scales if stores_zero_point(params, opset) else 0
+    return int(n) * fmt.bits + params.scale_format.bits * n_scales + zp_bits
+
+
+def bits_per_element(params: QuantParams, n: int, opset: int = LATEST_OPSET) -> float:
+    """:func:`storage_bits` / ``n`` -- the one bits-per-element figure every page, the report
+    and the CLI show (NaN for an empty tensor)."""
+    if int(n) <= 0:
+        return math.nan
+    return storage_bits(params, n, opset) / int(n)
+
 
 # ---------------------------------------------------------------------------------------------
 # histograms
@@ -122,14 +170,19 @@ def representable_values(target: Any) -> np.ndarray:
 
 
 def error_metrics(x: Any, x_hat: Any, *, y: Any = None, target: Any = None,
-                  params: QuantParams | None = None) -> dict[str, float]:
+                  params: QuantParams | None = None,
+                  opset: int = LATEST_OPSET) -> dict[str, float]:
     """Error statistics of a round trip x -> x_hat (one numba pass).
 
     Keys: mse, rmse, sqnr_db, max_abs_error, mean_abs_error, mean_rel_error, clipped_fraction,
-    nan_in, inf_in, nan_out, inf_out, bits_per_element, n, plus n_compared, n_clipped and
-    clipping_mse / rounding_mse (the mse split between clipped and in-range elements).
+    nan_in, inf_in, nan_out, inf_out, bits_per_element, n, plus nan_made / inf_made /
+    nonfinite_made (finite x turned into NaN / +-Inf / either by quantizing: the NaN and Inf
+    the quantization *produced*, input NaN/Inf left out), n_compared, sqnr_coverage
+    (n_compared / n: the share the error figures cover), n_clipped and clipping_mse /
+    rounding_mse (the mse split between clipped and in-range elements).
     ``clipped_fraction`` and the split need ``params``; ``bits_per_element`` needs the target
-    (from ``target``, ``params`` or ``y``'s dtype). Missing ones are NaN.
+    (from ``target``, ``params`` or ``y``'s dtype) and is :func:`bits_per_element` at ``opset``
+    when ``params`` are given. Missing ones are NaN.
     """
     xs = np.shape(x)
     xa = as_float32(x)
@@ -158,10 +211,12 @@ def error_metrics(x: Any, x_hat: Any, *, y: Any = None, target: Any = None,
         sqnr = -math.inf
     else:
         sqnr = 10.0 * math.log10(st[S_SX2] / st[S_SSE])
+    made = int(st[S_NFIN] - ncmp)  # finite x whose x̂ is NaN or +-Inf: made by quantizing
+    nan_made = int(np.count_nonzero(np.isnan(ha) & np.isfinite(xa))) if made else 0
     if fmt is None:
         bpe = math.nan
     elif params is not None:
-        bpe = params.bits_per_element(n)
+        bpe = bits_per_element(params, n, opset)
     else:
         bpe = float(fmt.bits)
     nan = math.nan
@@ -180,7 +235,11 @@ def error_metrics(x: Any, x_hat: Any, *, y: Any = None, target: Any = None,
         "inf_out": int(st[S_INFOUT]),
         "bits_per_element": bpe,
         "n": int(n),
+        "nan_made": nan_made,
+        "inf_made": made - nan_made,
+        "nonfinite_made": made,
         "n_compared": int(ncmp),
+        "sqnr_coverage": ncmp / n if n else nan,
         "n_clipped": int(st[S_NCLIP]) if has_range else 0,
         "clipping_mse": st[S_SSECLIP] / ncmp if (ncmp and has_range) else nan,
         "rounding_mse": (st[S_SSE] - st[S_SSECLIP]) / ncmp if (ncmp and has_range) else nan,
@@ -266,7 +325,8 @@ def _top_k(v: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
 
 
 __all__ = [
-    "CHUNK", "N_STATS", "PARALLEL_THRESHOLD", "downsample_xy", "error_metrics", "finite_range",
+    "CHUNK", "N_STATS", "PARALLEL_THRESHOLD", "bits_per_element", "downsample_xy",
+    "error_metrics", "finite_range", "storage_bits", "stores_zero_point",
     "group_errors", "group_sse", "histogram", "log_histogram", "representable_values",
     "walkthrough",
 ]

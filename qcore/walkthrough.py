@@ -12,7 +12,6 @@ import math
 from typing import Any
 
 import numpy as np
-import pandas as pd
 from numba import njit
 
 from .errors import QuantizationError
@@ -127,7 +126,7 @@ def _bits_string(code: int, bits: int) -> str:
 
 def walkthrough(x: Any, params: QuantParams, target: Any, indices: Any, *, saturate: bool = True,
                 precision: Any = None, opset: int = LATEST_OPSET, y: Any = None,
-                x_hat: Any = None) -> pd.DataFrame:
+                x_hat: Any = None) -> Any:
     """Step by step for chosen elements: x, scale, x/scale, rounded, + zero point, saturated,
     the stored bits and x̂ — the same numbers qcore computes on the whole tensor.
 
@@ -183,6 +182,8 @@ def walkthrough(x: Any, params: QuantParams, target: Any, indices: Any, *, satur
                 for i in flat]
     with np.errstate(invalid="ignore"):
         err = xh - xv.astype(np.float64)
+    import pandas as pd  # only here: importing qcore.metrics stays free of pandas
+
     return pd.DataFrame({
         "index": flat,
         "position": position,

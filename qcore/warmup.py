@@ -77,6 +77,12 @@ def _jobs() -> list[tuple[str, Callable[[], None]]]:
     return jobs
 
 
+def jobs() -> list[tuple[str, Callable[[], None]]]:
+    """Every kernel specialisation :func:`warmup` compiles, as (label, job), in its order (for a
+    caller that interleaves other work between kernels)."""
+    return _jobs()
+
+
 def warmup(progress: Callable[[int, int, str], None] | None = None) -> dict[str, float]:
     """Compile or cache-load every kernel; returns seconds per kernel family.
 

@@ -72,7 +72,7 @@ def lab_direct(x, *, target="int8", opset=qcore.LATEST_OPSET, granularity=qcore.
                                   manual_zero_point=manual_zero_point)
     y = p.quantize(x, saturate=saturate, precision=precision, opset=opset)
     x_hat = p.dequantize(y, opset=opset)
-    return metrics.error_metrics(x, x_hat, y=y, params=p)
+    return metrics.error_metrics(x, x_hat, y=y, params=p, opset=opset)
 
 
 def assert_lab_matches(at: AppTest, x, **cfg) -> None:
@@ -365,7 +365,7 @@ def test_sweeps_match_qcore(target, granularity):
                                          "s_block": 8})
     x = tensor()
     clip = analysis.clipping_sweep(x, target, n=40, granularity=granularity, axis=1,
-                                   block_size=8)
+                                   block_size=8, method="minmax")  # the page's default
     best = clip.iloc[clip.attrs["optimum"]]
     shown = shown_metrics(at)
     assert shown["Best clipping range"] == f"{best['clip_ratio']:.2f} × max|x|"

@@ -478,3 +478,17 @@ def test_clipping_bounds_follow_the_index_map_in_3d(granularity, axis):
     lo = lay.expand(sat_lo).reshape(x.shape)
     hi = lay.expand(sat_hi).reshape(x.shape)
     assert m["n_clipped"] == int(((x < lo) | (x > hi)).sum()) > 0
+
+
+def test_the_engine_imports_without_pandas_streamlit_or_plotly():
+    """qcore's numerics load without the app's libraries: pandas is imported by the functions
+    that return a DataFrame, when they are called."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import sys, qcore, qcore.metrics, qcore.analysis, qcore.calibration, qcore.io\n"
+            "bad = [m for m in ('pandas', 'streamlit', 'plotly') if m in sys.modules]\n"
+            "assert not bad, bad\n")
+    root = str(Path(__file__).resolve().parents[1])
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=root, timeout=120)

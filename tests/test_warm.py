@@ -157,3 +157,131 @@ def _state(pid: int, want: str, timeout: float = 5) -> bool:
                 return True
         time.sleep(0.02)
     return False
+
+
+def _compile_page():
+    """A page that compiles a kernel nobody has compiled (a fresh function, no disk cache);
+    a listener stretches the compilation so the notice has time to show."""
+    import time
+
+    import numba
+    import numpy as np
+    import streamlit as st
+    from numba.core import event
+
+    from app import warm
+
+    warm.NOTICE_AFTER_S = 0.1
+
+    class Slow(event.Listener):
+        def on_start(self, ev):
+            time.sleep(2.2)
+
+        def on_end(self, ev):
+            pass
+
+    @numba.njit(cache=False)
+    def fresh_kernel(a):
+        return a.sum()
+
+    slow = Slow()
+    event.register("numba:compile", slow)
+    try:
+        with warm.page_running():
+            fresh_kernel(np.ones(3))
+            fresh_kernel(np.ones(4))  # compiled already: no second notice
+    finally:
+        event.unregister("numba:compile", slow)
+    st.write("done")
+
+
+def test_a_page_waiting_for_a_compiler_says_so_with_progress():
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_function(_compile_page, default_timeout=120)
+    at.run()
+    assert not at.exception
+    said = [t.value for t in at.toast]
+    assert any("Compiling fresh kernel for this CPU, once (kernel 1, " in s and "s so far" in s
+               for s in said), said
+    assert any(s.startswith("Compiled 1 kernel(s) for this CPU") for s in said), said
+
+
+def test_the_watch_counts_only_its_own_thread():
+    """A compilation in another thread (the server's warm-up) is not the page's."""
+    import numba
+    import numpy as np
+
+    @numba.njit(cache=False)
+    def other(a):
+        return a.max()
+
+    @numba.njit(cache=False)
+    def mine(a):
+        return a.min()
+
+    watch = warm.CompileWatch.start()
+    try:
+        t = threading.Thread(target=other, args=(np.ones(2),))
+        t.start()
+        t.join()
+        assert watch.count == 0
+        mine(np.ones(2))
+        assert watch.count == 1 and watch.name == "mine" and watch.depth == 0
+    finally:
+        watch.stop()
+    mine(np.ones(2, np.float32))  # after the run: no watch
+    assert watch.count == 1
+
+
+def test_the_next_clicks_are_each_control_moved_once():
+    from app import warm_process
+    from app.controls import QuantConfig
+
+    here = {"s_target": "float8e4m3fn", "s_gran": "blocked", "s_stype": "float", "s_sat": True}
+    out = warm_process.neighbours("round_trip_sweeps", here)
+    base = out[0]
+    assert (base.target, base.granularity) == ("float8e4m3fn", "blocked")
+    assert QuantConfig(target="float8e4m3fn", granularity="blocked", scale_dtype="float16") \
+        in out  # the issue's slow clicks, one step from here
+    assert QuantConfig(target="uint16", granularity="blocked") in out
+    assert QuantConfig(target="float8e4m3fn", granularity="per-axis") in out
+    assert len(out) == len(set(out))
+    # a page without a panel: the Lab's settings
+    assert warm_process.neighbours("home", {"target": "int4"})[0].target == "int4"
+
+
+def test_the_process_runs_the_latest_hint_first(monkeypatch, tmp_path):
+    import json
+
+    from app import compute, warm_process
+
+    ran = []
+
+    class Stub:
+        @staticmethod
+        def __wrapped__(spec, cfg):
+            ran.append(cfg)
+            if len(ran) == 2:  # the user moves on: a newer hint replaces the rest
+                hint.write_text(json.dumps({"page": "quantize_lab",
+                                            "settings": {"target": "uint16"}}))
+                os.utime(hint, (time.time() + 5, time.time() + 5))
+
+    monkeypatch.setattr(compute, "lab", Stub())
+    hint = tmp_path / "hint.json"
+    hint.write_text(json.dumps({"page": "quantize_lab", "settings": {"target": "int4"}}))
+    hints, done = warm_process.Hints(str(hint)), set()
+    warm_process.warm_next_clicks(hints, done)
+    assert ran[0].target == "int4" and ran[2].target == "uint16"
+    n = len(ran)
+    warm_process.warm_next_clicks(hints, done)  # nothing new
+    assert len(ran) == n
+
+
+def test_the_process_takes_one_core_at_the_lowest_priority():
+    code = ("import os; from app.warm_process import _one_core; _one_core(); "
+            "print(len(os.sched_getaffinity(0)), os.getpriority(os.PRIO_PROCESS, 0))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1],
+                         capture_output=True, text=True, timeout=120, check=True)
+    cores, nice = map(int, out.stdout.split())
+    assert cores == 1 and nice == warm.PROCESS_NICE

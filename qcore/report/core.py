@@ -310,7 +310,8 @@ def _merge_rows(previous: pd.DataFrame, new_rows: list[dict[str, Any]], refs: li
 
 
 def summarize(rows: pd.DataFrame, top: int = 10) -> dict[str, Any]:
-    """Per recipe: tensors, elements, total bytes, bits per element, element-weighted SQNR and
+    """Per recipe: tensors, elements, total bytes, bits per element (every tensor's stored bits,
+    :func:`qcore.metrics.bits_per_element`, over all elements), element-weighted SQNR and
     the model-level SQNR; the ``top`` worst tensors per recipe (lowest SQNR)."""
     ok = rows[rows["error"] == ""]
     per: list[dict[str, Any]] = []
@@ -327,7 +328,7 @@ def summarize(rows: pd.DataFrame, top: int = 10) -> dict[str, Any]:
         model_sqnr = 10 * math.log10(sig / sse) if sse > 0 and sig > 0 else math.nan
         per.append({"recipe": recipe, "tensors": int(len(g)), "elements": int(el.sum()),
                     "bytes": int(g["bytes"].sum()),
-                    "bits_per_element": float(8 * g["bytes"].sum() / el.sum()),
+                    "bits_per_element": float((g["bits_per_element"] * el).sum() / el.sum()),
                     "sqnr_db_weighted": weighted, "sqnr_db_model": model_sqnr,
                     "min_sqnr_db": float(sq.min())})
         worst[str(recipe)] = g.nsmallest(top, "sqnr_db")[

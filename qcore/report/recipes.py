@@ -28,13 +28,13 @@ packed as ONNX stores them) plus scales and zero points.
 from __future__ import annotations
 
 import functools
-import math
 import re
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from .. import metrics
 from ..calibration import METHODS, QuantParams, choose_params
 from ..errors import QuantizationError
 from ..formats import INT, QUANTIZED_TYPES, get_format
@@ -173,13 +173,9 @@ def granularity_for(recipe: Recipe, shape: tuple[int, ...]) -> tuple[str, int, i
 
 
 def stores_zero_point(params: QuantParams, opset: int) -> bool:
-    """Whether the ONNX graph for these parameters carries a zero point (see module doc)."""
-    if params.zero_point is None:
-        return opset < 21  # before output_dtype only a zero point names the type
-    fmt = params.format
-    symmetric = fmt.kind == INT and fmt.signed and not np.any(
-        np.asarray(params.zero_point).astype(np.int64))
-    return opset < 21 or not symmetric
+    """Whether the ONNX graph for these parameters carries a zero point: the one rule,
+    :func:`qcore.metrics.stores_zero_point`."""
+    return metrics.stores_zero_point(params, opset)
 
 
 @functools.lru_cache(maxsize=512)
@@ -232,10 +228,9 @@ def run_recipe(x: np.ndarray, recipe: Recipe) -> dict[str, Any]:
     out = None if opset < 21 else fmt.name
     y = quantize_linear(x, params.scale, zp, output_dtype=out, opset=opset, **kw)
     x_hat = dequantize_linear(y, params.scale, zp, opset=opset, **kw)  # float32 out
-    m = error_metrics(x, x_hat, params=params)
+    m = error_metrics(x, x_hat, params=params, opset=opset)
     n = int(x.size)
     n_scales = int(np.asarray(params.scale).size)
-    side_bits = params.scale_format.bits * n_scales + (fmt.bits * n_scales if stored else 0)
     nbytes = _nbytes(n, fmt.bits) + _nbytes(n_scales, params.scale_format.bits) \
         + (_nbytes(n_scales, fmt.bits) if stored else 0)
     return {
@@ -249,7 +244,7 @@ def run_recipe(x: np.ndarray, recipe: Recipe) -> dict[str, Any]:
         "clipped_fraction": float(m["clipped_fraction"]),
         "nan_out": int(m["nan_out"]),
         "inf_out": int(m["inf_out"]),
-        "bits_per_element": fmt.bits + side_bits / max(n, 1) if n else math.nan,
+        "bits_per_element": float(m["bits_per_element"]),
         "bytes": int(nbytes),
         "scales": n_scales,
     }
