@@ -149,7 +149,8 @@ def bench_dequantize(x: np.ndarray, x_scale, x_zero_point=None, *, repeat: int =
             d_y, call.layout_params(), dp, ck.device_table(table))
     kernel_s = _time_events(lambda: ck.launch_dequantize(*args), repeat)
     h_y = np.empty(flat.size, out_dtype)
-    return Timing(
+    family = ck.dequantize_family(args[4], dp, flat.dtype.itemsize)
+    t = Timing(
         name or f"DequantizeLinear {plan.x.name}->{plan.output.name} {plan.layout.granularity}",
         int(flat.size), int(flat.nbytes + h_y.nbytes), kernel_s,
         h2d_s=_time_wall(lambda: cuda.to_device(flat), repeat),
@@ -157,6 +158,8 @@ def bench_dequantize(x: np.ndarray, x_scale, x_zero_point=None, *, repeat: int =
         launch_s=_time_launch(lambda: ck.launch_dequantize(*args), repeat),
         device=ck.device_name(),
     )
+    t.extra["kernel"] = " ".join(family) if family else "generic"
+    return t
 
 
 def bench_minmax(x: np.ndarray, *, repeat: int = 10,

@@ -271,3 +271,42 @@ def test_specialised_kernels_ptx(monkeypatch):
                 if _INT_DIVISION.match(ln):
                     problems.append(f"{name}: integer division in a loop: {ln.strip()}")
     assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("shape", [(3, 8, 12), (5, 7), (2, 3, 4, 5), (1, 42), (16,)])
+def test_row_view_is_the_layout_index_map(shape):
+    """The rows kernels' view of a layout (qcore.kernels.cuda.row_params) gives every element
+    the scale qcore.layout's index map gives it, for per-axis and blocked on every axis."""
+    from qcore.kernels import cuda as ck
+    from qcore.kernels.params import LayoutParams
+    from qcore.layout import BLOCKED, PER_AXIS, Layout
+
+    n = int(np.prod(shape))
+    flat = np.arange(n)
+    for axis in range(len(shape)):
+        grans = [(PER_AXIS, 0)] + [(BLOCKED, b) for b in (1, 2, 3, 4, shape[axis])]
+        for gran, block in grans:
+            layout = Layout.from_granularity(shape, gran, axis, block)
+            rows, length, _, _, d1, _, b, _, sb, sp, pmul, bc, _, _, _ = ck.row_params(
+                LayoutParams.from_layout(layout), 1, 8)
+            assert rows * length == n
+            r, c = np.divmod(flat, length)
+            p, d = np.divmod(r, d1)
+            got = (p * pmul * sb + d // b) * sp + c // bc
+            np.testing.assert_array_equal(got, layout.scale_index(flat),
+                                          err_msg=f"{shape} axis {axis} {gran} {block}")
+
+
+def test_div_exact_is_floor_division():
+    """The kernels' division without a division instruction: (n // d, n % d) for n < 2**50."""
+    from qcore.kernels import cuda_fast as cf
+
+    fn = getattr(cf.div_exact, "py_func", cf.div_exact)
+    rng = np.random.default_rng(0)
+    ds = [1, 2, 3, 4, 7, 32, 128, 1000, 4096, 16383, 2**20 + 1, 2**31 - 1]
+    ns = [0, 1, 2**24 - 1, 2**24 + 1, 2**31, 2**40 - 1, 2**50 - 1]
+    ns += rng.integers(0, 2**50, 200).tolist()
+    for d in ds:
+        for n in ns + [k * d + j for k in (1, 2**20, 2**40 // d) for j in (-1, 0, 1)]:
+            if 0 <= n < 2**50:
+                assert tuple(int(v) for v in fn(n, d, 1.0 / d)) == divmod(n, d), (n, d)

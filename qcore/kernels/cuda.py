@@ -281,18 +281,28 @@ def launch_quantize(d_x, d_s, d_z, d_y, lp, qp) -> None:
         kernel[_row_grid(rp), threads](d_x, d_y, yw, d_s, d_z, qp, rp)
 
 
+def dequantize_family(lp, dp, x_itemsize: int) -> tuple[str, str] | None:
+    """The specialised DequantizeLinear kernel, as (layout family, output family), for 8-bit
+    codes (integers by value, the other 8-bit and sub-byte types by their decode table); None
+    for the generic kernel (16- and 32-bit codes)."""
+    if x_itemsize != 1 or dp.xkind == DXKind.I32:
+        return None
+    return ("per-tensor" if lp.uniform == 1 else "rows"), ("f32" if dp.okind == PKind.F32
+                                                          else "half")
+
+
 def launch_dequantize(d_x, d_s, d_z, d_y, lp, dp, d_tab) -> None:
     """Launch DequantizeLinear on device arrays (asynchronous; the params go by value): 8-bit
     codes through the specialised kernels (four per 32-bit load), the rest the generic one."""
     n = d_x.size
     if not n:
         return
-    if d_x.dtype.itemsize != 1 or dp.xkind == DXKind.I32 or not _aligned(d_x, 4):
+    family = dequantize_family(lp, dp, d_x.dtype.itemsize)
+    if family is None or not _aligned(d_x, 4):
         dequantize_kernel[grid(n), THREADS](d_x, d_s, d_z, d_y, lp, dp, d_tab)
         return
-    out = "f32" if dp.okind == PKind.F32 else "half"
-    layout = "per-tensor" if lp.uniform == 1 else "rows"
-    kernel = cf.DEQUANTIZE_KERNELS[(layout, out)]
+    layout, out = family
+    kernel = cf.DEQUANTIZE_KERNELS[family]
     xw = _words(d_x, n, np.uint32)
     yw = _words(d_y, n, np.uint64) if out == "half" else d_y
     signed = int(d_x.dtype == np.int8)
