@@ -738,12 +738,13 @@ def test_specialised_minmax_of_every_kind():
 def _float8_probe_values(target: str) -> np.ndarray:
     """float32 values for the float8 conversion: every float32 within 2**17 ulps of each of
     the format's edges (largest finite, the overflow bound and the next midpoints, the smallest
-    subnormal and half of it, the smallest normal, 1, Inf), both signs; every NaN/Inf pattern
-    class; and 2**23 random bit patterns."""
+    subnormal and half of it, the smallest normal, 1, Inf, 0 and float32's subnormals, float32's
+    smallest normal), both signs; every NaN/Inf pattern class; and 2**23 random bit patterns."""
     fmt = get_format(target)
     big = float(fmt.max)
     edges = [big, big * 1.0625, big * 1.125, big * 1.25, big * 2, 2.0 ** (1 - fmt.bias - fmt.mbits),
-             2.0 ** (-fmt.bias - fmt.mbits), 2.0 ** (1 - fmt.bias), 1.0, 3.4e38]
+             2.0 ** (-fmt.bias - fmt.mbits), 2.0 ** (1 - fmt.bias), 1.0, 3.4e38, 0.0,
+             2.0 ** -126]
     window = np.arange(-(2 ** 17), 2 ** 17, dtype=np.int64)
     parts = []
     for e in edges:

@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CASES = "tests/cuda_sim_cases.py"
 
 
-def _run_cases(simulator: bool, timeout: int = 600) -> None:
+def _run_cases(simulator: bool, timeout: int = 1200) -> None:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("PYTEST_", "NUMBA_ENABLE_CUDASIM"))}
     env["NUMBA_ENABLE_CUDASIM"] = "1" if simulator else "0"
