@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The CUDA backend on a lent GPU machine, in one run of at most 6 minutes:
-#   versions -> a smoke check -> the benchmark (4096x4096 and 16384x16384 float32, every case
-#   against the copy roofline and torch) -> tests/cuda_sim_cases.py on the GPU.
+#   versions -> a smoke check -> the specialised kernels' GPU cases (the float8 instruction
+#   against the CPU, large tensors, every layout x target family) -> the benchmark (4096x4096
+#   and 16384x16384 float32, every case against the copy roofline and torch) -> the rest of
+#   tests/cuda_sim_cases.py on the GPU, in the time left.
 # Run from the repository root with the wheels in .whl/ (carried: the folder is git-ignored):
 #   bash tests/gpu/device_run.sh            results under $OUT (default ./gpu_out)
 # The machine has no internet: NumPy 2.3.5 and ml_dtypes come from .whl/ (the image's NumPy
@@ -45,7 +47,7 @@ cat "$OUT/env.txt"
 if [ -f qcore/bench/cuda.py ]; then BENCH=qcore.bench.cuda; else BENCH=qcore.bench_cuda; fi
 
 elapsed "smoke check"
-timeout 120 python3 - > "$OUT/smoke.txt" 2>&1 <<'EOF'
+timeout 75 python3 - > "$OUT/smoke.txt" 2>&1 <<'EOF'
 import numpy as np, qcore
 from qcore.kernels import cuda as ck
 from qcore import ops
@@ -70,17 +72,25 @@ EOF
 echo "smoke exit $?" >> "$OUT/smoke.txt"
 cat "$OUT/smoke.txt"
 
+FAST="float8_conversion or large_tensors or specialised"
+elapsed "the specialised kernels' cases on the GPU"
+timeout 100 python3 -m pytest tests/cuda_sim_cases.py -q -n 8 -p no:cacheprovider \
+  -W ignore::RuntimeWarning --tb=short -rs -k "$FAST" > "$OUT/tests_fast.txt" 2>&1
+echo "tests exit $? (124: cut by the 100s limit)" >> "$OUT/tests_fast.txt"
+tail -n 30 "$OUT/tests_fast.txt"
+
 elapsed "benchmark ($BENCH)"
-timeout 150 python3 -m "$BENCH" --size 4096x4096,16384x16384 --repeat 10 \
+timeout 140 python3 -m "$BENCH" --size 4096x4096,16384x16384 --repeat 10 \
   --json "$OUT/bench.json" --markdown "$OUT/bench.md" > "$OUT/bench.log" 2>&1
 echo "bench exit $?" >> "$OUT/bench.log"
 cat "$OUT/bench.log"
 
-elapsed "tests/cuda_sim_cases.py on the GPU"
+elapsed "the rest of tests/cuda_sim_cases.py on the GPU"
 LEFT=$(( 345 - ($(date +%s) - START) ))
-[ "$LEFT" -lt 60 ] && LEFT=60
+[ "$LEFT" -lt 20 ] && LEFT=20
 timeout "$LEFT" python3 -m pytest tests/cuda_sim_cases.py -q -n 12 -p no:cacheprovider \
-  -W ignore::RuntimeWarning --tb=short -rs --junitxml="$OUT/tests.xml" > "$OUT/tests.txt" 2>&1
+  -W ignore::RuntimeWarning --tb=short -rs -k "not ($FAST)" --junitxml="$OUT/tests.xml" \
+  > "$OUT/tests.txt" 2>&1
 echo "tests exit $? (124: cut by the ${LEFT}s limit)" >> "$OUT/tests.txt"
 tail -n 60 "$OUT/tests.txt"
 elapsed "done"
