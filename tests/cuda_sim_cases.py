@@ -657,3 +657,148 @@ def test_bench_cli_backend_cuda_runs(capsys):
 def test_available_in_this_process():
     assert qcore.cuda_available()
     assert ck.backend_or_raise("x") is ck
+
+
+# ---------------------------------------------------------------------------------------------
+# The specialised kernels (qcore.kernels.cuda_fast): every layout family x target family
+# ---------------------------------------------------------------------------------------------
+
+# (name, x shape, attributes, scale shape): per-tensor with a tail of n % 4, rows along the
+# last axis (per-axis, blocked by a multiple of 4 and not), rows along an outer axis (one scale
+# per row, a scale per column), one row whose length is not a multiple of 4
+FAST_LAYOUTS = [
+    ("per-tensor tail", (5, 7), {}, ()),
+    ("last per-axis", (3, 16), dict(axis=1), (16,)),
+    ("last blocked 8", (3, 40), dict(axis=1, block_size=8), (3, 5)),
+    ("last blocked 3", (2, 12), dict(axis=1, block_size=3), (2, 4)),
+    ("outer per-axis", (4, 12), dict(axis=0), (4,)),
+    ("outer blocked", (6, 8), dict(axis=0, block_size=4), (2, 8)),
+    ("one row", (1, 42), dict(axis=1, block_size=8), (1, 6)),
+]
+FAST_TARGETS = ["int8", "uint8", "int16", "uint16", "int4", "float8e4m3fn", "float8e5m2",
+                "float4e2m1"]
+
+
+def _family(x, scale, **kwargs):
+    call = qcore.ops.prepare_quantize(x, scale, backend="cuda", **kwargs)
+    return ck.quantize_family(call.layout_params(), call.params())
+
+
+@pytest.mark.parametrize("layout", FAST_LAYOUTS, ids=[f[0] for f in FAST_LAYOUTS])
+def test_specialised_quantize_families(layout):
+    name, shape, attrs, sshape = layout
+    rng = np.random.default_rng(zlib.crc32(name.encode()))
+    n = int(np.prod(shape))
+    scale = _scales(sshape, rng, np.float32)
+    with np.errstate(all="ignore"):
+        x = (_units(n, rng).reshape(shape) * _expand(scale, attrs, shape)).astype(np.float32)
+    for target in FAST_TARGETS:
+        fam = _family(x, scale, output_dtype=target, **attrs)
+        assert fam is not None and fam[0] == ("per-tensor" if not sshape else "rows")
+        assert fam[2] == get_format(target).itemsize
+        sats = [True, False] if target.startswith("float8") else [True]
+        for sat in sats:
+            zp = _zero_point("value", target, sshape, rng)
+            both(qcore.quantize_linear, x, scale, zp, x=x, saturate=sat, output_dtype=target,
+                 **attrs)
+        both(qcore.quantize_linear, x, scale, x=x, output_dtype=target, **attrs)
+
+
+@pytest.mark.parametrize("layout", FAST_LAYOUTS, ids=[f[0] for f in FAST_LAYOUTS])
+def test_specialised_dequantize_families(layout):
+    name, shape, attrs, sshape = layout
+    rng = np.random.default_rng(zlib.crc32(name.encode()) + 1)
+    scale = _scales(sshape, rng, np.float32)
+    n = int(np.prod(shape))
+    for x_type in ("int8", "uint8", "float8e4m3fn", "int4"):
+        x = np.resize(get_format(x_type).all_codes(), n).reshape(shape)
+        zp = _zero_point("value", x_type, sshape, rng) if x_type != "float8e4m3fn" else None
+        for out in ("float", "float16", "bfloat16"):
+            both(qcore.dequantize_linear, x, scale, zp, x=x, output_dtype=out, **attrs)
+
+
+def test_specialised_minmax_of_every_kind():
+    rng = np.random.default_rng(9)
+    for n in (1, 3, 4, 5, 67, 1000):
+        for _, values, bits, kind in _minmax_inputs(n, n % 2):
+            assert ck.minmax(bits, kind) == _expected_minmax(values), (n, kind)
+    # -0 and +0 only: min and max are zeros (their sign is not part of the contract)
+    got = ck.minmax(np.array([-0.0, 0.0, -0.0], np.float32), XKind.F32)
+    assert got[0] == 0 and got[1] == 0 and got[2] == 0
+    all_nan = np.full(9, np.nan, np.float32)
+    assert ck.minmax(all_nan, XKind.F32) == (math.inf, -math.inf, 9)
+    del rng
+
+
+# ---------------------------------------------------------------------------------------------
+# On a GPU: the float8 conversion instruction against the encoder, and large tensors
+# ---------------------------------------------------------------------------------------------
+
+
+def _float8_probe_values(target: str) -> np.ndarray:
+    """float32 values for the float8 conversion: every float32 within 2**17 ulps of each of
+    the format's edges (largest finite, the overflow bound and the next midpoints, the smallest
+    subnormal and half of it, the smallest normal, 1, Inf, 0 and float32's subnormals, float32's
+    smallest normal), both signs; every NaN/Inf pattern class; and 2**23 random bit patterns."""
+    fmt = get_format(target)
+    big = float(fmt.max)
+    edges = [big, big * 1.0625, big * 1.125, big * 1.25, big * 2, 2.0 ** (1 - fmt.bias - fmt.mbits),
+             2.0 ** (-fmt.bias - fmt.mbits), 2.0 ** (1 - fmt.bias), 1.0, 3.4e38, 0.0,
+             2.0 ** -126]
+    window = np.arange(-(2 ** 17), 2 ** 17, dtype=np.int64)
+    parts = []
+    for e in edges:
+        b = np.int64(np.float32(e).view(np.uint32))
+        w = np.clip(b + window, 0, 0x7F800000).astype(np.uint32)
+        parts += [w, w | np.uint32(0x80000000)]
+    parts.append(np.array([0x7F800000, 0xFF800000, 0x7FC00000, 0xFFC00000, 0x7F800001,
+                           0xFF800001, 0x7FFFFFFF, 0xFFFFFFFF, 0, 0x80000000], np.uint32))
+    rng = np.random.default_rng(11)
+    parts.append(rng.integers(0, 2 ** 32, 2 ** 23, dtype=np.uint64).astype(np.uint32))
+    return np.concatenate(parts).view(np.float32)
+
+
+@pytest.mark.parametrize("target", ["float8e4m3fn", "float8e5m2"])
+@pytest.mark.parametrize("saturate", [True, False])
+def test_float8_conversion_instruction_matches_the_cpu(target, saturate):
+    """Where the GPU converts to float8 itself (compute capability >= 8.9), its kernels give
+    the CPU's codes for every float32 near the format's edges and a large random sample:
+    saturate on and off, NaN (sign kept), Inf, +-0, subnormals; per-tensor and per-axis, with
+    and without a zero point."""
+    if not ck.fp8_conversion():
+        pytest.skip("needs a GPU with compute capability >= 8.9 (the cvt to float8)")
+    x = _float8_probe_values(target)
+    assert _family(x, np.float32(1.0), output_dtype=target) == ("per-tensor", "fp8-cvt", 1)
+    both(qcore.quantize_linear, x, np.float32(1.0), output_dtype=target, saturate=saturate, x=x)
+    both(qcore.quantize_linear, x, np.float32(0.5), output_dtype=target, saturate=saturate, x=x)
+    m = x[: x.size - x.size % 64].reshape(-1, 64)
+    s = np.where(np.arange(64) % 2, 0.25, 2.0).astype(np.float32)
+    assert _family(m, s, axis=1, output_dtype=target)[:2] == ("rows", "fp8-cvt")
+    zp = np.array(0.0, np.float32).astype(get_format(target).dtype)
+    both(qcore.quantize_linear, m, s, np.broadcast_to(zp, (64,)).copy(), axis=1,
+         output_dtype=target, saturate=saturate, x=m)
+
+
+@pytest.mark.parametrize("case", ["per-tensor", "blocked 32", "blocked 128", "per-axis rows",
+                                  "per-axis columns"])
+def test_large_tensors_on_the_gpu(case):
+    """Large tensors through every grid-stride loop (many blocks, several rounds each)."""
+    if numba.config.ENABLE_CUDASIM:
+        pytest.skip("a GPU-sized tensor (the simulator runs threads as Python threads)")
+    rng = np.random.default_rng(12)
+    x = (rng.standard_normal((1024, 4100)) * 40).astype(np.float32)
+    attrs, sshape = {
+        "per-tensor": ({}, ()),
+        "blocked 32": (dict(axis=1, block_size=32), (1024, 129)),
+        "blocked 128": (dict(axis=1, block_size=128), (1024, 33)),
+        "per-axis rows": (dict(axis=0), (1024,)),
+        "per-axis columns": (dict(axis=1), (4100,)),
+    }[case]
+    s = rng.uniform(0.05, 1.0, sshape).astype(np.float32) if sshape else np.float32(0.3)
+    for target in ("int8", "uint8", "int16", "float8e4m3fn", "float8e5m2", "int4"):
+        both(qcore.quantize_linear, x, s, x=x, output_dtype=target, **attrs)
+    codes = rng.integers(-128, 128, x.shape, dtype=np.int8)
+    for out in ("float", "float16"):
+        both(qcore.dequantize_linear, codes, s, x=codes, output_dtype=out, **attrs)
+    y = both(qcore.dynamic_quantize_linear, x, x=x)
+    assert y is not None

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -26,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CASES = "tests/cuda_sim_cases.py"
 
 
-def _run_cases(simulator: bool, timeout: int = 600) -> None:
+def _run_cases(simulator: bool, timeout: int = 1200) -> None:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("PYTEST_", "NUMBA_ENABLE_CUDASIM"))}
     env["NUMBA_ENABLE_CUDASIM"] = "1" if simulator else "0"
@@ -109,9 +110,11 @@ def _gpu_signatures():
                    (t.uint16, t.uint16), (t.int32, t.float32)):
         sigs.append((kk.dequantize_kernel, (arr(xt), arr(f32), arr(f64), arr(yt), lp, dp,
                                             arr(f64))))
+    from qcore.kernels import cuda_fast as cf
+
     for xt in (t.float32, t.uint16):
-        sigs.append((kk.minmax_partial_kernel, (arr(xt), i64, arr(f32, 2), arr(i64))))
-    sigs.append((kk.minmax_final_kernel, (arr(f32, 2), arr(i64), arr(f32), arr(i64))))
+        sigs.append((cf.minmax_kernel, (arr(xt), i64, arr(t.int32), arr(i64))))
+    sigs.append((cf.minmax_init_kernel, (arr(t.int32), arr(i64))))
     sigs.append((kk.pack_kernel, (arr(t.uint8), i64, arr(t.uint8))))
     sigs.append((kk.unpack_kernel, (arr(t.uint8), i64, arr(t.uint8))))
     sigs.append((kk.copy_kernel, (arr(f32), arr(f32))))
@@ -167,3 +170,143 @@ def test_cuda_kernels_compile_for_the_gpu_target(monkeypatch):
         f"the element functions of kernels/scalar.py) must compare explicitly.\n"
         + "\n".join(failures[:4])
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# PTX of the specialised kernels (qcore.kernels.cuda_fast): wide accesses, no division in loops
+# ---------------------------------------------------------------------------------------------
+
+_INT_DIVISION = re.compile(r"^\s*(?:@%p\d+\s+)?(div|rem)\.[su](16|32|64)\b")
+
+
+def _fast_signatures():
+    """(name, kernel, signature, expected instructions) of every specialised kernel."""
+    from numba import typeof
+    from numba import types as t
+
+    from qcore.kernels import cuda as ck
+    from qcore.kernels import cuda_fast as cf
+    from qcore.kernels.params import DequantizeParams, LayoutParams, QuantizeParams
+
+    qp = typeof(QuantizeParams(*[0] * len(QuantizeParams._fields)))
+    dp = typeof(DequantizeParams(*[0] * len(DequantizeParams._fields)))
+    rp = typeof(ck.row_params(LayoutParams(4, 64, 1, 32, 4, 2, 1, 0), 1, 256))
+
+    def arr(ty):
+        return t.Array(ty, 1, "C")
+
+    out = []
+    for (layout, family, width), kernel in cf.QUANTIZE_KERNELS.items():
+        y, yw = (t.uint8, t.uint32) if width == 1 else (t.uint16, t.uint64)
+        sig = (arr(t.float32), arr(y), arr(yw), arr(t.float32), arr(t.float32), qp)
+        sig += (rp,) if layout == "rows" else ()
+        want = ["ld.global.v4.f32", "st.global.u32" if width == 1 else "st.global.u64"]
+        if family == "fp8-cvt":
+            want += ["cvt.rn.satfinite.e4m3x2.f32", "cvt.rn.satfinite.e5m2x2.f32"]
+        out.append((f"quantize {layout} {family} {8 * width}-bit", kernel, sig, want))
+    for (layout, okind), kernel in cf.DEQUANTIZE_KERNELS.items():
+        y, yw = (t.float32, t.float32) if okind == "f32" else (t.uint16, t.uint64)
+        sig = (arr(t.int8), arr(t.uint32), arr(y), arr(yw), arr(t.float32), arr(t.float64), dp,
+               t.int64, arr(t.float64)) + ((rp,) if layout == "rows" else ())
+        want = ["ld.global.u32", "st.global.v4.f32" if okind == "f32" else "st.global.u64"]
+        out.append((f"dequantize {layout} -> {okind}", kernel, sig, want))
+    out.append(("minmax", cf.minmax_kernel,
+                (arr(t.float32), t.int64, arr(t.int32), arr(t.int64)),
+                ["ld.global.v4.f32", "shfl.sync.down", "atom.global.min.s32",
+                 "atom.global.max.s32", "atom.global.add.u64"]))
+    return out
+
+
+def _loop_ranges(lines: list[str]) -> list[tuple[int, int]]:
+    """(first, last) line of every loop in PTX: a branch back to a label above it."""
+    labels = {ln.strip()[:-1]: i for i, ln in enumerate(lines) if re.match(r"^\$\w+:$",
+                                                                          ln.strip())}
+    loops = []
+    for i, ln in enumerate(lines):
+        m = re.search(r"\bbra(?:\.uni)?\s+(\$\w+);", ln)
+        if m and labels.get(m.group(1), i + 1) <= i:
+            loops.append((labels[m.group(1)], i))
+    return loops
+
+
+def test_specialised_kernels_ptx(monkeypatch):
+    """Each specialised kernel compiled to PTX for sm_90 (NVVM, no GPU needed): 16-byte loads
+    of x, packed 32/64-bit or 16-byte stores, the float8 cvt where chosen, and no integer
+    division or remainder inside any loop (a loop's trip count may be divided once before it).
+    """
+    try:
+        import numba
+        import numba.cuda.dispatcher as cuda_dispatcher
+        from numba import cuda
+    except Exception as exc:  # pragma: no cover - numba without its CUDA target
+        pytest.skip(f"numba's CUDA target is not importable: {exc}")
+    if numba.config.ENABLE_CUDASIM:
+        pytest.skip("this process runs the simulator")
+
+    class Device:
+        compute_capability = (9, 0)
+
+    monkeypatch.setattr(cuda_dispatcher, "get_current_device", lambda: Device())
+
+    def probe(a):
+        a[0] = 1
+
+    try:
+        cuda.compile_ptx(probe, "void(int32[::1])", cc=(9, 0))
+    except Exception as exc:
+        pytest.skip(f"PTX compilation is unavailable here (numba.cuda.compile_ptx needs the "
+                    f"CUDA toolkit's NVVM): {type(exc).__name__}: {str(exc)[:200]}")
+    problems = []
+    for name, kernel, sig, want in _fast_signatures():
+        ptx, _ = cuda.compile_ptx(kernel.py_func, sig, cc=(9, 0))
+        lines = ptx.splitlines()
+        for instr in want:
+            if instr not in ptx:
+                problems.append(f"{name}: no {instr}")
+        loops = _loop_ranges(lines)
+        if not loops:
+            problems.append(f"{name}: no loop found in the PTX")
+        for first, last in loops:
+            for ln in lines[first:last + 1]:
+                if _INT_DIVISION.match(ln):
+                    problems.append(f"{name}: integer division in a loop: {ln.strip()}")
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("shape", [(3, 8, 12), (5, 7), (2, 3, 4, 5), (1, 42), (16,)])
+def test_row_view_is_the_layout_index_map(shape):
+    """The rows kernels' view of a layout (qcore.kernels.cuda.row_params) gives every element
+    the scale qcore.layout's index map gives it, for per-axis and blocked on every axis."""
+    from qcore.kernels import cuda as ck
+    from qcore.kernels.params import LayoutParams
+    from qcore.layout import BLOCKED, PER_AXIS, Layout
+
+    n = int(np.prod(shape))
+    flat = np.arange(n)
+    for axis in range(len(shape)):
+        grans = [(PER_AXIS, 0)] + [(BLOCKED, b) for b in (1, 2, 3, 4, shape[axis])]
+        for gran, block in grans:
+            layout = Layout.from_granularity(shape, gran, axis, block)
+            rows, length, _, _, d1, _, b, _, sb, sp, pmul, bc, _, _, _ = ck.row_params(
+                LayoutParams.from_layout(layout), 1, 8)
+            assert rows * length == n
+            r, c = np.divmod(flat, length)
+            p, d = np.divmod(r, d1)
+            got = (p * pmul * sb + d // b) * sp + c // bc
+            np.testing.assert_array_equal(got, layout.scale_index(flat),
+                                          err_msg=f"{shape} axis {axis} {gran} {block}")
+
+
+def test_div_exact_is_floor_division():
+    """The kernels' division without a division instruction: (n // d, n % d) for n < 2**50."""
+    from qcore.kernels import cuda_fast as cf
+
+    fn = getattr(cf.div_exact, "py_func", cf.div_exact)
+    rng = np.random.default_rng(0)
+    ds = [1, 2, 3, 4, 7, 32, 128, 1000, 4096, 16383, 2**20 + 1, 2**31 - 1]
+    ns = [0, 1, 2**24 - 1, 2**24 + 1, 2**31, 2**40 - 1, 2**50 - 1]
+    ns += rng.integers(0, 2**50, 200).tolist()
+    for d in ds:
+        for n in ns + [k * d + j for k in (1, 2**20, 2**40 // d) for j in (-1, 0, 1)]:
+            if 0 <= n < 2**50:
+                assert tuple(int(v) for v in fn(n, d, 1.0 / d)) == divmod(n, d), (n, d)

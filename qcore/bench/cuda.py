@@ -1,5 +1,9 @@
 """GPU timing for ``python -m qcore.bench --backend cuda``: kernels alone, launches, transfers.
 
+``python -m qcore.bench_cuda`` (the module itself) runs the full GPU benchmark at several sizes:
+every case against the measured copy bandwidth and against torch on the same GPU, transfers
+reported separately, as a Markdown table and JSON.
+
 Each operator call is validated and prepared by :func:`qcore.ops.prepare_quantize` /
 :func:`qcore.ops.prepare_dequantize` (what the operators run), its inputs are put on the device
 once, and the launch of :mod:`qcore.kernels.cuda` is timed with CUDA events; the host->device
@@ -16,9 +20,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import ops
-from ..kernels import cuda as ck
-from ..kernels.cuda import cuda
+from qcore import ops
+from qcore.kernels import cuda as ck
+from qcore.kernels.cuda import cuda
 
 
 @dataclass
@@ -77,8 +81,10 @@ def _time_events(fn, repeat: int, warmup: int = 1) -> float:
 
 
 def _time_wall(fn, repeat: int) -> float:
+    """Median wall-clock seconds of fn() between synchronisations (at most 3 runs: transfers
+    of a large tensor take long and vary little)."""
     times = []
-    for _ in range(max(1, repeat)):
+    for _ in range(max(1, min(repeat, 3))):
         cuda.synchronize()
         t0 = time.perf_counter()
         fn()
@@ -115,7 +121,8 @@ def bench_quantize(x: np.ndarray, y_scale, y_zero_point=None, *, repeat: int = 1
             call.layout_params(), qp)
     kernel_s = _time_events(lambda: ck.launch_quantize(*args), repeat)
     h_y = np.empty(flat.size, storage)
-    return Timing(
+    family = ck.quantize_family(args[4], qp)
+    t = Timing(
         name or f"QuantizeLinear {plan.x.name}->{plan.target.name} {plan.layout.granularity}",
         int(flat.size), int(flat.nbytes + h_y.nbytes), kernel_s,
         h2d_s=_time_wall(lambda: cuda.to_device(flat), repeat),
@@ -123,6 +130,8 @@ def bench_quantize(x: np.ndarray, y_scale, y_zero_point=None, *, repeat: int = 1
         launch_s=_time_launch(lambda: ck.launch_quantize(*args), repeat),
         device=ck.device_name(),
     )
+    t.extra["kernel"] = " ".join(map(str, family)) if family else "generic"
+    return t
 
 
 def bench_dequantize(x: np.ndarray, x_scale, x_zero_point=None, *, repeat: int = 10,
@@ -140,7 +149,8 @@ def bench_dequantize(x: np.ndarray, x_scale, x_zero_point=None, *, repeat: int =
             d_y, call.layout_params(), dp, ck.device_table(table))
     kernel_s = _time_events(lambda: ck.launch_dequantize(*args), repeat)
     h_y = np.empty(flat.size, out_dtype)
-    return Timing(
+    family = ck.dequantize_family(args[4], dp, flat.dtype.itemsize)
+    t = Timing(
         name or f"DequantizeLinear {plan.x.name}->{plan.output.name} {plan.layout.granularity}",
         int(flat.size), int(flat.nbytes + h_y.nbytes), kernel_s,
         h2d_s=_time_wall(lambda: cuda.to_device(flat), repeat),
@@ -148,11 +158,13 @@ def bench_dequantize(x: np.ndarray, x_scale, x_zero_point=None, *, repeat: int =
         launch_s=_time_launch(lambda: ck.launch_dequantize(*args), repeat),
         device=ck.device_name(),
     )
+    t.extra["kernel"] = " ".join(family) if family else "generic"
+    return t
 
 
 def bench_minmax(x: np.ndarray, *, repeat: int = 10,
                  name: str = "DynamicQuantizeLinear min/max pass") -> Timing:
-    """Time the two-pass min/max/NaN-count reduction DynamicQuantizeLinear runs before its
+    """Time the one-pass min/max/NaN-count reduction DynamicQuantizeLinear runs before its
     quantize pass (float32 x already on the device; reads x once)."""
     ck.backend_or_raise("bench_minmax")
     flat = np.ascontiguousarray(x, np.float32).reshape(-1)
@@ -163,6 +175,37 @@ def bench_minmax(x: np.ndarray, *, repeat: int = 10,
                   h2d_s=_time_wall(lambda: cuda.to_device(flat), repeat),
                   launch_s=_time_launch(lambda: ck.launch_minmax(d_x, 0, *buffers), repeat),
                   device=ck.device_name())
+
+
+def bench_dynamic(x: np.ndarray, *, repeat: int = 10,
+                  name: str = "DynamicQuantizeLinear") -> Timing:
+    """Time DynamicQuantizeLinear's two kernels on the device (the min/max pass, then the uint8
+    quantize pass with the scale and zero point they give; bytes: x read twice, y written once),
+    with the whole operator call on a device array (``extra["operator_s"]``: both kernels, the
+    scale and zero point read back in between, the host's validation) beside it."""
+    ck.backend_or_raise("bench_dynamic")
+    flat = np.ascontiguousarray(x, np.float32).reshape(-1)
+    d_x = cuda.to_device(flat)
+    _, scale, zp = ops.dynamic_quantize_linear(flat[: min(flat.size, 1 << 20)])
+    call = ops.prepare_quantize(flat, scale, zp, backend="cuda")
+    d_y = cuda.device_array(flat.size, np.uint8)
+    args = (d_x, cuda.to_device(call.scale), cuda.to_device(call.zero_point), d_y,
+            call.layout_params(), call.params())
+    buffers = ck.minmax_buffers(flat.size)
+
+    def kernels():
+        ck.launch_minmax(d_x, 0, *buffers)
+        ck.launch_quantize(*args)
+
+    kernel_s = _time_events(kernels, repeat)
+    t = Timing(name, int(flat.size), int(2 * flat.nbytes + flat.size), kernel_s,
+               h2d_s=_time_wall(lambda: cuda.to_device(flat), repeat),
+               d2h_s=_time_wall(lambda: d_y.copy_to_host(), repeat),
+               device=ck.device_name())
+    t.extra["operator_s"] = _time_wall(
+        lambda: ops.dynamic_quantize_linear(d_x, backend="cuda"), repeat)
+    t.extra["kernel"] = "minmax + " + " ".join(map(str, ck.quantize_family(args[4], args[5])))
+    return t
 
 
 def bench_copy(n_bytes: int = 256 << 20, *, repeat: int = 10) -> Timing:
@@ -186,56 +229,237 @@ def bench_copy(n_bytes: int = 256 << 20, *, repeat: int = 10) -> Timing:
     return t
 
 
-def bench_cases(n: int = 1 << 26, *, repeat: int = 10, seed: int = 0) -> list[Timing]:
-    """The GPU benchmark set: copy roofline, int8 per-tensor / per-axis / blocked, float8 e4m3fn,
-    int4 blocked, float4e2m1, and DequantizeLinear int8 (a (n/1024, 1024) float32 matrix)."""
-    rows = max(1, n // 1024)
-    cols = 1024 if n >= 1024 else n
+def bench_cases(n: int = 1 << 26, *, repeat: int = 10, seed: int = 0,
+                shape: tuple[int, int] | None = None) -> list[Timing]:
+    """The GPU benchmark set on a float32 matrix (`shape`, else (n/1024, 1024)): the copy
+    roofline, QuantizeLinear int8/uint8 per-tensor and blocked 32/128 along the rows, int8
+    per-axis, float8 e4m3fn/e5m2, int4 blocked, float4e2m1, DequantizeLinear int8 per-tensor
+    and blocked 32, uint8 -> float16, and DynamicQuantizeLinear (its min/max pass and whole)."""
+    if shape is None:
+        shape = (max(1, n // 1024), 1024 if n >= 1024 else n)
+    rows, cols = shape
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((rows, cols), dtype=np.float32)
-    blocks = np.full((rows, cols // 32 if cols >= 32 else 1), 0.05, np.float32)
-    bs = 32 if cols >= 32 else cols
     out = [bench_copy(x.nbytes, repeat=repeat)]
+
+    def blocks(b):
+        bs = b if cols >= b else cols
+        return np.full((rows, -(-cols // bs)), 0.05, np.float32), bs
+
     out.append(bench_quantize(x, np.float32(0.05), np.int8(0), repeat=repeat,
                               name="Q int8 per-tensor"))
+    out.append(bench_quantize(x, np.float32(0.05), np.uint8(128), repeat=repeat,
+                              name="Q uint8 per-tensor"))
     out.append(bench_quantize(x, np.full(cols, 0.05, np.float32), np.zeros(cols, np.int8),
                               axis=1, repeat=repeat, name="Q int8 per-axis (last axis)"))
-    out.append(bench_quantize(x, blocks, np.zeros(blocks.shape, np.int8), axis=1,
-                              block_size=bs, repeat=repeat, name="Q int8 blocked 32"))
-    out.append(bench_quantize(x, np.float32(1.0), output_dtype="float8e4m3fn", repeat=repeat,
+    for b in (32, 128):
+        s, bs = blocks(b)
+        out.append(bench_quantize(x, s, np.zeros(s.shape, np.int8), axis=1, block_size=bs,
+                                  repeat=repeat, name=f"Q int8 blocked {b}"))
+        out.append(bench_quantize(x, s, np.full(s.shape, 128, np.uint8), axis=1,
+                                  block_size=bs, repeat=repeat, name=f"Q uint8 blocked {b}"))
+    out.append(bench_quantize(x, np.float32(0.05), output_dtype="float8e4m3fn", repeat=repeat,
                               name="Q float8e4m3fn per-tensor"))
-    out.append(bench_quantize(x, blocks, output_dtype="int4", axis=1, block_size=bs,
+    out.append(bench_quantize(x, np.float32(0.05), output_dtype="float8e5m2", repeat=repeat,
+                              name="Q float8e5m2 per-tensor"))
+    s, bs = blocks(32)
+    out.append(bench_quantize(x, s, output_dtype="int4", axis=1, block_size=bs,
                               repeat=repeat, name="Q int4 blocked 32"))
     out.append(bench_quantize(x, np.float32(0.5), output_dtype="float4e2m1", repeat=repeat,
                               name="Q float4e2m1 per-tensor"))
     codes = rng.integers(-128, 128, (rows, cols), dtype=np.int8)
     out.append(bench_dequantize(codes, np.float32(0.05), np.int8(0), repeat=repeat,
                                 name="DQ int8 per-tensor"))
+    out.append(bench_dequantize(codes, s, np.zeros(s.shape, np.int8), axis=1, block_size=bs,
+                                repeat=repeat, name="DQ int8 blocked 32"))
     out.append(bench_dequantize(codes.view(np.uint8) >> 1, np.float32(0.05), repeat=repeat,
                                 output_dtype="float16", name="DQ uint8 -> float16 per-tensor"))
     out.append(bench_minmax(x, repeat=repeat))
+    out.append(bench_dynamic(x, repeat=repeat))
     return out
 
 
-#: GPU speed targets (issue: on a real GPU): minimum fraction of the copy roofline, and whether
-#: torch on the same GPU must be matched where it has the case.
+#: GPU speed targets (issue 30, on a real GPU): per case, the minimum fraction of the copy
+#: roofline (None: none) and the minimum ratio to torch on the same GPU (None: none).
 CUDA_TARGETS = {
-    "Q int8 per-tensor": (0.7, True),
-    "Q int8 blocked 32": (0.7, True),
-    "Q float8e4m3fn per-tensor": (0.7, True),
-    "DQ int8 per-tensor": (0.7, True),
-    "DynamicQuantizeLinear min/max pass": (0.5, False),
+    "Q int8 per-tensor": (0.7, 1.0),
+    "Q uint8 per-tensor": (0.7, 1.0),
+    "Q int8 blocked 32": (0.7, 1.0),
+    "Q uint8 blocked 32": (0.7, 1.0),
+    "Q int8 blocked 128": (0.7, 1.0),
+    "Q uint8 blocked 128": (0.7, 1.0),
+    "Q float8e4m3fn per-tensor": (None, 0.9),
+    "DQ int8 per-tensor": (0.7, None),
+    "DQ int8 blocked 32": (0.7, None),
+    "DynamicQuantizeLinear min/max pass": (0.5, None),
+    "DynamicQuantizeLinear": (0.5, None),
 }
 
 
 def cuda_verdict(t: Timing, copy: Timing, torch_rate: float | None) -> str:
-    """"≥0.7× roofline: met; ≥ torch: NOT met" for a timed case ("—" without a target)."""
+    """"≥0.7× roofline: met; ≥1× torch: NOT met" for a timed case ("—" without a target)."""
     target = CUDA_TARGETS.get(t.name)
     if target is None:
         return "—"
     fraction, vs_torch = target
-    out = [f"≥{fraction:g}× roofline: "
-           f"{'met' if t.bandwidth >= fraction * copy.bandwidth else 'NOT met'}"]
-    if vs_torch and torch_rate:
-        out.append(f"≥ torch: {'met' if t.elements_per_s >= torch_rate else 'NOT met'}")
-    return "; ".join(out)
+    out = []
+    if fraction is not None:
+        out.append(f"≥{fraction:g}× roofline: "
+                   f"{'met' if t.bandwidth >= fraction * copy.bandwidth else 'NOT met'}")
+    if vs_torch is not None and torch_rate:
+        out.append(f"≥{vs_torch:g}× torch: "
+                   f"{'met' if t.elements_per_s >= vs_torch * torch_rate else 'NOT met'}")
+    return "; ".join(out) or "—"
+
+
+def torch_rates(shape: tuple[int, int], *, repeat: int = 10) -> dict[str, float]:
+    """torch on the same GPU, elements/s of the same cases (CUDA events around eager torch):
+    divide-round-clamp-cast for the integer cases (per block through a view), ``(x /
+    s).to(torch.float8_e4m3fn)``, ``(codes.float() - zp) * s``, ``torch.aminmax``. Empty
+    without torch or its GPU."""
+    try:
+        import torch
+    except ImportError:
+        return {}
+    if not torch.cuda.is_available():
+        return {}
+    rows, cols = shape
+    n = rows * cols
+    x = torch.randn(rows, cols, device="cuda")
+    codes = torch.randint(-128, 128, (rows, cols), device="cuda", dtype=torch.int8)
+
+    def blocked(b, lo, hi, zp, dtype):
+        if cols % b:
+            return None
+        s = torch.full((rows, cols // b, 1), 0.05, device="cuda")
+        xb = x.view(rows, cols // b, b)
+        return lambda: (xb / s).round().add(zp).clamp(lo, hi).to(dtype)
+
+    fns = {
+        "Q int8 per-tensor": lambda: (x / 0.05).round().clamp(-128, 127).to(torch.int8),
+        "Q uint8 per-tensor": lambda: (x / 0.05).round().add(128).clamp(0, 255).to(
+            torch.uint8),
+        "Q int8 blocked 32": blocked(32, -128, 127, 0, torch.int8),
+        "Q uint8 blocked 32": blocked(32, 0, 255, 128, torch.uint8),
+        "Q int8 blocked 128": blocked(128, -128, 127, 0, torch.int8),
+        "Q uint8 blocked 128": blocked(128, 0, 255, 128, torch.uint8),
+        "DQ int8 per-tensor": lambda: (codes.float() - 0) * 0.05,
+        "DynamicQuantizeLinear min/max pass": lambda: torch.aminmax(x),
+    }
+    if hasattr(torch, "float8_e4m3fn"):
+        fns["Q float8e4m3fn per-tensor"] = lambda: (x / 0.05).to(torch.float8_e4m3fn)
+    if hasattr(torch, "float8_e5m2"):
+        fns["Q float8e5m2 per-tensor"] = lambda: (x / 0.05).to(torch.float8_e5m2)
+    rates = {}
+    for name, fn in fns.items():
+        if fn is None:
+            continue
+        fn()
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(max(1, repeat)):
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / 1e3)
+        rates[name] = n / statistics.median(times)
+    fns.clear()
+    torch.cuda.empty_cache()
+    return rates
+
+
+def gpu_description() -> dict:
+    """The GPU, its compute capability and the CUDA driver version, as numba sees them."""
+    ck.backend_or_raise("gpu_description")
+    info = {"gpu": ck.device_name()}
+    if ck.SIMULATOR:
+        return info
+    dev = cuda.get_current_device()
+    info["compute_capability"] = ".".join(map(str, dev.compute_capability))
+    info["sm_count"] = int(dev.MULTIPROCESSOR_COUNT)
+    try:
+        from numba.cuda.cudadrv.driver import driver
+
+        info["cuda_driver"] = ".".join(map(str, driver.get_version()))
+    except Exception:  # pragma: no cover - an old numba
+        pass
+    info["float8_conversion_instruction"] = ck.fp8_conversion()
+    return info
+
+
+def _operator_note(t: Timing) -> str:
+    op = t.extra.get("operator_s")
+    return f" (whole operator call {op * 1e6:.0f} µs)" if op else ""
+
+
+def markdown_table(timings: list[Timing], rates: dict[str, float]) -> str:
+    """The timings as a Markdown table: kernel time and rate, share of the copy roofline, torch,
+    the kernel family, transfers (host->device of x, device->host of y) separately."""
+    copy = timings[0]
+    memcpy = copy.extra.get("memcpy_bandwidth", 0.0)
+    lines = [f"copy roofline: {copy.bandwidth / 1e9:.0f} GB/s (copy kernel, read + write); "
+             f"driver device-to-device copy {memcpy / 1e9:.0f} GB/s; H2D {copy.h2d_s * 1e3:.1f} ms"
+             f", D2H {copy.d2h_s * 1e3:.1f} ms for {copy.bytes_moved // 2 / 1e6:.0f} MB",
+             "",
+             "| case | kernel µs | Gelem/s | GB/s | % roofline | torch Gelem/s | qcore/torch | "
+             "kernel | H2D ms | D2H ms | targets |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for t in timings[1:]:
+        rate = rates.get(t.name)
+        vs = f"{rate / 1e9:.1f} | {t.elements_per_s / rate:.2f}×" if rate else "— | —"
+        lines.append(
+            f"| {t.name} | {t.kernel_s * 1e6:.1f} | {t.elements_per_s / 1e9:.1f} | "
+            f"{t.bandwidth / 1e9:.0f} | {100 * t.bandwidth / copy.bandwidth:.0f}% | {vs} | "
+            f"{t.extra.get('kernel', '—')}{_operator_note(t)} | {t.h2d_s * 1e3:.1f} | {t.d2h_s * 1e3:.1f} | "
+            f"{cuda_verdict(t, copy, rate)} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m qcore.bench_cuda [--size 4096x4096,16384x16384] [--json F] [--markdown F]``."""
+    import argparse
+    import json
+    from dataclasses import asdict
+
+    parser = argparse.ArgumentParser(prog="python -m qcore.bench_cuda",
+                                     description=main.__doc__)
+    parser.add_argument("--size", default="4096x4096,16384x16384",
+                        help="comma-separated ROWSxCOLS float32 matrices")
+    parser.add_argument("--repeat", type=int, default=10)
+    parser.add_argument("--no-peers", action="store_true", help="qcore only (no torch)")
+    parser.add_argument("--json", metavar="FILE")
+    parser.add_argument("--markdown", metavar="FILE")
+    args = parser.parse_args(argv)
+    reason = ck.unavailable_reason()
+    if reason:
+        print(f"error: no usable GPU ({reason})")
+        return 2
+    info = gpu_description()
+    report = [f"GPU: {info}"]
+    results = {"device": info, "sizes": []}
+    print(report[0], flush=True)
+    for text in args.size.split(","):
+        rows, cols = (int(v) for v in text.lower().split("x"))
+        t0 = time.perf_counter()
+        timings = bench_cases(shape=(rows, cols), repeat=args.repeat)
+        rates = {} if args.no_peers else torch_rates((rows, cols), repeat=args.repeat)
+        table = markdown_table(timings, rates)
+        block = f"\n### {rows}x{cols} float32 ({time.perf_counter() - t0:.0f} s)\n\n{table}"
+        print(block, flush=True)
+        report.append(block)
+        results["sizes"].append({"shape": [rows, cols], "timings": [asdict(t) for t in timings],
+                                 "torch": rates})
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write("\n".join(report) + "\n")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1, default=str)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -20,6 +20,7 @@ from functools import lru_cache
 import numpy as np
 
 from ..errors import QuantizationError
+from . import cuda_fast as cf
 from .cuda_kernels import (
     _IMPORT_ERROR,
     _SIM_MAX_BLOCKS,
@@ -29,13 +30,11 @@ from .cuda_kernels import (
     copy_kernel,
     cuda,
     dequantize_kernel,
-    minmax_final_kernel,
-    minmax_partial_kernel,
     pack_kernel,
     quantize_kernel,
     unpack_kernel,
 )
-from .params import XKind
+from .params import DXKind, NanStyle, PKind, TKind, XKind
 
 # ---------------------------------------------------------------------------------------------
 # Availability
@@ -181,18 +180,138 @@ def code_storage(fmt) -> np.dtype:
     return np.dtype(np.uint8 if fmt.itemsize == 1 else np.uint16)
 
 
+@lru_cache(maxsize=1)
+def fp8_conversion() -> bool:
+    """Whether the GPU converts float32 to float8 itself (compute capability >= 8.9)."""
+    if SIMULATOR:
+        return False
+    try:
+        return tuple(cuda.get_current_device().compute_capability) >= (8, 9)
+    except Exception:  # pragma: no cover - no device
+        return False
+
+
+def _aligned(d, nbytes: int) -> bool:
+    """Whether a device array's data starts on an nbytes boundary (the vector accesses)."""
+    if SIMULATOR:
+        return True
+    try:
+        return d.device_ctypes_pointer.value % nbytes == 0
+    except Exception:  # pragma: no cover - an array numba cannot address
+        return False
+
+
+def _fp8_cvt_target(qp) -> bool:
+    """float8 e4m3fn or e5m2, which the GPU's cvt instruction produces (not the fnuz types)."""
+    e4m3fn = (4, 3, 7, 0x7E, 0, int(NanStyle.ALL_ONES))
+    e5m2 = (5, 2, 15, 0x7B, 1, int(NanStyle.IEEE))
+    return (qp.ebits, qp.mbits, qp.bias, qp.max_code, qp.has_inf, qp.nan_style) in (e4m3fn,
+                                                                                    e5m2)
+
+
+def quantize_family(lp, qp) -> tuple[str, str, int] | None:
+    """The specialised QuantizeLinear kernel for these parameters, as (layout family, target
+    family, code bytes), or None for the generic kernel (16-bit or int32 x, a float16/bfloat16
+    precision)."""
+    if qp.xkind != XKind.F32 or qp.pkind != PKind.F32:
+        return None
+    if qp.tkind == TKind.INT:
+        target, width = "int", (1 if qp.mask <= 0xFF else 2)
+    else:
+        target, width = ("fp8-cvt" if fp8_conversion() and _fp8_cvt_target(qp) else "float"), 1
+    return ("per-tensor" if lp.uniform == 1 else "rows"), target, width
+
+
+def row_params(lp, z_size: int, threads: int, aligned: bool = True) -> tuple:
+    """The rows view of a layout for the ``rows`` kernels (see cuda_fast._quantize_rows):
+    x as rows of contiguous elements, where each row's scales start at one index and step
+    every Bc columns."""
+    if lp.post == 1:  # along the last axis: a row per `pre`, blocks of `block` columns
+        rows, length, d1, b, bc = lp.pre, lp.dim, 1, 1, lp.block
+    else:  # an outer axis: a row per (pre, dim); one scale per row or one per column
+        rows, length, d1, b = lp.pre * lp.dim, lp.post, lp.dim, lp.block
+        bc = 1 if lp.scale_post > 1 else length
+    width = 4 * threads
+    tpr = max(1, -(-length // width))
+    vec = int(aligned and (length % 4 == 0 or rows == 1)
+              and (bc == 1 or bc % 4 == 0 or bc >= length))
+    return (int(rows), int(length), int(tpr), 1.0 / tpr, int(d1), 1.0 / d1, int(b), 1.0 / b,
+            int(lp.scale_blocks), int(lp.scale_post), int(lp.scale_pre > 1), int(bc),
+            1.0 / bc, int(z_size > 1), vec)
+
+
+def _row_threads(lp) -> int:
+    """Threads per block of a rows kernel: a row's vectors, in whole warps, at most THREADS."""
+    length = lp.dim if lp.post == 1 else lp.post
+    warp = 1 if SIMULATOR else 32
+    vectors = (length + 3) // 4
+    want = (vectors + warp - 1) // warp * warp
+    return max(min(THREADS, want), 1)
+
+
+def _row_grid(rp) -> int:
+    return max(1, min(rp[0] * rp[2], _max_blocks()))
+
+
+def _words(d, n_elements: int, dtype):
+    """The first n_elements - n_elements % 4 elements of flat device array d viewed as wider
+    words (four codes a word); a placeholder when there is no whole group of four."""
+    m = n_elements - n_elements % 4
+    return _storage_view(d[:m], dtype) if m else cuda.device_array(1, dtype)
+
+
 def launch_quantize(d_x, d_s, d_z, d_y, lp, qp) -> None:
-    """Launch QuantizeLinear on device arrays (asynchronous; the params go by value)."""
+    """Launch QuantizeLinear on device arrays (asynchronous; the params go by value): the
+    specialised kernel of :func:`quantize_family` where there is one, else the generic one."""
     n = d_x.size
-    if n:
+    if not n:
+        return
+    family = quantize_family(lp, qp)
+    if family is None or not _aligned(d_x, 16):
         quantize_kernel[grid(n), THREADS](d_x, d_s, d_z, d_y, lp, qp)
+        return
+    layout, target, width = family
+    kernel = cf.QUANTIZE_KERNELS[(layout, target, width)]
+    yw = _words(d_y, n, np.uint32 if width == 1 else np.uint64)
+    if layout == "per-tensor":
+        kernel[grid(n, 4 * THREADS), THREADS](d_x, d_y, yw, d_s, d_z, qp)
+    else:
+        threads = _row_threads(lp)
+        rp = row_params(lp, d_z.size, threads)
+        kernel[_row_grid(rp), threads](d_x, d_y, yw, d_s, d_z, qp, rp)
+
+
+def dequantize_family(lp, dp, x_itemsize: int) -> tuple[str, str] | None:
+    """The specialised DequantizeLinear kernel, as (layout family, output family), for 8-bit
+    codes (integers by value, the other 8-bit and sub-byte types by their decode table); None
+    for the generic kernel (16- and 32-bit codes)."""
+    if x_itemsize != 1 or dp.xkind == DXKind.I32:
+        return None
+    return ("per-tensor" if lp.uniform == 1 else "rows"), ("f32" if dp.okind == PKind.F32
+                                                          else "half")
 
 
 def launch_dequantize(d_x, d_s, d_z, d_y, lp, dp, d_tab) -> None:
-    """Launch DequantizeLinear on device arrays (asynchronous; the params go by value)."""
+    """Launch DequantizeLinear on device arrays (asynchronous; the params go by value): 8-bit
+    codes through the specialised kernels (four per 32-bit load), the rest the generic one."""
     n = d_x.size
-    if n:
+    if not n:
+        return
+    family = dequantize_family(lp, dp, d_x.dtype.itemsize)
+    if family is None or not _aligned(d_x, 4):
         dequantize_kernel[grid(n), THREADS](d_x, d_s, d_z, d_y, lp, dp, d_tab)
+        return
+    layout, out = family
+    kernel = cf.DEQUANTIZE_KERNELS[family]
+    xw = _words(d_x, n, np.uint32)
+    yw = _words(d_y, n, np.uint64) if out == "half" else d_y
+    signed = int(d_x.dtype == np.int8)
+    if layout == "per-tensor":
+        kernel[grid(n, 4 * THREADS), THREADS](d_x, xw, d_y, yw, d_s, d_z, dp, signed, d_tab)
+    else:
+        threads = _row_threads(lp)
+        rp = row_params(lp, d_z.size, threads)
+        kernel[_row_grid(rp), threads](d_x, xw, d_y, yw, d_s, d_z, dp, signed, d_tab, rp)
 
 
 def launch_copy(d_src, d_dst) -> None:
@@ -203,18 +322,18 @@ def launch_copy(d_src, d_dst) -> None:
 
 
 def minmax_buffers(n: int):
-    """Device buffers of the two-pass reduction over n elements: per-block (min, max) and
-    NaN/Inf counts, then the folded (min, max) and count."""
-    blocks = grid(n, REDUCE_THREADS)
-    return (cuda.device_array((blocks, 2), np.float32), cuda.device_array(blocks, np.int64),
-            cuda.device_array(2, np.float32), cuda.device_array(1, np.int64))
+    """Device accumulators of the one-pass reduction: (min, max) as order keys, NaN/Inf count."""
+    return cuda.device_array(2, np.int32), cuda.device_array(1, np.int64)
 
 
-def launch_minmax(d_x, xkind: int, part_f, part_bad, out_f, out_bad) -> None:
-    """Launch both passes of the min/max/NaN-count reduction (buffers: :func:`minmax_buffers`;
-    every block of the first pass writes its partial, the second folds them in one block)."""
-    minmax_partial_kernel[part_bad.size, REDUCE_THREADS](d_x, xkind, part_f, part_bad)
-    minmax_final_kernel[1, REDUCE_THREADS](part_f, part_bad, out_f, out_bad)
+def launch_minmax(d_x, xkind: int, keys, bad) -> None:
+    """Launch the one-pass min/max/NaN-count reduction (buffers: :func:`minmax_buffers`): the
+    accumulators are reset, then every block folds its share and adds it with one atomic per
+    quantity."""
+    cf.minmax_init_kernel[1, 1](keys, bad)
+    per_thread = 4 if xkind == XKind.F32 else 1
+    cf.minmax_kernel[grid(d_x.size, per_thread * REDUCE_THREADS), REDUCE_THREADS](
+        d_x, xkind, keys, bad)
 
 
 def quantize_input_view(flat, xkind: int):
@@ -248,8 +367,8 @@ def dequantize(x, s, z, y, lp, dp, tab) -> None:
 def minmax(x, xkind) -> tuple[float, float, int]:
     """(min, max, count of NaN/Inf) of x (host or device; float32, or float16/bfloat16 bits).
 
-    NaNs are counted and left out of min and max; +-Inf are counted and included. A parallel
-    reduction: per-block shared-memory trees, then one block folds the partials on the device.
+    NaNs are counted and left out of min and max; +-Inf are counted and included. One pass:
+    warp shuffles, then one atomic per block (:func:`qcore.kernels.cuda_fast.minmax_kernel`).
     """
     if is_device_array(x):
         d_x = _flat_device(as_device_array(x, "DynamicQuantizeLinear"), "DynamicQuantizeLinear")
@@ -260,11 +379,12 @@ def minmax(x, xkind) -> tuple[float, float, int]:
         d_x = cuda.to_device(np.ascontiguousarray(x).reshape(-1))
     if d_x.size == 0:
         return math.inf, -math.inf, 0
-    buffers = minmax_buffers(d_x.size)
-    launch_minmax(d_x, xkind, *buffers)
-    out_f, out_bad = buffers[2], buffers[3]
-    f = out_f.copy_to_host()
-    return float(f[0]), float(f[1]), int(out_bad.copy_to_host()[0])
+    keys, bad = minmax_buffers(d_x.size)
+    if xkind == XKind.F32 and not _aligned(d_x, 16):
+        d_x = cuda.to_device(d_x.copy_to_host())  # the vector loads need an aligned start
+    launch_minmax(d_x, xkind, keys, bad)
+    lo, hi = cf.key_values(keys.copy_to_host())
+    return float(lo), float(hi), int(bad.copy_to_host()[0])
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """numba.cuda device code: the CUDA twin of :mod:`qcore.kernels.cpu`'s kernels.
 
-One thread per element in a grid-stride loop. Each element finds its scale and zero point
+The generic kernels: any layout, any input, precision and target type; one thread per element
+in a grid-stride loop (the common cases run :mod:`qcore.kernels.cuda_fast`'s specialised kernels). Each element finds its scale and zero point
 through the layout's index map (:mod:`qcore.layout`: x as ``(pre, dim, post)``, the scale as
 ``(scale_pre, scale_blocks, scale_post)``) and is converted by the *same* scalar functions the CPU
 kernels use (:mod:`qcore.kernels.scalar`; numba compiles those ``@njit`` functions for the
@@ -15,13 +16,12 @@ the host/device API are :mod:`qcore.kernels.cuda`'s.
 Under the CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``) the same kernels run as Python threads; the
 bit-cast and rint helpers then use NumPy scalars instead of libdevice, launches are small, and
 the simulator's shared-array allocation is made thread-safe (see
-:func:`_install_shared_array_lock`). The shared-memory reduction (:func:`_block_minmax`) has
-only ever run in the simulator and been compiled for the GPU target, never run on a GPU.
+:func:`_install_shared_array_lock`). The kernels specialised by layout and target family, and
+the one-pass min/max, are :mod:`qcore.kernels.cuda_fast`'s.
 """
 
 from __future__ import annotations
 
-import math
 import sys
 
 import numpy as np
@@ -268,78 +268,6 @@ def dequantize_kernel(x, s, z, y, lp, dp, tab):
             y[i] = v
         else:
             y[i] = half_bits(v, okind)
-
-
-@device_function
-def _block_minmax(lo, hi, bad):
-    """Fold every thread's (min, max, NaN/Inf count) over its block: a shared-memory tree.
-
-    Every thread of the block must call it (it synchronises the block); thread 0 returns the
-    block's result, the others partial values. Shared by both passes of :func:`minmax`.
-    """
-    lo_s = cuda.shared.array(REDUCE_THREADS, float32)
-    hi_s = cuda.shared.array(REDUCE_THREADS, float32)
-    bad_s = cuda.shared.array(REDUCE_THREADS, int64)
-    tid = cuda.threadIdx.x
-    lo_s[tid] = lo
-    hi_s[tid] = hi
-    bad_s[tid] = bad
-    cuda.syncthreads()
-    step = REDUCE_THREADS // 2
-    while step > 0:
-        if tid < step:
-            if lo_s[tid + step] < lo_s[tid]:
-                lo_s[tid] = lo_s[tid + step]
-            if hi_s[tid + step] > hi_s[tid]:
-                hi_s[tid] = hi_s[tid + step]
-            bad_s[tid] = bad_s[tid] + bad_s[tid + step]
-        cuda.syncthreads()
-        step //= 2
-    return lo_s[0], hi_s[0], bad_s[0]
-
-
-@cuda.jit
-def minmax_partial_kernel(x, xkind, part_f, part_bad):
-    """Per-block (min, max, count of NaN/Inf): grid-stride scan, then the block's tree."""
-    lo = float32(math.inf)
-    hi = float32(-math.inf)
-    bad = int64(0)
-    for i in range(cuda.grid(1), x.size, cuda.gridsize(1)):
-        v = load_x(x[i], xkind, PKind.F32)
-        if v != v:
-            bad += 1
-        else:
-            if v == math.inf or v == -math.inf:
-                bad += 1
-            if v < lo:
-                lo = v
-            if v > hi:
-                hi = v
-    lo, hi, bad = _block_minmax(lo, hi, bad)
-    if cuda.threadIdx.x == 0:
-        b = cuda.blockIdx.x
-        part_f[b, 0] = lo
-        part_f[b, 1] = hi
-        part_bad[b] = bad
-
-
-@cuda.jit
-def minmax_final_kernel(part_f, part_bad, out_f, out_bad):
-    """One block folds the per-block partials (second pass, same tree)."""
-    lo = float32(math.inf)
-    hi = float32(-math.inf)
-    bad = int64(0)
-    for b in range(cuda.threadIdx.x, part_bad.size, REDUCE_THREADS):
-        if part_f[b, 0] < lo:
-            lo = part_f[b, 0]
-        if part_f[b, 1] > hi:
-            hi = part_f[b, 1]
-        bad += part_bad[b]
-    lo, hi, bad = _block_minmax(lo, hi, bad)
-    if cuda.threadIdx.x == 0:
-        out_f[0] = lo
-        out_f[1] = hi
-        out_bad[0] = bad
 
 
 @cuda.jit
