@@ -19,7 +19,7 @@ from .io_base import TensorFileError, _Entry, _stem
 __all__ = ["csv_entry"]
 
 _CSV_WIDE = 4096  # columns: wider rows are parsed piece by piece, one column at a time
-_CSV_PIECE = 4 * 2**20  # bytes of one wide-row piece
+_CSV_PIECE = 2**20  # bytes of one wide-row piece (the parser needs ~20x a piece of short cells)
 _CSV_ROWS = 1 << 16  # rows per chunk of a narrow table
 _CSV_NA = ["nan", "NaN", "NAN", "-nan", "-NaN", "+nan", "+NaN"]
 _BOM = b"\xef\xbb\xbf"
@@ -171,7 +171,7 @@ def _parse_narrow(label, data, top, rows, cols, delimiter, has_header, start) ->
 
 
 def _parse_wide(label, data, top, cols, delimiter, has_header, start) -> np.ndarray:
-    """Rows too wide for a column per field: each row in pieces of ~4 MiB, a piece's fields
+    """Rows too wide for a column per field: each row in pieces of ~1 MiB, a piece's fields
     turned into one column (delimiter -> newline) and parsed by pandas' C parser."""
     rows = []
     sep = delimiter.encode() if delimiter else None

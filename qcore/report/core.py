@@ -64,14 +64,16 @@ def select(refs: Iterable[TensorRef], include: Sequence[str] = (), exclude: Sequ
     a tensor is kept when it matches any ``include`` (or none is given) and no ``exclude``."""
     keep, skipped = [], []
     for ref in refs:
-        if ref.error:
-            keep.append(ref)  # reported as an error row
+        if ref.error and ref.name == "*":
+            keep.append(ref)  # an unreadable file: reported as an error row
             continue
         if include and not any(fnmatch.fnmatchcase(ref.name, p) for p in include):
             continue
         if any(fnmatch.fnmatchcase(ref.name, p) for p in exclude):
             continue
-        if not ref.supported:
+        if ref.error:
+            keep.append(ref)  # a broken header entry: reported as an error row
+        elif not ref.supported:
             skipped.append((ref.file, ref.name, f"dtype {ref.dtype} is not floating point"))
         elif ref.elements < min_elements:
             skipped.append((ref.file, ref.name, f"{ref.elements} elements < {min_elements}"))

@@ -91,7 +91,7 @@ def _row(base: dict[str, Any], recipe: Recipe, metrics: dict[str, Any] | None,
 @functools.lru_cache(maxsize=16)
 def _refs_of(file: str, mtime_ns: int, size: int) -> dict[str, TensorRef]:
     del mtime_ns, size  # cache key only
-    return {("*" if ref.error else ref.name): ref for ref in list_tensors(file)}
+    return {ref.name: ref for ref in list_tensors(file)}  # "*": the whole file is unreadable
 
 
 def _find_ref(file: str, name: str) -> TensorRef:
@@ -140,6 +140,10 @@ def _task_rows(task: Task) -> list[dict[str, Any]]:
         return [_row(base, r, None, str(exc)) for r in recipes]
     base.update(tensor_stats(x))
     del base["mean"]
+    if base["nonfinite_in"] == ref.elements:
+        why = (f"{ref.file}: tensor {ref.name!r} has no finite value (all {ref.elements:,} are "
+               f"NaN or infinite); there is nothing to quantize")
+        return [_row(base, r, None, why) for r in recipes]
     rows = []
     for r in recipes:
         try:
