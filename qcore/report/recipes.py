@@ -75,7 +75,7 @@ CATALOGUE = DEFAULT_RECIPES + (
     "float4e2m1:blocked32", "mxfp8e5m2", "mxfp6", "mxfp6e3m2", "mxint8",
 )
 
-_CALIBRATION_METHODS = tuple(m for m in METHODS if m != "manual")
+CALIBRATION_METHODS = tuple(m for m in METHODS if m != "manual")
 _GRAN = re.compile(r"^(per-tensor|per-axis|blocked(\d+))$")
 
 
@@ -102,7 +102,7 @@ def parse_recipe(spec: str) -> Recipe:
     base, method = base.strip().lower(), method.strip().lower()
     valid = ("valid: TARGET:per-tensor, TARGET:per-axis, TARGET:blockedN with TARGET one of "
              + ", ".join(QUANTIZED_TYPES) + "; or " + ", ".join(MX_RECIPES)
-             + "; optionally @METHOD with METHOD one of " + ", ".join(_CALIBRATION_METHODS))
+             + "; optionally @METHOD with METHOD one of " + ", ".join(CALIBRATION_METHODS))
     if base in MX_RECIPES:
         if method and method != "mx":
             raise QuantizationError(f"recipe {spec!r}: MX recipes use the OCP scale rule "
@@ -117,9 +117,9 @@ def parse_recipe(spec: str) -> Recipe:
     fmt = get_format(target)
     default = "minmax" if fmt.kind == INT and not fmt.signed else "absmax"
     method = method or default
-    if method not in _CALIBRATION_METHODS:
+    if method not in CALIBRATION_METHODS:
         raise QuantizationError(f"recipe {spec!r}: calibration {method!r} is not valid; valid: "
-                                + ", ".join(_CALIBRATION_METHODS))
+                                + ", ".join(CALIBRATION_METHODS))
     block = int(m.group(2)) if m.group(2) else 0
     if m.group(2) is not None and block < 1:
         raise QuantizationError(f"recipe {spec!r}: the block size must be >= 1")

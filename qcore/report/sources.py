@@ -13,7 +13,9 @@ so only the tensor being worked on is in memory.
   name ``"*"``) so the rest of the model is still reported; a tensor whose bytes lie beyond the
   end of its file, or cannot be decoded, raises :class:`qcore.io.TensorFileError` from
   :func:`read_tensor` naming the file and the tensor.
-- Tensors are identified by (file, name): the report's tasks carry these, never arrays.
+- Tensors are identified by (file, name): the report's tasks carry these, never arrays. A file
+  holding one array (an ``.npy``, an ``.npz`` of one member) names it by the file's stem
+  (``layer0.ffn.out.weight.npz`` -> ``layer0.ffn.out.weight``).
 """
 
 from __future__ import annotations
@@ -79,6 +81,9 @@ class TensorRef:
 
 def resolve_files(model: str | os.PathLike) -> list[Path]:
     """The tensor files of a model path, in a stable order (shards in index order)."""
+    if "\x00" in os.fspath(model):
+        raise TensorFileError(f"{os.fspath(model)!r}: the path holds a null byte, which no "
+                              f"file name can")
     path = Path(model).expanduser()
     if not path.exists():
         raise TensorFileError(f"{path}: no such file or folder; give a .safetensors, .onnx, "
@@ -162,8 +167,11 @@ def _list_file(file: str) -> list[TensorRef]:
     if suffix == ".onnx":
         return [_onnx_ref(file, t) for t in _onnx_model(file, *_stat(file)).graph.initializer]
     if suffix == ".npz":
-        return [TensorRef(file, m, shape, dtype)
-                for m, (shape, dtype, _, _) in _npz_index(file, *_stat(file)).items()]
+        index = _npz_index(file, *_stat(file))
+        if len(index) == 1:  # one array: named by its file, as an .npy is
+            (shape, dtype, _, _), = index.values()
+            return [TensorRef(file, Path(file).stem, shape, dtype)]
+        return [TensorRef(file, m, shape, dtype) for m, (shape, dtype, _, _) in index.items()]
     if suffix == ".npy":
         shape, dtype, _ = _npy_header(file)
         return [TensorRef(file, Path(file).stem, shape, dtype)]
@@ -432,9 +440,10 @@ def _member_data_offset(file: str, info: zipfile.ZipInfo) -> int:
 def _read_npz(ref: TensorRef) -> np.ndarray:
     mtime, size = _stat(ref.file)
     index = _npz_index(ref.file, mtime, size)
-    if ref.name not in index:
+    member = ref.name if len(index) > 1 else next(iter(index), None)  # one: named by the file
+    if member not in index:
         raise TensorFileError(f"{ref.file}: no member named {ref.name!r}")
-    _, _, stored, offset = index[ref.name]
+    _, _, stored, offset = index[member]
     if ref.dtype == "bfloat16":
         stored = "<u2"
     dt = np.dtype(stored)
@@ -445,9 +454,9 @@ def _read_npz(ref: TensorRef) -> np.ndarray:
             f"{ref.file}: member {ref.name!r} is compressed and holds {ref.elements * dt.itemsize:,}"
             f" bytes, over the {DEFAULT_MAX_BYTES:,} a compressed member may inflate to (as in "
             f"qcore.io); save it with numpy.savez (stored), which is read without inflating")
-    with zipfile.ZipFile(ref.file) as zf, zf.open(ref.name + ".npy") as member:
-        _parse_npy(member, ref.file)
-        data = member.read(ref.elements * dt.itemsize + 1)
+    with zipfile.ZipFile(ref.file) as zf, zf.open(member + ".npy") as fh:
+        _parse_npy(fh, ref.file)
+        data = fh.read(ref.elements * dt.itemsize + 1)
     if len(data) != ref.elements * dt.itemsize:
         raise TensorFileError(f"{ref.file}: member {ref.name!r} holds {len(data)} bytes of data; "
                               f"its shape needs {ref.elements * dt.itemsize}")
