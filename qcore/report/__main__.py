@@ -105,8 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run on an existing Dask cluster (tcp://HOST:PORT; it must answer "
                         "within 10 s)")
     p.add_argument("--threads", type=int, default=1, metavar="N",
-                   help=f"without Dask: run N tensors at a time in this process, 1..{cores} "
-                        f"(default 1)")
+                   help="without Dask: run N tensors at a time in this process, 1..64 "
+                        "(default 1)")
     p.add_argument("--top", type=int, default=10, metavar="N",
                    help="worst tensors shown per recipe in the summary (default 10)")
     p.add_argument("--no-progress", action="store_true",

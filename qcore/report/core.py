@@ -237,6 +237,9 @@ def check_out(out: str | os.PathLike) -> Path:
     return p
 
 
+MAX_THREADS = 64
+
+
 def check_options(*, workers: int = 0, threads: int = 1, min_elements: int = 0) -> None:
     """The run's numeric options, checked before anything is computed."""
     cores = os.cpu_count() or 1
@@ -244,9 +247,9 @@ def check_options(*, workers: int = 0, threads: int = 1, min_elements: int = 0) 
         raise QuantizationError(f"--workers {workers}: must be 0 (no Dask) to {cores} (this "
                                 f"machine's cores); more worker processes than cores only "
                                 f"compete")
-    if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= cores:
-        raise QuantizationError(f"--threads {threads}: must be 1 to {cores} (this machine's "
-                                f"cores)")
+    if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= MAX_THREADS:
+        raise QuantizationError(f"--threads {threads}: must be 1 to {MAX_THREADS} (tensors at a "
+                                f"time; each holds a slice of its tensor)")
     if isinstance(min_elements, bool) or not isinstance(min_elements, int) or min_elements < 0:
         raise QuantizationError(f"--min-elements {min_elements}: must be an integer >= 0")
 

@@ -28,19 +28,17 @@ packed as ONNX stores them) plus scales and zero points.
 from __future__ import annotations
 
 import functools
-import math
 import re
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from ..calibration import METHODS, QuantParams, choose_params
+from ..calibration import METHODS, QuantParams
 from ..errors import QuantizationError
 from ..formats import INT, QUANTIZED_TYPES, get_format
 from ..layout import BLOCKED, PER_AXIS, PER_TENSOR
-from ..metrics import error_metrics
-from ..ops import dequantize_linear, plan_dequantize, plan_quantize, quantize_linear
+from ..ops import plan_dequantize, plan_quantize
 from ..versions import QUANTIZE, versions
 
 __all__ = ["DEFAULT_RECIPES", "MX_RECIPES", "Recipe", "describe", "parse_recipe",
@@ -210,46 +208,18 @@ def _nbytes(count: int, bits: int) -> int:
 
 
 def run_recipe(x: np.ndarray, recipe: Recipe) -> dict[str, Any]:
-    """Quantize and dequantize float32 ``x`` by the recipe; the metrics of the round trip.
+    """Quantize and dequantize float32 ``x`` by the recipe; the metrics of the round trip (the
+    report's own sliced computation, :mod:`qcore.report.sliced`, on an array in memory).
 
     Keys: granularity, axis, block_size, opset, sqnr_db, rmse, max_abs_error,
     clipped_fraction, nan_out, inf_out, bits_per_element, bytes, scales.
     """
-    gran, axis, block = granularity_for(recipe, x.shape)
-    params = choose_params(x, recipe.target, method=recipe.method, granularity=gran, axis=axis,
-                           block_size=block or 32)
-    fmt = params.format
-    sshape = tuple(np.shape(params.scale))
-    zp_asym = params.zero_point is not None and not (
-        fmt.signed and not np.any(np.asarray(params.zero_point).astype(np.int64)))
-    kw = params.kwargs
-    opset = required_opset(fmt.name, params.scale_format.name, tuple(x.shape), sshape, zp_asym,
-                           kw["axis"], kw["block_size"])
-    stored = stores_zero_point(params, opset)
-    zp = None
-    if stored:
-        zp = params.zero_point if params.zero_point is not None else np.zeros(sshape, fmt.dtype)
-    out = None if opset < 21 else fmt.name
-    y = quantize_linear(x, params.scale, zp, output_dtype=out, opset=opset, **kw)
-    x_hat = dequantize_linear(y, params.scale, zp, opset=opset, **kw)  # float32 out
-    m = error_metrics(x, x_hat, params=params)
-    n = int(x.size)
-    n_scales = int(np.asarray(params.scale).size)
-    side_bits = params.scale_format.bits * n_scales + (fmt.bits * n_scales if stored else 0)
-    nbytes = _nbytes(n, fmt.bits) + _nbytes(n_scales, params.scale_format.bits) \
-        + (_nbytes(n_scales, fmt.bits) if stored else 0)
-    return {
-        "granularity": gran,
-        "axis": int(kw["axis"]) if gran != PER_TENSOR else -1,
-        "block_size": int(kw["block_size"]),
-        "opset": int(opset),
-        "sqnr_db": float(m["sqnr_db"]),
-        "rmse": float(m["rmse"]),
-        "max_abs_error": float(m["max_abs_error"]),
-        "clipped_fraction": float(m["clipped_fraction"]),
-        "nan_out": int(m["nan_out"]),
-        "inf_out": int(m["inf_out"]),
-        "bits_per_element": fmt.bits + side_bits / max(n, 1) if n else math.nan,
-        "bytes": int(nbytes),
-        "scales": n_scales,
-    }
+    from .sliced import ArrayReader, recipe_rows, tensor_statistics
+
+    x = np.asarray(x, np.float32)
+    reader = ArrayReader(x)
+    st = tensor_statistics(reader, x.size)
+    (out,) = recipe_rows(reader, tuple(x.shape), [recipe], st["min"], st["max"])
+    if isinstance(out, QuantizationError):
+        raise out
+    return out

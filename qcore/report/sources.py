@@ -35,7 +35,8 @@ from ..io import DEFAULT_MAX_BYTES, TensorFileError
 from ..io_base import loads_json
 from ..io_safetensors import header_length, parse_header
 
-__all__ = ["MODEL_EXTENSIONS", "TensorRef", "list_tensors", "read_tensor", "resolve_files"]
+__all__ = ["MODEL_EXTENSIONS", "TensorReader", "TensorRef", "list_tensors", "read_tensor",
+           "resolve_files"]
 
 MODEL_EXTENSIONS = (".safetensors", ".onnx", ".npz", ".npy")
 INDEX_SUFFIX = ".safetensors.index.json"
@@ -199,9 +200,9 @@ def _stat(file: str) -> tuple[int, int]:
 # reading one tensor
 
 
-def read_tensor(ref: TensorRef) -> np.ndarray:
-    """The tensor as a float32 array of its shape: a fresh array widened straight from the file
-    mapping, which is closed when this returns."""
+def _locate(ref: TensorRef) -> _Span | np.ndarray:
+    """Where the tensor's stored values are: a checked byte span of a file, or (ONNX values
+    inside the proto, compressed .npz members) an array already in memory."""
     if ref.error:
         raise TensorFileError(ref.error)
     if ref.dtype not in _SUPPORTED:
@@ -210,19 +211,73 @@ def read_tensor(ref: TensorRef) -> np.ndarray:
     suffix = Path(ref.file).suffix.lower()
     try:
         if suffix == ".safetensors":
-            raw = _read_safetensors(ref)
-        elif suffix == ".onnx":
-            raw = _read_onnx(ref)
-        elif suffix == ".npz":
-            raw = _read_npz(ref)
-        else:
-            raw = _read_npy(ref)
-        return _widen(raw, ref.dtype).reshape(ref.shape)
+            return _read_safetensors(ref)
+        if suffix == ".onnx":
+            return _read_onnx(ref)
+        if suffix == ".npz":
+            return _read_npz(ref)
+        return _read_npy(ref)
     except TensorFileError:
         raise
-    except (OSError, ValueError, EOFError, OverflowError, MemoryError, zipfile.BadZipFile,
-            struct.error) as exc:
+    except _READ_FAULTS as exc:
         raise TensorFileError(f"{ref.file}: tensor {ref.name!r} cannot be read: {exc}") from None
+
+
+_READ_FAULTS = (OSError, ValueError, EOFError, OverflowError, MemoryError, zipfile.BadZipFile,
+                struct.error)
+
+
+def read_tensor(ref: TensorRef) -> np.ndarray:
+    """The tensor as a float32 array of its shape: a fresh array widened straight from the file
+    mapping, which is closed when this returns."""
+    loc = _locate(ref)
+    try:
+        raw = loc.mapped() if isinstance(loc, _Span) else loc
+        return _widen(raw, ref.dtype).reshape(ref.shape)
+    except _READ_FAULTS as exc:
+        raise TensorFileError(f"{ref.file}: tensor {ref.name!r} cannot be read: {exc}") from None
+
+
+class TensorReader:
+    """Reads a tensor piece by piece as flat float32 (:meth:`read`), so that memory holds one
+    piece, never the tensor: file-backed values are read with ``pread`` (no mapping whose pages
+    would stay resident), in-memory ones sliced."""
+
+    def __init__(self, ref: TensorRef) -> None:
+        self.ref = ref
+        self._loc = _locate(ref)
+        self._fh = open(self._loc.file, "rb") if isinstance(self._loc, _Span) else None
+
+    def read(self, start: int, count: int) -> np.ndarray:
+        """Elements ``start .. start + count`` (flat, C order) as a fresh float32 array."""
+        loc = self._loc
+        try:
+            if isinstance(loc, _Span):
+                size = loc.dtype.itemsize
+                data = os.pread(self._fh.fileno(), count * size, loc.offset + start * size)
+                if len(data) != count * size:
+                    raise TensorFileError(f"{self.ref.file}: tensor {self.ref.name!r}: the file "
+                                          f"ended early (it changed while being read?)")
+                raw = np.frombuffer(data, loc.dtype)
+            else:
+                raw = loc.reshape(-1)[start:start + count]
+            return _widen(raw, self.ref.dtype)
+        except TensorFileError:
+            raise
+        except _READ_FAULTS as exc:
+            raise TensorFileError(f"{self.ref.file}: tensor {self.ref.name!r} cannot be read: "
+                                  f"{exc}") from None
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+    def __enter__(self) -> TensorReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def _widen(raw: np.ndarray, dtype: str) -> np.ndarray:
@@ -239,8 +294,24 @@ def _widen(raw: np.ndarray, dtype: str) -> np.ndarray:
     return out
 
 
-def _mapped(ref: TensorRef, offset: int, nbytes: int, stored: str, size: int) -> np.ndarray:
-    """np.memmap of ``nbytes`` at ``offset`` of the file, checked against its size."""
+@dataclass(frozen=True)
+class _Span:
+    """n values of ``dtype`` at byte ``offset`` of ``file`` (checked against its size)."""
+
+    file: str
+    offset: int
+    dtype: np.dtype
+    n: int
+
+    def mapped(self) -> np.ndarray:
+        if self.n == 0:
+            return np.empty(0, self.dtype)
+        return np.memmap(self.file, dtype=self.dtype, mode="r", offset=self.offset,
+                         shape=(self.n,))
+
+
+def _mapped(ref: TensorRef, offset: int, nbytes: int, stored: str, size: int) -> _Span:
+    """The span of ``nbytes`` at ``offset`` of the file, checked against its size."""
     dt = np.dtype(stored)
     n = ref.elements
     if offset < 0 or nbytes < 0:
@@ -253,9 +324,7 @@ def _mapped(ref: TensorRef, offset: int, nbytes: int, stored: str, size: int) ->
     if offset + nbytes > size:
         raise TensorFileError(f"{ref.file}: tensor {ref.name!r} needs bytes {offset}.."
                               f"{offset + nbytes} but the file has {size}; it is truncated")
-    if n == 0:
-        return np.empty(0, dt)
-    return np.memmap(ref.file, dtype=dt, mode="r", offset=offset, shape=(n,))
+    return _Span(ref.file, offset, dt, n)
 
 
 # safetensors ---------------------------------------------------------------------------------
@@ -275,7 +344,7 @@ def _safetensors_header(file: str, mtime_ns: int, size: int) -> tuple[list[Any],
     return parse_header(file, header, size - 8 - hlen), 8 + hlen
 
 
-def _read_safetensors(ref: TensorRef) -> np.ndarray:
+def _read_safetensors(ref: TensorRef) -> _Span:
     mtime, size = _stat(ref.file)
     header, base = _safetensors_header(ref.file, mtime, size)
     spec = next((t for t in header if t.name == ref.name), None)
@@ -305,7 +374,7 @@ def _onnx_model(file: str, mtime_ns: int, size: int) -> Any:
                               f"{exc}); the file is corrupt or truncated") from None
 
 
-def _read_onnx(ref: TensorRef) -> np.ndarray:
+def _read_onnx(ref: TensorRef) -> _Span | np.ndarray:
     mtime, size = _stat(ref.file)
     model = _onnx_model(ref.file, mtime, size)
     tensor = next((t for t in model.graph.initializer if t.name == ref.name), None)
@@ -389,7 +458,7 @@ def _npy_header(file: str) -> tuple[tuple[int, ...], str, int]:
     return shape, _dtype_name(dtype), offset
 
 
-def _read_npy(ref: TensorRef) -> np.ndarray:
+def _read_npy(ref: TensorRef) -> _Span:
     mtime, size = _stat(ref.file)
     with open(ref.file, "rb") as fh:
         _, dtype, _ = _parse_npy(fh, ref.file)
@@ -437,7 +506,7 @@ def _member_data_offset(file: str, info: zipfile.ZipInfo) -> int:
     return info.header_offset + 30 + name_len + extra_len
 
 
-def _read_npz(ref: TensorRef) -> np.ndarray:
+def _read_npz(ref: TensorRef) -> _Span | np.ndarray:
     mtime, size = _stat(ref.file)
     index = _npz_index(ref.file, mtime, size)
     member = ref.name if len(index) > 1 else next(iter(index), None)  # one: named by the file

@@ -1,0 +1,223 @@
+"""A tensor × its recipes in slices: memory bounded whatever the tensor's size, rows the same
+bit for bit in every mode.
+
+Two passes over the tensor, each reading one slice at a time (:class:`~qcore.report.sources.
+TensorReader`):
+
+1. statistics: flat slices of :data:`SLICE` elements (a whole number of the statistics kernel's
+   chunks), per-chunk moments merged in order — absmax, std, kurtosis, the non-finite count and
+   the finite min / max that per-tensor recipes calibrate on;
+2. recipes: slices of whole rows along axis 0 (about :data:`SLICE` elements each). Per-axis
+   (axis 0), blocked and MX recipes calibrate each slice alone — their groups never cross a
+   row, so the scales are the tensor's own; per-tensor ``minmax`` / ``absmax`` recipes take
+   their one scale from the first pass's range. Each recipe's error sums are computed per slice
+   on one thread (qcore's parallel reduction splits its sums by thread) and added in slice
+   order in float64.
+
+The slicing depends only on the tensor's shape, so a tensor gives the same rows on one thread
+or many, in this process or on Dask, in one run or resumed. Tensors of rank <= 1 are one slice,
+and so is a per-tensor recipe calibrated by ``percentile`` or ``mse`` (they need every value at
+once).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numba
+import numpy as np
+
+from ..calibration import choose_params
+from ..errors import QuantizationError
+from ..formats import INT
+from ..layout import PER_TENSOR
+from ..ops import dequantize_linear, quantize_linear
+from ..reductions import (
+    N_STATS,
+    S_INFOUT,
+    S_MAXAE,
+    S_NANOUT,
+    S_NCLIP,
+    S_NCMP,
+    S_NFIN,
+    S_SSE,
+    S_SX2,
+    error_stats,
+)
+from ..versions import LATEST_OPSET
+from .recipes import Recipe, _nbytes, granularity_for, required_opset
+from .sources import TensorReader
+from .stats import CHUNK, chunk_rows, stats_of_rows
+
+__all__ = ["SLICE", "ArrayReader", "recipe_rows", "row_slices", "tensor_statistics"]
+
+#: Elements per slice (a multiple of the statistics CHUNK): 16 MiB of float32.
+SLICE = 1 << 22
+_RANGE_METHODS = ("minmax", "absmax")  # per-tensor methods that need only the value range
+
+assert SLICE % CHUNK == 0
+
+
+def tensor_statistics(reader: TensorReader | ArrayReader, n: int) -> dict[str, float]:
+    """The first pass: statistics of all n elements, read SLICE at a time."""
+    rows = [chunk_rows(reader.read(i, min(SLICE, n - i))) for i in range(0, n, SLICE)]
+    return stats_of_rows(np.concatenate(rows) if rows else np.zeros((0, 9)))
+
+
+def row_slices(shape: tuple[int, ...]) -> list[tuple[int, int]]:
+    """(first row, end row) along axis 0 of about SLICE elements each (rank <= 1: one)."""
+    if len(shape) < 2:
+        return [(0, 1)]
+    row = math.prod(shape[1:])
+    per = max(1, SLICE // max(row, 1))
+    return [(i, min(i + per, shape[0])) for i in range(0, shape[0], per)]
+
+
+@dataclass
+class _Sums:
+    """One recipe's running totals over the slices."""
+
+    recipe: Recipe
+    stats: np.ndarray = field(default_factory=lambda: np.zeros(N_STATS))
+    scales: int = 0
+    asymmetric: bool = False  # a zero point the oldest opsets must express (required_opset)
+    unsymmetric: bool = False  # a zero point that is not a signed integer zero (storage)
+    zero_points: bool = False  # some slice's parameters carry a zero point
+    scale_shape: tuple[int, ...] = ()
+    params: Any = None  # the last slice's parameters (format, scale format, kwargs)
+    error: str = ""
+
+
+def _one_thread_error_stats(x: np.ndarray, xh: np.ndarray, params: Any) -> np.ndarray:
+    before = numba.get_num_threads()
+    numba.set_num_threads(1)  # thread-local: the sums' split no longer depends on threads
+    try:
+        lo, hi = params.saturation_bounds()
+        return error_stats(x, xh, params.layout(tuple(x.shape)), lo, hi)
+    finally:
+        numba.set_num_threads(before)
+
+
+def _params(x: np.ndarray, recipe: Recipe, shape: tuple[int, ...], lo: float, hi: float,
+            whole: np.ndarray | None) -> Any:
+    gran, axis, block = granularity_for(recipe, shape)
+    if gran == PER_TENSOR:
+        if recipe.method in _RANGE_METHODS:  # the scale of the whole tensor from its range
+            x = np.array([lo, hi], np.float32)
+        elif whole is not None:
+            x = whole
+    return choose_params(x, recipe.target, method=recipe.method, granularity=gran, axis=axis,
+                         block_size=block or 32)
+
+
+def _add(s: _Sums, x: np.ndarray, recipe: Recipe, shape: tuple[int, ...], lo: float, hi: float,
+         whole: np.ndarray | None, first_slice: bool) -> None:
+    params = _params(x, recipe, shape, lo, hi, whole)
+    fmt = params.format
+    zp = params.zero_point
+    # values do not depend on the opset: run at the latest, report the oldest that expresses it
+    y = quantize_linear(x, params.scale, zp, output_dtype=fmt.name, opset=LATEST_OPSET,
+                        **params.kwargs)
+    xh = dequantize_linear(y, params.scale, zp, opset=LATEST_OPSET, **params.kwargs)
+    st = _one_thread_error_stats(x, xh, params)
+    maxae = max(s.stats[S_MAXAE], st[S_MAXAE])
+    s.stats += st
+    s.stats[S_MAXAE] = maxae
+    sshape = tuple(np.shape(params.scale))
+    per_tensor = params.granularity == PER_TENSOR
+    if per_tensor:
+        s.scales, s.scale_shape = int(np.asarray(params.scale).size), sshape
+    else:
+        s.scales += int(np.asarray(params.scale).size)
+        s.scale_shape = (shape[0],) + sshape[1:] if len(shape) >= 2 else sshape
+    if zp is not None:  # as recipes.run_recipe and recipes.stores_zero_point judge one array
+        s.zero_points = True
+        zeros = not np.any(np.asarray(zp).astype(np.int64))
+        s.asymmetric |= not (fmt.signed and zeros)
+        s.unsymmetric |= not (fmt.kind == INT and fmt.signed and zeros)
+    if first_slice or s.params is None:
+        s.params = params
+
+
+def _row(s: _Sums, shape: tuple[int, ...], n: int) -> dict[str, Any]:
+    params = s.params
+    fmt = params.format
+    kw = params.kwargs
+    opset = required_opset(fmt.name, params.scale_format.name, tuple(shape), s.scale_shape,
+                           s.asymmetric, kw["axis"], kw["block_size"])
+    stored = (opset < 21 or s.unsymmetric) if s.zero_points else opset < 21
+    st = s.stats
+    ncmp = st[S_NCMP]
+    mse = st[S_SSE] / ncmp if ncmp else math.nan
+    if st[S_SSE] == 0:
+        sqnr = math.inf if ncmp else math.nan
+    elif st[S_SX2] == 0:
+        sqnr = -math.inf
+    else:
+        sqnr = 10.0 * math.log10(st[S_SX2] / st[S_SSE])
+    n_scales = s.scales
+    side_bits = params.scale_format.bits * n_scales + (fmt.bits * n_scales if stored else 0)
+    nbytes = _nbytes(n, fmt.bits) + _nbytes(n_scales, params.scale_format.bits) \
+        + (_nbytes(n_scales, fmt.bits) if stored else 0)
+    gran = params.granularity
+    return {
+        "granularity": gran,
+        "axis": int(kw["axis"]) if gran != PER_TENSOR else -1,
+        "block_size": int(kw["block_size"]),
+        "opset": int(opset),
+        "sqnr_db": float(sqnr),
+        "rmse": math.sqrt(mse) if ncmp else math.nan,
+        "max_abs_error": float(st[S_MAXAE]) if ncmp else math.nan,
+        "clipped_fraction": float(st[S_NCLIP] / st[S_NFIN]) if st[S_NFIN] else 0.0,
+        "nan_out": int(st[S_NANOUT]),
+        "inf_out": int(st[S_INFOUT]),
+        "bits_per_element": fmt.bits + side_bits / max(n, 1) if n else math.nan,
+        "bytes": int(nbytes),
+        "scales": n_scales,
+    }
+
+
+def recipe_rows(reader: TensorReader | ArrayReader, shape: tuple[int, ...], recipes: list[Recipe],
+                lo: float, hi: float) -> list[dict[str, Any] | QuantizationError]:
+    """The second pass: each recipe's metrics (or the QuantizationError it raised) for the
+    tensor behind ``reader``; ``lo`` / ``hi``: its finite range from the first pass."""
+    n = math.prod(shape)
+    sums = [_Sums(r) for r in recipes]
+    whole = None
+    if any(granularity_for(r, shape)[0] == PER_TENSOR and r.method not in _RANGE_METHODS
+           for r in recipes):
+        whole = reader.read(0, n).reshape(shape)  # percentile / mse: every value at once
+    slices = row_slices(shape)
+    row = math.prod(shape[1:]) if len(shape) >= 2 else n
+    for k, (a, b) in enumerate(slices):
+        if len(shape) >= 2:
+            x = reader.read(a * row, (b - a) * row).reshape((b - a,) + tuple(shape[1:]))
+        else:
+            x = reader.read(0, n).reshape(shape)
+        for s in sums:
+            if s.error:
+                continue
+            try:
+                _add(s, x, s.recipe, shape, lo, hi, whole, k == 0)
+            except QuantizationError as exc:
+                s.error = str(exc)
+        del x
+    out: list[dict[str, Any] | QuantizationError] = []
+    for s in sums:
+        try:
+            out.append(QuantizationError(s.error) if s.error else _row(s, shape, n))
+        except QuantizationError as exc:
+            out.append(exc)
+    return out
+
+
+class ArrayReader:
+    """:class:`~qcore.report.sources.TensorReader`'s interface over an array in memory."""
+
+    def __init__(self, x: np.ndarray) -> None:
+        self._flat = np.asarray(x).reshape(-1)
+
+    def read(self, start: int, count: int) -> np.ndarray:
+        return np.array(self._flat[start:start + count], np.float32)
