@@ -26,8 +26,14 @@ Policy:
   otherwise 2-D (rows, columns).
 - .onnx needs the optional ``onnx`` package; initializers are read by name from the main graph
   and external data is never loaded.
+- .safetensors headers are read by :mod:`qcore.io_safetensors`, the one strict reader the
+  report uses too: exact shapes, unique names, offsets inside the file and not overlapping,
+  JSON nesting bounded (:func:`qcore.io_base.loads_json`).
 - Every problem (missing, empty, truncated, corrupt, oversized, pickled, non-numeric, zero
   elements) raises :class:`TensorFileError` naming the file, what is wrong and what is valid.
+
+Modules: this one (sources, selection, .npy / .npz / .onnx), :mod:`qcore.io_base` (the error
+type, JSON, helpers), :mod:`qcore.io_safetensors`, :mod:`qcore.io_csv`.
 """
 
 from __future__ import annotations
