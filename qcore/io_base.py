@@ -83,7 +83,7 @@ def loads_json(label: str, raw: bytes | str, what: str, max_depth: int = MAX_JSO
         raise TensorFileError(
             f"{label}: {what} names {exc.args[0]!r} twice; every name must be unique.") from None
     except (UnicodeDecodeError, ValueError) as exc:  # JSONDecodeError, integers > 4300 digits
-        raise TensorFileError(f"{label}: {what} is not valid JSON ({_short(exc)}).") from None
+        raise TensorFileError(f"{label}: {what} is corrupt: not valid JSON ({_short(exc)}).") from None
     except RecursionError:  # a depth the scan allowed but this interpreter's stack does not
         raise TensorFileError(f"{label}: {what} is nested too deeply.") from None
 
