@@ -27,19 +27,24 @@ packed as ONNX stores them) plus scales and zero points.
 
 from __future__ import annotations
 
-import functools
 import re
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from ..calibration import METHODS, QuantParams
+from ..calibration import METHODS
 from ..errors import QuantizationError
 from ..formats import INT, QUANTIZED_TYPES, get_format
 from ..layout import BLOCKED, PER_AXIS, PER_TENSOR
-from ..ops import plan_dequantize, plan_quantize
-from ..versions import QUANTIZE, versions
+from .sliced import (  # noqa: F401 - what a recipe is on a shape, re-exported here
+    ArrayReader,
+    granularity_for,
+    recipe_rows,
+    required_opset,
+    stores_zero_point,
+    tensor_statistics,
+)
 
 __all__ = ["DEFAULT_RECIPES", "MX_RECIPES", "Recipe", "describe", "parse_recipe",
            "parse_recipes", "recipe_names", "run_recipe"]
@@ -160,53 +165,6 @@ def describe(recipe: Recipe | str) -> str:
 # running one recipe on one tensor
 
 
-def granularity_for(recipe: Recipe, shape: tuple[int, ...]) -> tuple[str, int, int]:
-    """(granularity, axis, block_size) the recipe uses on a tensor of this shape."""
-    ndim = len(shape)
-    if ndim == 0 or recipe.granularity == PER_TENSOR:
-        return PER_TENSOR, 0, 0
-    if recipe.granularity == PER_AXIS:
-        return (PER_TENSOR, 0, 0) if ndim == 1 else (PER_AXIS, 0, 0)
-    return BLOCKED, ndim - 1, recipe.block_size
-
-
-def stores_zero_point(params: QuantParams, opset: int) -> bool:
-    """Whether the ONNX graph for these parameters carries a zero point (see module doc)."""
-    if params.zero_point is None:
-        return opset < 21  # before output_dtype only a zero point names the type
-    fmt = params.format
-    symmetric = fmt.kind == INT and fmt.signed and not np.any(
-        np.asarray(params.zero_point).astype(np.int64))
-    return opset < 21 or not symmetric
-
-
-@functools.lru_cache(maxsize=512)
-def required_opset(target: str, scale_dtype: str, x_shape: tuple[int, ...],
-                   scale_shape: tuple[int, ...], zero_point: bool, axis: int,
-                   block_size: int) -> int:
-    """The oldest opset at which QuantizeLinear and DequantizeLinear both accept this
-    configuration (float32 x, float32 output); ``zero_point``: an asymmetric zero point."""
-    for opset in versions(QUANTIZE):
-        zp = target if (zero_point or opset < 21) else None
-        out = None if opset < 21 else target
-        try:
-            plan_quantize("float", x_shape, scale_dtype, scale_shape, zp,
-                          scale_shape if zp else None, axis=axis, block_size=block_size,
-                          output_dtype=out, opset=opset)
-            plan_dequantize(target, x_shape, scale_dtype, scale_shape, zp,
-                            scale_shape if zp else None, axis=axis, block_size=block_size,
-                            opset=opset)
-        except QuantizationError:
-            continue
-        return opset
-    raise QuantizationError(f"no opset expresses {target} with {scale_dtype} scales of shape "
-                            f"{scale_shape} for x of shape {x_shape}")
-
-
-def _nbytes(count: int, bits: int) -> int:
-    return (int(count) * int(bits) + 7) // 8
-
-
 def run_recipe(x: np.ndarray, recipe: Recipe) -> dict[str, Any]:
     """Quantize and dequantize float32 ``x`` by the recipe; the metrics of the round trip (the
     report's own sliced computation, :mod:`qcore.report.sliced`, on an array in memory).
@@ -214,8 +172,6 @@ def run_recipe(x: np.ndarray, recipe: Recipe) -> dict[str, Any]:
     Keys: granularity, axis, block_size, opset, sqnr_db, rmse, max_abs_error,
     clipped_fraction, nan_out, inf_out, bits_per_element, bytes, scales.
     """
-    from .sliced import ArrayReader, recipe_rows, tensor_statistics
-
     x = np.asarray(x, np.float32)
     reader = ArrayReader(x)
     st = tensor_statistics(reader, x.size)

@@ -22,6 +22,7 @@ once).
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,8 +32,9 @@ import numpy as np
 from ..calibration import choose_params
 from ..errors import QuantizationError
 from ..formats import INT
-from ..layout import PER_TENSOR
-from ..ops import dequantize_linear, quantize_linear
+from ..layout import BLOCKED, PER_AXIS, PER_TENSOR
+from ..ops import dequantize_linear, plan_dequantize, plan_quantize, quantize_linear
+from ..quant_params import QuantParams
 from ..reductions import (
     N_STATS,
     S_INFOUT,
@@ -48,18 +50,73 @@ from ..reductions import (
     as_float32,
     walker_params,
 )
-from ..versions import LATEST_OPSET
-from .recipes import Recipe, _nbytes, granularity_for, required_opset
+from ..versions import LATEST_OPSET, QUANTIZE, versions
 from .sources import TensorReader
 from .stats import CHUNK, chunk_rows, stats_of_rows
 
-__all__ = ["SLICE", "ArrayReader", "recipe_rows", "row_slices", "tensor_statistics"]
+__all__ = ["SLICE", "ArrayReader", "granularity_for", "recipe_rows", "required_opset",
+           "row_slices", "stores_zero_point", "tensor_statistics"]
 
 #: Elements per slice (a multiple of the statistics CHUNK): 16 MiB of float32.
 SLICE = 1 << 22
 _RANGE_METHODS = ("minmax", "absmax")  # per-tensor methods that need only the value range
 
 assert SLICE % CHUNK == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# what a recipe is on a tensor of a given shape
+
+
+def granularity_for(recipe: Any, shape: tuple[int, ...]) -> tuple[str, int, int]:
+    """(granularity, axis, block_size) the recipe uses on a tensor of this shape."""
+    ndim = len(shape)
+    if ndim == 0 or recipe.granularity == PER_TENSOR:
+        return PER_TENSOR, 0, 0
+    if recipe.granularity == PER_AXIS:
+        return (PER_TENSOR, 0, 0) if ndim == 1 else (PER_AXIS, 0, 0)
+    return BLOCKED, ndim - 1, recipe.block_size
+
+
+def stores_zero_point(params: QuantParams, opset: int) -> bool:
+    """Whether the ONNX graph for these parameters carries a zero point (see module doc)."""
+    if params.zero_point is None:
+        return opset < 21  # before output_dtype only a zero point names the type
+    fmt = params.format
+    symmetric = fmt.kind == INT and fmt.signed and not np.any(
+        np.asarray(params.zero_point).astype(np.int64))
+    return opset < 21 or not symmetric
+
+
+@functools.lru_cache(maxsize=512)
+def required_opset(target: str, scale_dtype: str, x_shape: tuple[int, ...],
+                   scale_shape: tuple[int, ...], zero_point: bool, axis: int,
+                   block_size: int) -> int:
+    """The oldest opset at which QuantizeLinear and DequantizeLinear both accept this
+    configuration (float32 x, float32 output); ``zero_point``: an asymmetric zero point."""
+    for opset in versions(QUANTIZE):
+        zp = target if (zero_point or opset < 21) else None
+        out = None if opset < 21 else target
+        try:
+            plan_quantize("float", x_shape, scale_dtype, scale_shape, zp,
+                          scale_shape if zp else None, axis=axis, block_size=block_size,
+                          output_dtype=out, opset=opset)
+            plan_dequantize(target, x_shape, scale_dtype, scale_shape, zp,
+                            scale_shape if zp else None, axis=axis, block_size=block_size,
+                            opset=opset)
+        except QuantizationError:
+            continue
+        return opset
+    raise QuantizationError(f"no opset expresses {target} with {scale_dtype} scales of shape "
+                            f"{scale_shape} for x of shape {x_shape}")
+
+
+def _nbytes(count: int, bits: int) -> int:
+    return (int(count) * int(bits) + 7) // 8
+
+
+# ---------------------------------------------------------------------------------------------
+# the two passes
 
 
 def tensor_statistics(reader: TensorReader | ArrayReader, n: int) -> dict[str, float]:
@@ -81,7 +138,7 @@ def row_slices(shape: tuple[int, ...]) -> list[tuple[int, int]]:
 class _Sums:
     """One recipe's running totals over the slices."""
 
-    recipe: Recipe
+    recipe: Any  # qcore.report.recipes.Recipe
     stats: np.ndarray = field(default_factory=lambda: np.zeros(N_STATS))
     scales: int = 0
     asymmetric: bool = False  # a zero point the oldest opsets must express (required_opset)
@@ -109,7 +166,7 @@ def _serial_error_stats(x: np.ndarray, xh: np.ndarray, params: Any) -> np.ndarra
     return st
 
 
-def _params(x: np.ndarray, recipe: Recipe, shape: tuple[int, ...], lo: float, hi: float,
+def _params(x: np.ndarray, recipe: Any, shape: tuple[int, ...], lo: float, hi: float,
             whole: np.ndarray | None) -> Any:
     gran, axis, block = granularity_for(recipe, shape)
     if gran == PER_TENSOR:
@@ -121,7 +178,7 @@ def _params(x: np.ndarray, recipe: Recipe, shape: tuple[int, ...], lo: float, hi
                          block_size=block or 32)
 
 
-def _add(s: _Sums, x: np.ndarray, recipe: Recipe, shape: tuple[int, ...], lo: float, hi: float,
+def _add(s: _Sums, x: np.ndarray, recipe: Any, shape: tuple[int, ...], lo: float, hi: float,
          whole: np.ndarray | None, first_slice: bool) -> None:
     params = _params(x, recipe, shape, lo, hi, whole)
     fmt = params.format
@@ -188,7 +245,7 @@ def _row(s: _Sums, shape: tuple[int, ...], n: int) -> dict[str, Any]:
     }
 
 
-def recipe_rows(reader: TensorReader | ArrayReader, shape: tuple[int, ...], recipes: list[Recipe],
+def recipe_rows(reader: TensorReader | ArrayReader, shape: tuple[int, ...], recipes: list[Any],
                 lo: float, hi: float) -> list[dict[str, Any] | QuantizationError]:
     """The second pass: each recipe's metrics (or the QuantizationError it raised) for the
     tensor behind ``reader``; ``lo`` / ``hi``: its finite range from the first pass."""
