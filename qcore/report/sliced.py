@@ -183,10 +183,12 @@ def _add(s: _Sums, x: np.ndarray, recipe: Any, shape: tuple[int, ...], lo: float
     params = _params(x, recipe, shape, lo, hi, whole)
     fmt = params.format
     zp = params.zero_point
-    # values do not depend on the opset: run at the latest, report the oldest that expresses it
-    y = quantize_linear(x, params.scale, zp, output_dtype=fmt.name, opset=LATEST_OPSET,
+    # values do not depend on the opset: run at the latest, report the oldest that expresses
+    # it; a zero point of zeros changes no value, and the kernels run faster without one
+    run_zp = None if zp is None or not np.any(np.asarray(zp).astype(np.float64)) else zp
+    y = quantize_linear(x, params.scale, run_zp, output_dtype=fmt.name, opset=LATEST_OPSET,
                         **params.kwargs)
-    xh = dequantize_linear(y, params.scale, zp, opset=LATEST_OPSET, **params.kwargs)
+    xh = dequantize_linear(y, params.scale, run_zp, opset=LATEST_OPSET, **params.kwargs)
     st = _serial_error_stats(x, xh, params)
     maxae = max(s.stats[S_MAXAE], st[S_MAXAE])
     s.stats += st

@@ -247,9 +247,19 @@ class TensorReader:
         self.ref = ref
         self._loc = _locate(ref)
         self._fh = open(self._loc.file, "rb") if isinstance(self._loc, _Span) else None
+        self._last: tuple[int, int, np.ndarray] | None = None
 
     def read(self, start: int, count: int) -> np.ndarray:
-        """Elements ``start .. start + count`` (flat, C order) as a fresh float32 array."""
+        """Elements ``start .. start + count`` (flat, C order) as float32; asked twice in a row
+        for the same piece (a tensor of one slice: statistics, then recipes), the same array,
+        which callers only read."""
+        if self._last is not None and self._last[:2] == (start, count):
+            return self._last[2]
+        out = self._read(start, count)
+        self._last = (start, count, out)
+        return out
+
+    def _read(self, start: int, count: int) -> np.ndarray:
         loc = self._loc
         try:
             if isinstance(loc, _Span):
@@ -269,6 +279,7 @@ class TensorReader:
                                   f"{exc}") from None
 
     def close(self) -> None:
+        self._last = None
         if self._fh is not None:
             self._fh.close()
             self._fh = None
