@@ -172,3 +172,20 @@ def test_a_report_without_identity_is_not_resumed_blindly(model, tmp_path):
     with pytest.raises(QuantizationError, match="no run identity"):
         run_report(model, RECIPES, out=out, resume=True)
     assert len(run_report(model, RECIPES, out=out, resume=True, fresh=True).rows) == 2
+
+
+def test_one_array_files_are_named_by_their_file_everywhere(tmp_path):
+    folder = tmp_path / "tensors"
+    folder.mkdir()
+    np.savez(folder / "layer0.ffn.out.weight.npz", x=np.full((4, 8), 2.0, np.float32))
+    np.savez(folder / "layer1.attn.q.weight.npz", x=np.full((4, 8), 3.0, np.float32))
+    np.save(folder / "emb.npy", np.ones((2, 8), np.float32))
+    code, out, _ = run(folder, "--list")
+    names = [line.split()[0] for line in out.splitlines()]
+    assert code == 0 and sorted(names) == ["emb", "layer0.ffn.out.weight", "layer1.attn.q.weight"]
+    code, out, _ = run(folder, "--include", "layer0.ffn.out*", "--recipes", "int8:per-axis",
+                       "--no-progress", "--out", tmp_path / "r.csv")
+    rows = read_rows(tmp_path / "r.csv")
+    assert code == 0 and list(rows["tensor"]) == ["layer0.ffn.out.weight"]
+    assert rows["absmax"].iloc[0] == 2.0
+    assert "layer0.ffn.out.weight" in out  # the summary's worst-tensor table
