@@ -15,7 +15,9 @@ import streamlit as st
 
 from app import charts, compute, errors, explain, frame, theme, widgets
 from qcore import analysis, datasets
-from qcore.report import core, list_tensors, models, recipes, synthetic
+from qcore.errors import QuantizationError
+from qcore.io import DEFAULT_MAX_BYTES
+from qcore.report import core, list_tensors, models, recipes, roots, synthetic
 
 frame.enter()
 
@@ -23,7 +25,8 @@ SOURCES = {
     "datasets": "Shipped tensors (datasets/)",
     "synthetic": "Synthetic sharded bfloat16 checkpoint",
     "minilm": "all-MiniLM-L6-v2, whole checkpoint (optional install)",
-    "path": "A checkpoint on this machine (path)",
+    "upload": "Upload a model file (.safetensors / .onnx / .npz)",
+    "path": "A checkpoint on the server, under an allowed folder (path)",
     "report": "A finished report file (.csv / .parquet)",
 }
 AUTO_RUN_ELEMENTS = 8_000_000  # smaller selections run on opening the page (a shared link)
@@ -52,10 +55,25 @@ def synthetic_checkpoint(megabytes: int) -> str:
     return str(index)
 
 
-def read_report_upload(name: str, data: bytes) -> pd.DataFrame:
+UPLOAD_TYPES = ["safetensors", "onnx", "npz"]
+
+
+def saved_upload(name: str, data: bytes) -> str:
+    """An upload written to its own temp folder (the name's folders dropped), size-bounded."""
+    if len(data) > DEFAULT_MAX_BYTES:
+        raise QuantizationError(f"{name}: {len(data) / 2**20:,.0f} MiB, over the "
+                                f"{DEFAULT_MAX_BYTES >> 20} MiB an upload may be")
     tmp = Path(tempfile.mkdtemp(prefix="qcore-report-")) / Path(name).name
     tmp.write_bytes(data)
-    return core.read_rows(tmp)
+    return str(tmp)
+
+
+def read_report_upload(name: str, data: bytes) -> pd.DataFrame:
+    return core.read_rows(saved_upload(name, data))
+
+
+def allowed(path: str) -> str:
+    return str(roots.check_allowed(path))
 
 
 model: str | None = None
@@ -74,21 +92,36 @@ elif source == "minilm":
                 "onnxruntime and tokenizers). Then reload this page.", icon=":material/download:")
         st.stop()
     model = str(installed["minilm"])
+elif source == "upload":
+    up_model = side.file_uploader("Model file", type=UPLOAD_TYPES, key="mr_model_upload",
+                                  help=f"At most {DEFAULT_MAX_BYTES >> 20} MiB; ONNX external "
+                                       "data is not uploaded with it.")
+    if up_model is None:
+        st.info(f"Upload a .safetensors, .onnx or .npz file (at most {DEFAULT_MAX_BYTES >> 20} "
+                "MiB) in the sidebar.", icon=":material/upload_file:")
+        st.stop()
+    model = errors.require(saved_upload, up_model.name, up_model.getvalue(), what="Uploading")
 elif source == "path":
+    folders = roots.allowed_roots()
     model = widgets.text("Path", "mr_path", "", where=side,
-                         placeholder="/models/llama/ or model.safetensors.index.json",
+                         placeholder="model.safetensors.index.json under an allowed folder",
                          help="A .safetensors / .onnx / .npz file, a sharded checkpoint's folder "
-                              "or index.json, or a folder of these.")
+                              "or index.json, or a folder of these — under an allowed folder.")
+    st.caption("This app reads server paths only under: "
+               + ", ".join(f"`{f}`" for f in folders) + f". The server's `{roots.ENV_VAR}` "
+               "lists more; any other model comes as an upload.")
     if not model:
         st.info("Enter the path of a checkpoint in the sidebar.", icon=":material/folder_open:")
         st.stop()
+    model = errors.require(allowed, model, what="Reading the model")
 else:
     up = side.file_uploader("Report file", type=["csv", "parquet"], key="mr_upload")
     path = widgets.text("…or its path", "mr_report_path", "", where=side)
     if up is not None:
         rows = errors.require(read_report_upload, up.name, up.getvalue(), what="Reading")
     elif path:
-        rows = errors.require(core.read_rows, path, what="Reading the report")
+        rows = errors.require(lambda p: core.read_rows(allowed(p)), path,
+                              what="Reading the report")
     else:
         st.info("Upload a report written by `python -m qcore.report … --out FILE`, or give its "
                 "path.", icon=":material/upload_file:")

@@ -205,8 +205,9 @@ def get_format(spec: Any, argument: str = "dtype") -> Format:
     if isinstance(spec, str):
         key = spec.strip().lower()
         key = _ALIASES.get(key, key)
-        if key.startswith("tensor(") and key.endswith(")"):
-            return get_format(key[7:-1], argument)
+        if key.startswith("tensor(") and key.endswith(")"):  # one level, never recursive
+            key = key[7:-1].strip()
+            key = _ALIASES.get(key, key)
         if key in FORMATS:
             return FORMATS[key]
         raise QuantizationError(

@@ -26,29 +26,32 @@ Policy:
   otherwise 2-D (rows, columns).
 - .onnx needs the optional ``onnx`` package; initializers are read by name from the main graph
   and external data is never loaded.
+- .safetensors headers are read by :mod:`qcore.io_safetensors`, the one strict reader the
+  report uses too: exact shapes, unique names, offsets inside the file and not overlapping,
+  JSON nesting bounded (:func:`qcore.io_base.loads_json`).
 - Every problem (missing, empty, truncated, corrupt, oversized, pickled, non-numeric, zero
   elements) raises :class:`TensorFileError` naming the file, what is wrong and what is valid.
+
+Modules: this one (sources, selection, .npy / .npz / .onnx), :mod:`qcore.io_base` (the error
+type, JSON, helpers), :mod:`qcore.io_safetensors`, :mod:`qcore.io_csv`.
 """
 
 from __future__ import annotations
 
-import codecs
 import errno
 import io
-import json
 import math
 import os
-import re
 import zipfile
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import ml_dtypes
 import numpy as np
 
-from .errors import QuantizationError
+from .io_base import MAX_TENSORS, TensorFileError, _Entry, _native, _short, _size, _stem
+from .io_csv import csv_entry
+from .io_safetensors import safetensors_entries
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
@@ -57,6 +60,7 @@ __all__ = [
     "TensorFileError",
     "list_tensors",
     "load_all",
+    "MAX_TENSORS",
     "load_tensor",
 ]
 
@@ -67,28 +71,6 @@ Source = str | os.PathLike | bytes | bytearray | memoryview | BinaryIO
 
 _NPY_MAGIC = b"\x93NUMPY"
 _ZIP_MAGIC = b"PK\x03\x04"
-# The safetensors format allows a 100 MB header; parsing that much JSON of tiny objects takes
-# ~20x its size in memory, so headers are limited to 8 MiB here (~80k tensors).
-_MAX_SAFETENSORS_HEADER = 8 * 2**20
-MAX_TENSORS = 100_000  # tensors per file (.npz members, .safetensors entries, initializers)
-
-_SAFETENSORS_DTYPES: dict[str, np.dtype] = {
-    "F64": np.dtype("<f8"),
-    "F32": np.dtype("<f4"),
-    "F16": np.dtype("<f2"),
-    "BF16": np.dtype(ml_dtypes.bfloat16),
-    "F8_E4M3": np.dtype(ml_dtypes.float8_e4m3fn),
-    "F8_E5M2": np.dtype(ml_dtypes.float8_e5m2),
-    "I64": np.dtype("<i8"),
-    "I32": np.dtype("<i4"),
-    "I16": np.dtype("<i2"),
-    "I8": np.dtype("i1"),
-    "U64": np.dtype("<u8"),
-    "U32": np.dtype("<u4"),
-    "U16": np.dtype("<u2"),
-    "U8": np.dtype("u1"),
-}
-
 _ML_DTYPE_NAMES = (
     "bfloat16",
     "float8_e4m3fn",
@@ -112,20 +94,6 @@ _ML_DTYPES = frozenset(
 )
 
 _VALID_NUMERIC = "integer or floating point (incl. bfloat16 / float8 / int4 from ml_dtypes)"
-
-
-class TensorFileError(QuantizationError):
-    """A tensor file that cannot be read: the message names the file, the fault and the fix."""
-
-
-@dataclass(frozen=True)
-class _Entry:
-    """One tensor in a file: its name, shape, dtype and how to read it."""
-
-    name: str
-    shape: tuple[int, ...]
-    dtype: np.dtype
-    read: Callable[[], np.ndarray]
 
 
 # --------------------------------------------------------------------------- public API
@@ -321,11 +289,6 @@ def _sniff(data: bytes) -> str:
     return ""
 
 
-def _stem(label: str) -> str:
-    stem = Path(label).stem
-    return stem if stem and label not in ("uploaded data", "uploaded file") else "tensor"
-
-
 # --------------------------------------------------------------------------- selection
 
 
@@ -334,9 +297,9 @@ def _index(label: str, ext: str, data: bytes, max_bytes: int,
     readers = {
         ".npy": lambda: [_npy_entry(label, _stem(label), data)],
         ".npz": lambda: _npz_entries(label, data, max_bytes, max_elements),
-        ".safetensors": lambda: _safetensors_entries(label, data),
+        ".safetensors": lambda: safetensors_entries(label, data),
         ".onnx": lambda: _onnx_entries(label, data),
-        ".csv": lambda: [_csv_entry(label, data, max_elements)],
+        ".csv": lambda: [csv_entry(label, data, max_elements)],
     }
     entries = readers[ext]()
     if not entries:
@@ -514,96 +477,6 @@ def _zip_read(label: str, zf: zipfile.ZipFile, info: zipfile.ZipInfo, limit: int
         ) from None
 
 
-def _native(arr: np.ndarray) -> np.ndarray:
-    """A writable, C-contiguous, native-byte-order copy."""
-    if arr.dtype.byteorder == ">":
-        arr = arr.astype(arr.dtype.newbyteorder("="))
-    return np.array(arr, order="C", copy=True)
-
-
-# --------------------------------------------------------------------------- .safetensors
-
-
-def _safetensors_entries(label: str, data: bytes) -> list[_Entry]:
-    if len(data) < 8:
-        raise TensorFileError(
-            f"{label}: truncated .safetensors file ({len(data)} bytes; it must start with an "
-            "8-byte header length)."
-        )
-    n = int.from_bytes(data[:8], "little")
-    if n > len(data) - 8:
-        raise TensorFileError(
-            f"{label}: the header claims {n} bytes but the file has only {len(data) - 8} after "
-            "the length field; the file is truncated or not a .safetensors file."
-        )
-    if n > _MAX_SAFETENSORS_HEADER:
-        raise TensorFileError(
-            f"{label}: the .safetensors header is {_size(n)}, over the {_size(_MAX_SAFETENSORS_HEADER)}"
-            " this reader accepts (~80k tensors); split the file."
-        )
-    try:
-        header = json.loads(data[8 : 8 + n].decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:  # JSONDecodeError, integers > 4300 digits
-        raise TensorFileError(
-            f"{label}: the .safetensors JSON header is corrupt ({_short(exc)})."
-        ) from None
-    except RecursionError:
-        raise TensorFileError(
-            f"{label}: the .safetensors JSON header is nested too deeply to be a header "
-            "(a header is one object of {name: {dtype, shape, data_offsets}})."
-        ) from None
-    if not isinstance(header, dict):
-        raise TensorFileError(f"{label}: the .safetensors header is not a JSON object.")
-    body = memoryview(data)[8 + n :]
-    return [
-        _safetensors_entry(label, key, spec, body)
-        for key, spec in header.items()
-        if key != "__metadata__"
-    ]
-
-
-def _safetensors_entry(label: str, key: str, spec: Any, body: memoryview) -> _Entry:
-    where = f"{label}: tensor {key!r}"
-    if not isinstance(spec, dict) or not {"dtype", "shape", "data_offsets"} <= spec.keys():
-        raise TensorFileError(f"{where}: header entry needs dtype, shape and data_offsets.")
-    code, shape, offsets = spec["dtype"], spec["shape"], spec["data_offsets"]
-    if code not in _SAFETENSORS_DTYPES:
-        raise TensorFileError(
-            f"{where}: dtype {code!r} is not supported; supported are "
-            f"{', '.join(_SAFETENSORS_DTYPES)}."
-        )
-    if not _int_list(shape) or not _int_list(offsets) or len(offsets) != 2:
-        raise TensorFileError(
-            f"{where}: shape must be a list of non-negative ints and data_offsets [begin, end]."
-        )
-    dtype = _SAFETENSORS_DTYPES[code]
-    begin, end = offsets
-    count = math.prod(shape)
-    need = count * dtype.itemsize
-    if end < begin or end - begin != need:
-        raise TensorFileError(
-            f"{where}: data_offsets {offsets} span {end - begin} bytes but shape {shape} of "
-            f"{code} needs {need}; the header is corrupt."
-        )
-    if end > len(body):
-        raise TensorFileError(
-            f"{where}: data ends at byte {end} but only {len(body)} bytes of data are present; "
-            "the file is truncated."
-        )
-
-    def read() -> np.ndarray:
-        flat = np.frombuffer(body[begin:end], dtype=dtype, count=count)
-        return _native(flat.reshape(shape))
-
-    return _Entry(key, tuple(shape), dtype, read)
-
-
-def _int_list(value: Any) -> bool:
-    return isinstance(value, list) and all(
-        isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value
-    )
-
-
 # --------------------------------------------------------------------------- .onnx
 
 
@@ -657,227 +530,3 @@ def _onnx_entry(label: str, tensor: Any, onnx: Any, numpy_helper: Any) -> _Entry
     return _Entry(tensor.name, dims, dtype, read)
 
 
-# --------------------------------------------------------------------------- .csv
-
-
-_CSV_WIDE = 4096  # columns: wider rows are parsed piece by piece, one column at a time
-_CSV_PIECE = 4 * 2**20  # bytes of one wide-row piece
-_CSV_ROWS = 1 << 16  # rows per chunk of a narrow table
-_CSV_NA = ["nan", "NaN", "NAN", "-nan", "-NaN", "+nan", "+NaN"]
-_BOM = b"\xef\xbb\xbf"
-
-
-def _lines(data: bytes, start: int = 0):
-    """(line number, start, end) of every line of data, without copying it (end excludes the
-    line break)."""
-    number, pos, n = 0, start, len(data)
-    while pos < n:
-        end = data.find(b"\n", pos)
-        end = n if end < 0 else end
-        number += 1
-        stop = end - 1 if end > pos and data[end - 1:end] == b"\r" else end
-        yield number, pos, stop
-        pos = end + 1
-
-
-def _data_lines(data: bytes, start: int = 0):
-    """_lines without blank and '#'-comment lines."""
-    for number, a, b in _lines(data, start):
-        head = data[a:min(b, a + 256)].lstrip()
-        if head and not head.startswith(b"#") and data[a:b].strip():
-            yield number, a, b
-
-
-def _check_utf8(label: str, data: bytes) -> None:
-    if data.isascii():
-        return
-    decoder = codecs.getincrementaldecoder("utf-8")()
-    try:
-        for i in range(0, len(data), 2**20):
-            decoder.decode(data[i:i + 2**20])
-        decoder.decode(b"", final=True)
-    except UnicodeDecodeError:
-        raise TensorFileError(
-            f"{label}: not a UTF-8 text file; a .csv must hold numbers as text."
-        ) from None
-
-
-def _csv_entry(label: str, data: bytes, max_elements: int | None = None) -> _Entry:
-    """Parse a .csv once into float32, refusing it before any array is built when its rows x
-    columns exceed max_elements. Memory: the output plus a bounded chunk."""
-    _check_utf8(label, data)
-    if b"\n" not in data and b"\r" in data:  # old Mac line ends: CR only
-        data = data.replace(b"\r", b"\n")
-    start = len(_BOM) if data.startswith(_BOM) else 0
-    lines = _data_lines(data, start)
-    first = next(lines, None)
-    if first is None:
-        raise TensorFileError(f"{label}: the .csv holds no numbers.")
-    head = data[first[1]:min(first[2], first[1] + 65536)].decode("utf-8", "replace")
-    delimiter = _csv_delimiter(head)
-    has_header = any(f and not _is_number(f) for f in _split(head, delimiter))
-    top = next(lines, None) if has_header else first
-    if top is None:
-        raise TensorFileError(f"{label}: the .csv has a header row but no numbers.")
-    cols = _count_fields(data, top[1], top[2], delimiter)
-    # rows: an upper bound counted without parsing (blank and comment lines at the start of a
-    # line are not rows; indented ones are counted, which only overestimates)
-    rows = (data.count(b"\n", top[1]) + (not data.endswith(b"\n"))
-            - data.count(b"\n\n", top[1]) - data.count(b"\n#", top[1]))
-    rows = max(rows, 1)
-    if max_elements is not None and rows * cols > max_elements:
-        exact = "" if rows == 1 else "up to "
-        raise TensorFileError(
-            f"{label}: the .csv holds {exact}{rows:,} rows x {cols:,} columns = {rows * cols:,} "
-            f"values, over the limit of {max_elements:,} elements (max_elements); slice it "
-            "before loading."
-        )
-    if cols > _CSV_WIDE:
-        array = _parse_wide(label, data, top, cols, delimiter, has_header, start)
-    else:
-        array = _parse_narrow(label, data, top, rows, cols, delimiter, has_header, start)
-    if array.shape[0] == 1 or array.shape[1] == 1:
-        array = array.reshape(-1)
-    holder = [array]
-
-    def read() -> np.ndarray:  # the parsed array itself the first time, a copy after that
-        return holder.pop() if holder else array.copy()
-
-    return _Entry(_stem(label), array.shape, array.dtype, read)
-
-
-def _csv_delimiter(line: str) -> str | None:
-    for delimiter in (",", ";", "\t"):
-        if delimiter in line:
-            return delimiter
-    return None  # any run of whitespace
-
-
-def _split(line: str, delimiter: str | None) -> list[str]:
-    return [f.strip().strip('"').strip() for f in line.split(delimiter)]
-
-
-def _is_number(field: str) -> bool:
-    try:
-        float(field)
-    except ValueError:
-        return False
-    return True
-
-
-def _count_fields(data: bytes, a: int, b: int, delimiter: str | None) -> int:
-    if delimiter is None:
-        return len(data[a:b].split())
-    return data.count(delimiter.encode(), a, b) + 1
-
-
-def _read_csv(buffer, delimiter: str | None, **kw):
-    import pandas as pd
-
-    return pd.read_csv(
-        buffer, header=None, sep=delimiter if delimiter else r"\s+", engine="c",
-        dtype=np.float32, comment="#", keep_default_na=False, na_values=_CSV_NA,
-        skip_blank_lines=True, quotechar='"', **kw)
-
-
-def _parse_narrow(label, data, top, rows, cols, delimiter, has_header, start) -> np.ndarray:
-    """pandas' C parser in chunks of rows, each copied into one preallocated array."""
-    out = np.empty((rows, cols), np.float32)
-    buffer = io.BytesIO(data)  # shares data's buffer, no copy
-    buffer.seek(top[1])
-    filled = 0
-    try:
-        with np.errstate(all="ignore"):
-            for chunk in _read_csv(buffer, delimiter, chunksize=_CSV_ROWS):
-                values = chunk.to_numpy(np.float32)
-                if values.shape[1] != cols or filled + len(values) > rows:
-                    raise ValueError("shape")
-                out[filled:filled + len(values)] = values
-                filled += len(values)
-    except (ValueError, IndexError, OverflowError, MemoryError):
-        raise TensorFileError(f"{label}: {_csv_fault(data, delimiter, has_header, start)}") from None
-    return out if filled == rows else out[:filled].copy()
-
-
-def _parse_wide(label, data, top, cols, delimiter, has_header, start) -> np.ndarray:
-    """Rows too wide for a column per field: each row in pieces of ~4 MiB, a piece's fields
-    turned into one column (delimiter -> newline) and parsed by pandas' C parser."""
-    rows = []
-    sep = delimiter.encode() if delimiter else None
-    for number, a, b in _data_lines(data, top[1]):
-        row = np.empty(cols, np.float32)
-        filled = 0
-        pos = a
-        while pos < b:
-            end = min(b, pos + _CSV_PIECE)
-            if end < b:  # cut at a field boundary
-                cut = data.rfind(sep, pos, end) if sep else max(data.rfind(b" ", pos, end),
-                                                                data.rfind(b"\t", pos, end))
-                end = cut if cut > pos else b
-            piece = data[pos:end]
-            piece = piece.replace(sep, b"\n") if sep else re.sub(rb"[ \t]+", b"\n", piece.strip())
-            try:
-                with np.errstate(all="ignore"):
-                    values = (_read_csv(io.BytesIO(piece), None).to_numpy(np.float32).reshape(-1)
-                              if piece.strip() else np.empty(0, np.float32))
-            except (ValueError, IndexError, OverflowError):
-                raise TensorFileError(
-                    f"{label}: {_csv_fault(data, delimiter, has_header, start)}") from None
-            if sep and piece.count(b"\n") + 1 != values.size:  # an empty cell
-                raise TensorFileError(f"{label}: {_csv_fault(data, delimiter, has_header, start)}")
-            if filled + values.size > cols:
-                raise TensorFileError(
-                    f"{label}: line {number} has more than {cols:,} cells but the first row has "
-                    f"{cols:,}; a .csv must have the same number of cells on every row.")
-            row[filled:filled + values.size] = values
-            filled += values.size
-            pos = end + (1 if sep and end < b else 0)
-        if filled != cols:
-            raise TensorFileError(
-                f"{label}: line {number} has {filled:,} cells but the first row has {cols:,}; a "
-                ".csv must have the same number of cells on every row.")
-        rows.append(row)
-    return np.stack(rows) if len(rows) > 1 else rows[0].reshape(1, -1)
-
-
-def _csv_fault(data: bytes, delimiter: str | None, has_header: bool, start: int) -> str:
-    """Say which line of a table that failed to parse is at fault, and why (streaming)."""
-    valid = (
-        "a .csv must hold one number per cell, the same number of cells on every row, and at "
-        "most one header row."
-    )
-    width = None
-    for number, a, b in _data_lines(data, start):
-        if b - a > 65536:  # a wide row: pandas' fault is as good as a line-by-line one
-            return f"line {number} holds a cell that is not a number; {valid}"
-        fields = _split(data[a:b].decode("utf-8", "replace"), delimiter)
-        if width is None:
-            width = len(fields)
-            if has_header:
-                continue
-        if len(fields) != width:
-            return f"line {number} has {len(fields)} cells but the first row has {width}; {valid}"
-        for field in fields:
-            if not field:
-                return f"line {number} has an empty cell; {valid}"
-            if not _is_number(field):
-                return f"line {number}: {field[:40]!r} is not a number; {valid}"
-    return f"not a numeric table; {valid}"
-
-
-# --------------------------------------------------------------------------- helpers
-
-
-def _size(n: int) -> str:
-    """A byte count for messages: bytes below 1 KiB, then KiB, MiB, GiB."""
-    if n < 1024:
-        return f"{n} bytes"
-    for unit, power in (("KiB", 10), ("MiB", 20), ("GiB", 30)):
-        if n < 1024 << power or unit == "GiB":
-            return f"{n / 2**power:.1f} {unit}"
-    return f"{n} bytes"
-
-
-def _short(exc: BaseException) -> str:
-    text = str(exc).strip().split("\n")[0] or type(exc).__name__
-    return text if len(text) <= 200 else text[:197] + "..."

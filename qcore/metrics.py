@@ -66,27 +66,34 @@ from .walkthrough import walkthrough
 # storage
 
 
-def stores_zero_point(params: QuantParams, opset: int = LATEST_OPSET) -> bool:
-    """Whether the ONNX graph for these parameters at ``opset`` carries a zero point.
+def zero_point_stored(nonzero: bool, opset: int = LATEST_OPSET) -> bool:
+    """Whether a zero point is stored at ``opset``: an absent zero point means 0, so an all-zero
+    one (symmetric signed integers, float targets) is left out -- except before QuantizeLinear
+    had ``output_dtype``, when only a zero point's type names a target other than uint8."""
+    return "output_dtype" not in resolve(QUANTIZE, opset).attributes or bool(nonzero)
 
-    An absent zero point means 0, so an all-zero one (symmetric signed integers, float targets)
-    is not stored -- except before QuantizeLinear had ``output_dtype``, when only a zero point's
-    type names a target other than uint8.
-    """
-    if "output_dtype" not in resolve(QUANTIZE, opset).attributes:
-        return True
+
+def stores_zero_point(params: QuantParams, opset: int = LATEST_OPSET) -> bool:
+    """Whether the ONNX graph for these parameters at ``opset`` carries a zero point
+    (:func:`zero_point_stored` of whether it has a non-zero value)."""
     zp = params.zero_point
-    return zp is not None and bool(np.any(np.asarray(zp).astype(np.float64) != 0))
+    return zero_point_stored(zp is not None and bool(np.any(np.asarray(zp).astype(np.float64) != 0)),
+                             opset)
+
+
+def stored_bits(n: int, code_bits: int, n_scales: int, scale_bits: int,
+                zero_point_stored: bool) -> int:
+    """Bits of ``n`` codes, ``n_scales`` scales and, when stored, as many zero points (DESIGN
+    §8; sub-byte packing not rounded up to bytes): the sum every bits figure divides."""
+    return int(n) * code_bits + int(n_scales) * (scale_bits + (code_bits if zero_point_stored
+                                                               else 0))
 
 
 def storage_bits(params: QuantParams, n: int, opset: int = LATEST_OPSET) -> int:
     """Bits a tensor of ``n`` elements takes quantized with ``params`` at ``opset``: codes,
-    scales and the zero points :func:`stores_zero_point` keeps (sub-byte packing not rounded
-    up to bytes)."""
-    fmt = params.format
-    n_scales = int(np.asarray(params.scale).size)
-    zp_bits = fmt.bits * n_scales if stores_zero_point(params, opset) else 0
-    return int(n) * fmt.bits + params.scale_format.bits * n_scales + zp_bits
+    scales and the zero points :func:`stores_zero_point` keeps."""
+    return stored_bits(n, params.format.bits, int(np.asarray(params.scale).size),
+                       params.scale_format.bits, stores_zero_point(params, opset))
 
 
 def bits_per_element(params: QuantParams, n: int, opset: int = LATEST_OPSET) -> float:

@@ -62,14 +62,12 @@ class QuantParams:
     def scale_format(self) -> Format:
         return get_format(np.asarray(self.scale).dtype)
 
-    def storage_bits(self) -> int:
-        """Bits spent on scales and zero points."""
-        zp_bits = 0 if self.zero_point is None else self.format.bits * self.zero_point.size
-        return self.scale_format.bits * self.n_scales + zp_bits
+    def bits_per_element(self, n: int, opset: int = LATEST_OPSET) -> float:
+        """Bits per element of ``n`` elements quantized with these parameters at ``opset``:
+        the one rule, :func:`qcore.metrics.bits_per_element`."""
+        from .metrics import bits_per_element  # metrics imports this module
 
-    def bits_per_element(self, n: int) -> float:
-        """Target bits plus scale and zero-point storage amortised over ``n`` elements."""
-        return self.format.bits + self.storage_bits() / max(int(n), 1)
+        return bits_per_element(self, n, opset)
 
     def layout(self, x_shape: tuple[int, ...], opset: int = LATEST_OPSET) -> Layout:
         """qcore's index map for x of ``x_shape`` with these parameters."""

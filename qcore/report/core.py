@@ -6,17 +6,21 @@ on a Dask cluster (:mod:`qcore.report.distributed`). A task maps its tensor, wid
 float32, computes its statistics and every recipe's round-trip metrics, and returns the rows;
 the same function runs in both places, so the rows are identical bit for bit.
 
-Rows are appended to a journal (``OUT.partial.csv``, floats written exactly) as tensors finish;
-``resume=True`` skips what the journal or a finished output already holds. When the run
-completes the outputs (``.csv`` / ``.parquet``) are written and the journal removed.
+Rows are appended to a journal (``OUT.partial.csv``, floats written exactly, the run's identity
+on its first line) as tensors finish; ``resume=True`` skips what the journal or a finished
+output already holds for the same run (:mod:`qcore.report.identity`: another model, options or
+qcore version is refused; a changed file is computed again). When the run completes the outputs
+(``.csv`` / ``.parquet``, each with ``OUT.run.json``) are written and the journal removed.
 """
 
 from __future__ import annotations
 
 import csv
 import fnmatch
+import json
 import math
 import os
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -30,6 +34,14 @@ import pandas as pd
 from ..analysis import bits_sqnr_front
 from ..errors import QuantizationError
 from ..io import TensorFileError
+from .identity import (
+    IDENTITY_PREFIX,
+    identity_path,
+    read_identity,
+    refuse_or_accept,
+    run_identity,
+    usable_rows,
+)
 from .recipes import DEFAULT_RECIPES, parse_recipes
 from .sources import TensorRef, list_tensors, resolve_files
 from .tasks import COLUMNS, Task, model_root, relative_file, run_task
@@ -64,14 +76,16 @@ def select(refs: Iterable[TensorRef], include: Sequence[str] = (), exclude: Sequ
     a tensor is kept when it matches any ``include`` (or none is given) and no ``exclude``."""
     keep, skipped = [], []
     for ref in refs:
-        if ref.error:
-            keep.append(ref)  # reported as an error row
+        if ref.error and ref.name == "*":
+            keep.append(ref)  # an unreadable file: reported as an error row
             continue
         if include and not any(fnmatch.fnmatchcase(ref.name, p) for p in include):
             continue
         if any(fnmatch.fnmatchcase(ref.name, p) for p in exclude):
             continue
-        if not ref.supported:
+        if ref.error:
+            keep.append(ref)  # a broken header entry: reported as an error row
+        elif not ref.supported:
             skipped.append((ref.file, ref.name, f"dtype {ref.dtype} is not floating point"))
         elif ref.elements < min_elements:
             skipped.append((ref.file, ref.name, f"{ref.elements} elements < {min_elements}"))
@@ -92,12 +106,16 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
-def append_rows(path: Path, rows: Sequence[dict[str, Any]]) -> None:
-    """Append rows to a journal CSV (header first when the file is new); flushed to disk."""
+def append_rows(path: Path, rows: Sequence[dict[str, Any]],
+                identity: dict[str, Any] | None = None) -> None:
+    """Append rows to a journal CSV (the run's identity line, when given, and the header first
+    when the file is new); flushed to disk."""
     new = not path.exists() or path.stat().st_size == 0
     with open(path, "a", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh)
         if new:
+            if identity is not None:
+                fh.write(IDENTITY_PREFIX + json.dumps(identity, separators=(",", ":")) + "\n")
             w.writerow(list(COLUMNS))
         for row in rows:
             w.writerow([_fmt(row[k]) for k in COLUMNS])
@@ -123,10 +141,23 @@ def read_rows(path: str | os.PathLike) -> pd.DataFrame:
             raise TensorFileError(f"{p}: reading Parquet needs pyarrow "
                                   f"(pip install 'qcore[report]')") from None
         return _frame(pq.read_table(p).to_pylist())
+    try:
+        return _read_csv_rows(p)
+    except UnicodeDecodeError:
+        raise TensorFileError(f"{p}: not UTF-8 text; not a qcore report or journal") from None
+    except csv.Error as exc:
+        raise TensorFileError(f"{p}: not a readable CSV report ({exc})") from None
+    except OSError as exc:
+        raise TensorFileError(f"{p}: cannot be read ({exc.strerror})") from None
+
+
+def _read_csv_rows(p: Path) -> pd.DataFrame:
     records = []
     with open(p, newline="", encoding="utf-8") as fh:
         reader = csv.reader(fh)
         header = next(reader, None)
+        if header and header[0].startswith("#"):  # a journal's run identity
+            header = next(reader, None)
         if header is None:
             return _frame([])
         missing = [c for c in COLUMNS if c not in header]
@@ -176,11 +207,51 @@ def journal_path(out: str | os.PathLike) -> Path:
     return p.with_name(p.name + ".partial.csv")
 
 
-def _check_out(out: str | os.PathLike) -> Path:
-    p = Path(out)
+def check_out(out: str | os.PathLike) -> Path:
+    """An output path the run can write, checked before anything is computed: a .csv or
+    .parquet name, no null byte, not a folder, in an existing folder this process may write."""
+    text = os.fspath(out)
+    if "\x00" in text:
+        raise QuantizationError(f"--out {text!r}: the path holds a null byte, which no file "
+                                f"name can")
+    p = Path(text)
     if p.suffix.lower() not in (".csv", ".parquet"):
-        raise QuantizationError(f"--out {p}: the report is written as .csv or .parquet")
+        raise QuantizationError(f"--out {p}: the report is written as .csv or .parquet; give "
+                                f"a name ending in one of them")
+    folder = p.parent if str(p.parent) else Path(".")
+    if not folder.is_dir():
+        raise QuantizationError(f"--out {p}: the folder {folder} does not exist (or is not a "
+                                f"folder); create it first")
+    if p.is_dir():
+        raise QuantizationError(f"--out {p}: is a folder; give a file name in it")
+    if p.exists() and not p.is_file():
+        raise QuantizationError(f"--out {p}: exists and is not a regular file")
+    try:  # a real write: permissions alone do not tell (root, read-only mounts, /proc)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".qcore-report-", suffix=".tmp"):
+            pass
+    except OSError as exc:
+        raise QuantizationError(f"--out {p}: cannot write in {folder} "
+                                f"({exc.strerror or exc})") from None
+    if p.exists() and not os.access(p, os.W_OK):
+        raise QuantizationError(f"--out {p}: the file is not writable")
     return p
+
+
+MAX_THREADS = 64
+
+
+def check_options(*, workers: int = 0, threads: int = 1, min_elements: int = 0) -> None:
+    """The run's numeric options, checked before anything is computed."""
+    cores = os.cpu_count() or 1
+    if isinstance(workers, bool) or not isinstance(workers, int) or not 0 <= workers <= cores:
+        raise QuantizationError(f"--workers {workers}: must be 0 (no Dask) to {cores} (this "
+                                f"machine's cores); more worker processes than cores only "
+                                f"compete")
+    if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= MAX_THREADS:
+        raise QuantizationError(f"--threads {threads}: must be 1 to {MAX_THREADS} (tensors at a "
+                                f"time; each holds a slice of its tensor)")
+    if isinstance(min_elements, bool) or not isinstance(min_elements, int) or min_elements < 0:
+        raise QuantizationError(f"--min-elements {min_elements}: must be an integer >= 0")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -195,7 +266,8 @@ def run_report(model: str | os.PathLike, recipes: Sequence[str] | str = DEFAULT_
                resume: bool = False, include: Sequence[str] = (), exclude: Sequence[str] = (),
                min_elements: int = 0, workers: int = 0, scheduler: str | None = None,
                progress: ProgressFn | None = None, cluster_kwargs: dict | None = None,
-               on_client: Callable[[Any], None] | None = None, threads: int = 1) -> Report:
+               on_client: Callable[[Any], None] | None = None, threads: int = 1,
+               fresh: bool = False) -> Report:
     """Run every recipe on every selected tensor of ``model``; see the module docstring.
 
     ``out``: one or more .csv / .parquet paths (the first also names the journal).
@@ -206,19 +278,26 @@ def run_report(model: str | os.PathLike, recipes: Sequence[str] | str = DEFAULT_
     t0 = time.perf_counter()
     names = [r.name for r in parse_recipes(recipes)]
     outs = [out] if isinstance(out, (str, os.PathLike)) else list(out or [])
-    outs = [_check_out(o) for o in outs]
-    root = model_root(model)
+    outs = [check_out(o) for o in outs]
+    check_options(workers=workers, threads=threads, min_elements=min_elements)
+    if scheduler:
+        from .distributed import check_scheduler
+
+        check_scheduler(scheduler)
     resolve_files(model)  # a clear error for a missing model before anything else
+    root = model_root(model)
     refs, skipped = select(list_tensors(model), include, exclude, int(min_elements))
 
-    previous = _previous_rows(outs, resume)
+    ident = run_identity(model, root, names, list(include), list(exclude), int(min_elements))
+    previous = _previous_rows(outs, resume, ident, fresh, names)
     done = _done_keys(previous, names)
     journal = journal_path(outs[0]) if outs else None
-    if journal is not None:
-        if not resume and journal.exists():
-            journal.unlink()
-        if resume and not journal.exists() and len(previous):
-            append_rows(journal, previous.to_dict("records"))  # continue from a finished file
+    if journal is not None:  # this run's journal: its identity and the saved rows it keeps
+        tmp = journal.with_name(journal.name + ".tmp")
+        if tmp.exists():
+            tmp.unlink()
+        append_rows(tmp, previous.to_dict("records"), identity=ident)
+        os.replace(tmp, journal)
 
     tasks: list[Task] = []
     resumed = 0
@@ -266,22 +345,28 @@ def run_report(model: str | os.PathLike, recipes: Sequence[str] | str = DEFAULT_
     rows = _merge_rows(previous, new_rows, refs, names, root)
     for o in outs:
         write_rows(rows, o)
+        identity_path(o).write_text(json.dumps(ident, indent=1), encoding="utf-8")
     if journal is not None and journal.exists():
         journal.unlink()
     return Report(rows, names, [(relative_file(f, root), n, w) for f, n, w in skipped],
                   time.perf_counter() - t0, total_el, resumed)
 
 
-def _previous_rows(outs: list[Path], resume: bool) -> pd.DataFrame:
+def _previous_rows(outs: list[Path], resume: bool, ident: dict[str, Any], fresh: bool,
+                   names: Sequence[str]) -> pd.DataFrame:
+    """Saved rows this run may keep: the journal's (else the finished output's), when they are
+    of this run (:mod:`qcore.report.identity`), for the recipes asked, of unchanged files."""
     if not resume or not outs:
         return _frame([])
-    frames = []
-    for p in (journal_path(outs[0]), outs[0]):
-        if p.exists():
-            frames.append(read_rows(p))
-    if not frames:
+    journal, out = journal_path(outs[0]), outs[0]
+    where = journal if journal.exists() else out
+    if not where.exists():
         return _frame([])
-    return pd.concat(frames, ignore_index=True)
+    previous = read_rows(where)
+    saved = read_identity(journal, out)
+    if not refuse_or_accept(saved, ident, where, len(previous) > 0, fresh):
+        return _frame([])
+    return usable_rows(previous, saved, ident, list(names))
 
 
 def _done_keys(previous: pd.DataFrame, names: Sequence[str]) -> set[tuple[str, str, str]]:

@@ -33,6 +33,30 @@ def _import_distributed() -> Any:
     return distributed
 
 
+SCHEDULER_TIMEOUT = 10.0  # seconds to reach a scheduler before the run is refused
+
+
+def check_scheduler(address: str, timeout: float = SCHEDULER_TIMEOUT) -> None:
+    """Refuse a scheduler address that does not answer a TCP connection within ``timeout``
+    seconds (checked before anything is computed)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    text = str(address)
+    try:
+        parts = urlsplit(text if "://" in text else f"tcp://{text}")
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        host = port = None
+    if not host or port is None or "\x00" in text:
+        raise QuantizationError(f"--scheduler {text!r}: not an address; give tcp://HOST:PORT")
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as exc:
+        raise QuantizationError(f"--scheduler {text}: no Dask scheduler answers there within "
+                                f"{timeout:g} s ({exc.strerror or exc})") from None
+
+
 def run_tasks(tasks: Sequence[Task], on_rows: Callable[[Task, list[dict]], None], *,
               workers: int = 0, scheduler: str | None = None,
               cluster_kwargs: dict | None = None,
@@ -44,7 +68,7 @@ def run_tasks(tasks: Sequence[Task], on_rows: Callable[[Task, list[dict]], None]
     distributed = _import_distributed()
     cluster = None
     if scheduler:
-        client = distributed.Client(scheduler)
+        client = distributed.Client(scheduler, timeout=SCHEDULER_TIMEOUT)
         threads = 0
     else:
         if int(workers) < 1:

@@ -62,6 +62,9 @@ def installed_models() -> dict[str, Path]:
 
 def resolve_model(model: str | os.PathLike) -> Path:
     """A path as given, or a known model's path when ``model`` is its name and no such path."""
+    if "\x00" in os.fspath(model):
+        raise TensorFileError(f"{os.fspath(model)!r}: the path holds a null byte, which no "
+                              f"file name can")
     p = Path(model).expanduser()
     if not p.exists() and (str(model).lower() in KNOWN_MODELS or str(model) in ALIASES):
         return find_model(str(model))

@@ -27,21 +27,24 @@ packed as ONNX stores them) plus scales and zero points.
 
 from __future__ import annotations
 
-import functools
 import re
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from .. import metrics
-from ..calibration import METHODS, QuantParams, choose_params
+from ..calibration import METHODS
 from ..errors import QuantizationError
 from ..formats import INT, QUANTIZED_TYPES, get_format
 from ..layout import BLOCKED, PER_AXIS, PER_TENSOR
-from ..metrics import error_metrics
-from ..ops import dequantize_linear, plan_dequantize, plan_quantize, quantize_linear
-from ..versions import QUANTIZE, versions
+from .sliced import (  # noqa: F401 - what a recipe is on a shape, re-exported here
+    ArrayReader,
+    granularity_for,
+    recipe_rows,
+    required_opset,
+    stores_zero_point,
+    tensor_statistics,
+)
 
 __all__ = ["DEFAULT_RECIPES", "MX_RECIPES", "Recipe", "describe", "parse_recipe",
            "parse_recipes", "recipe_names", "run_recipe"]
@@ -75,7 +78,7 @@ CATALOGUE = DEFAULT_RECIPES + (
     "float4e2m1:blocked32", "mxfp8e5m2", "mxfp6", "mxfp6e3m2", "mxint8",
 )
 
-_CALIBRATION_METHODS = tuple(m for m in METHODS if m != "manual")
+CALIBRATION_METHODS = tuple(m for m in METHODS if m != "manual")
 _GRAN = re.compile(r"^(per-tensor|per-axis|blocked(\d+))$")
 
 
@@ -102,7 +105,7 @@ def parse_recipe(spec: str) -> Recipe:
     base, method = base.strip().lower(), method.strip().lower()
     valid = ("valid: TARGET:per-tensor, TARGET:per-axis, TARGET:blockedN with TARGET one of "
              + ", ".join(QUANTIZED_TYPES) + "; or " + ", ".join(MX_RECIPES)
-             + "; optionally @METHOD with METHOD one of " + ", ".join(_CALIBRATION_METHODS))
+             + "; optionally @METHOD with METHOD one of " + ", ".join(CALIBRATION_METHODS))
     if base in MX_RECIPES:
         if method and method != "mx":
             raise QuantizationError(f"recipe {spec!r}: MX recipes use the OCP scale rule "
@@ -117,9 +120,9 @@ def parse_recipe(spec: str) -> Recipe:
     fmt = get_format(target)
     default = "minmax" if fmt.kind == INT and not fmt.signed else "absmax"
     method = method or default
-    if method not in _CALIBRATION_METHODS:
+    if method not in CALIBRATION_METHODS:
         raise QuantizationError(f"recipe {spec!r}: calibration {method!r} is not valid; valid: "
-                                + ", ".join(_CALIBRATION_METHODS))
+                                + ", ".join(CALIBRATION_METHODS))
     block = int(m.group(2)) if m.group(2) else 0
     if m.group(2) is not None and block < 1:
         raise QuantizationError(f"recipe {spec!r}: the block size must be >= 1")
@@ -162,89 +165,17 @@ def describe(recipe: Recipe | str) -> str:
 # running one recipe on one tensor
 
 
-def granularity_for(recipe: Recipe, shape: tuple[int, ...]) -> tuple[str, int, int]:
-    """(granularity, axis, block_size) the recipe uses on a tensor of this shape."""
-    ndim = len(shape)
-    if ndim == 0 or recipe.granularity == PER_TENSOR:
-        return PER_TENSOR, 0, 0
-    if recipe.granularity == PER_AXIS:
-        return (PER_TENSOR, 0, 0) if ndim == 1 else (PER_AXIS, 0, 0)
-    return BLOCKED, ndim - 1, recipe.block_size
-
-
-def stores_zero_point(params: QuantParams, opset: int) -> bool:
-    """Whether the ONNX graph for these parameters carries a zero point: the one rule,
-    :func:`qcore.metrics.stores_zero_point`."""
-    return metrics.stores_zero_point(params, opset)
-
-
-@functools.lru_cache(maxsize=512)
-def required_opset(target: str, scale_dtype: str, x_shape: tuple[int, ...],
-                   scale_shape: tuple[int, ...], zero_point: bool, axis: int,
-                   block_size: int) -> int:
-    """The oldest opset at which QuantizeLinear and DequantizeLinear both accept this
-    configuration (float32 x, float32 output); ``zero_point``: an asymmetric zero point."""
-    for opset in versions(QUANTIZE):
-        zp = target if (zero_point or opset < 21) else None
-        out = None if opset < 21 else target
-        try:
-            plan_quantize("float", x_shape, scale_dtype, scale_shape, zp,
-                          scale_shape if zp else None, axis=axis, block_size=block_size,
-                          output_dtype=out, opset=opset)
-            plan_dequantize(target, x_shape, scale_dtype, scale_shape, zp,
-                            scale_shape if zp else None, axis=axis, block_size=block_size,
-                            opset=opset)
-        except QuantizationError:
-            continue
-        return opset
-    raise QuantizationError(f"no opset expresses {target} with {scale_dtype} scales of shape "
-                            f"{scale_shape} for x of shape {x_shape}")
-
-
-def _nbytes(count: int, bits: int) -> int:
-    return (int(count) * int(bits) + 7) // 8
-
-
 def run_recipe(x: np.ndarray, recipe: Recipe) -> dict[str, Any]:
-    """Quantize and dequantize float32 ``x`` by the recipe; the metrics of the round trip.
+    """Quantize and dequantize float32 ``x`` by the recipe; the metrics of the round trip (the
+    report's own sliced computation, :mod:`qcore.report.sliced`, on an array in memory).
 
     Keys: granularity, axis, block_size, opset, sqnr_db, rmse, max_abs_error,
     clipped_fraction, nan_out, inf_out, bits_per_element, bytes, scales.
     """
-    gran, axis, block = granularity_for(recipe, x.shape)
-    params = choose_params(x, recipe.target, method=recipe.method, granularity=gran, axis=axis,
-                           block_size=block or 32)
-    fmt = params.format
-    sshape = tuple(np.shape(params.scale))
-    zp_asym = params.zero_point is not None and not (
-        fmt.signed and not np.any(np.asarray(params.zero_point).astype(np.int64)))
-    kw = params.kwargs
-    opset = required_opset(fmt.name, params.scale_format.name, tuple(x.shape), sshape, zp_asym,
-                           kw["axis"], kw["block_size"])
-    stored = stores_zero_point(params, opset)
-    zp = None
-    if stored:
-        zp = params.zero_point if params.zero_point is not None else np.zeros(sshape, fmt.dtype)
-    out = None if opset < 21 else fmt.name
-    y = quantize_linear(x, params.scale, zp, output_dtype=out, opset=opset, **kw)
-    x_hat = dequantize_linear(y, params.scale, zp, opset=opset, **kw)  # float32 out
-    m = error_metrics(x, x_hat, params=params, opset=opset)
-    n = int(x.size)
-    n_scales = int(np.asarray(params.scale).size)
-    nbytes = _nbytes(n, fmt.bits) + _nbytes(n_scales, params.scale_format.bits) \
-        + (_nbytes(n_scales, fmt.bits) if stored else 0)
-    return {
-        "granularity": gran,
-        "axis": int(kw["axis"]) if gran != PER_TENSOR else -1,
-        "block_size": int(kw["block_size"]),
-        "opset": int(opset),
-        "sqnr_db": float(m["sqnr_db"]),
-        "rmse": float(m["rmse"]),
-        "max_abs_error": float(m["max_abs_error"]),
-        "clipped_fraction": float(m["clipped_fraction"]),
-        "nan_out": int(m["nan_out"]),
-        "inf_out": int(m["inf_out"]),
-        "bits_per_element": float(m["bits_per_element"]),
-        "bytes": int(nbytes),
-        "scales": n_scales,
-    }
+    x = np.asarray(x, np.float32)
+    reader = ArrayReader(x)
+    st = tensor_statistics(reader, x.size)
+    (out,) = recipe_rows(reader, tuple(x.shape), [recipe], st["min"], st["max"])
+    if isinstance(out, QuantizationError):
+        raise out
+    return out

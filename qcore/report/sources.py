@@ -13,13 +13,15 @@ so only the tensor being worked on is in memory.
   name ``"*"``) so the rest of the model is still reported; a tensor whose bytes lie beyond the
   end of its file, or cannot be decoded, raises :class:`qcore.io.TensorFileError` from
   :func:`read_tensor` naming the file and the tensor.
-- Tensors are identified by (file, name): the report's tasks carry these, never arrays.
+- Tensors are identified by (file, name): the report's tasks carry these, never arrays. A file
+  holding one array (an ``.npy``, an ``.npz`` of one member) names it by the file's stem
+  (``layer0.ffn.out.weight.npz`` -> ``layer0.ffn.out.weight``).
 """
 
 from __future__ import annotations
 
 import functools
-import json
+import math
 import os
 import struct
 import zipfile
@@ -29,22 +31,24 @@ from typing import Any
 
 import numpy as np
 
-from ..io import TensorFileError
+from ..io import DEFAULT_MAX_BYTES, TensorFileError
+from ..io_base import loads_json
+from ..io_safetensors import header_length, parse_header
 
-__all__ = ["MODEL_EXTENSIONS", "TensorRef", "list_tensors", "read_tensor", "resolve_files"]
+__all__ = ["MODEL_EXTENSIONS", "TensorReader", "TensorRef", "list_tensors", "read_tensor",
+           "resolve_files"]
 
 MODEL_EXTENSIONS = (".safetensors", ".onnx", ".npz", ".npy")
 INDEX_SUFFIX = ".safetensors.index.json"
+_MAX_INDEX = 64 * 2**20
 
-#: safetensors dtype names -> (numpy dtype of the stored bytes, reported dtype name)
+#: safetensors dtype codes read -> (numpy dtype of the stored bytes, reported dtype name)
 _ST_DTYPES = {
     "F32": ("<f4", "float32"),
     "F16": ("<f2", "float16"),
     "BF16": ("<u2", "bfloat16"),
     "F64": ("<f8", "float64"),
 }
-_ST_OTHER = {"I8": 1, "U8": 1, "I16": 2, "U16": 2, "I32": 4, "U32": 4, "I64": 8, "U64": 8,
-             "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
 _SUPPORTED = ("float32", "float16", "bfloat16", "float64")
 # ONNX TensorProto data types we read
 _ONNX_FLOAT, _ONNX_FLOAT16, _ONNX_DOUBLE, _ONNX_BFLOAT16 = 1, 10, 11, 16
@@ -61,11 +65,11 @@ class TensorRef:
     name: str
     shape: tuple[int, ...]
     dtype: str  # float32, float16, bfloat16, float64, or the file's own name for others
-    error: str = ""  # set when the file's header could not be read (name is "*")
+    error: str = ""  # why it cannot be read (name "*": the file's header as a whole)
 
     @property
     def elements(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) if self.shape else 1
+        return math.prod(self.shape)  # exact: a Python int never wraps
 
     @property
     def supported(self) -> bool:
@@ -78,6 +82,9 @@ class TensorRef:
 
 def resolve_files(model: str | os.PathLike) -> list[Path]:
     """The tensor files of a model path, in a stable order (shards in index order)."""
+    if "\x00" in os.fspath(model):
+        raise TensorFileError(f"{os.fspath(model)!r}: the path holds a null byte, which no "
+                              f"file name can")
     path = Path(model).expanduser()
     if not path.exists():
         raise TensorFileError(f"{path}: no such file or folder; give a .safetensors, .onnx, "
@@ -111,8 +118,15 @@ def resolve_files(model: str | os.PathLike) -> list[Path]:
 
 def _index_files(index: Path) -> list[Path]:
     try:
-        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
-        shards = list(dict.fromkeys(str(v) for v in weight_map.values()))
+        if index.stat().st_size > _MAX_INDEX:
+            raise TensorFileError(f"{index}: the index is over {_MAX_INDEX >> 20} MiB; a "
+                                  f"sharded-checkpoint index lists names and shard files only")
+        weight_map = loads_json(str(index), index.read_bytes(), "the index")["weight_map"]
+        if not all(isinstance(v, str) for v in weight_map.values()):
+            raise TypeError("weight_map values must be shard file names")
+        shards = list(dict.fromkeys(weight_map.values()))
+    except TensorFileError:
+        raise
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise TensorFileError(f"{index}: not a readable sharded-checkpoint index "
                               f"(a JSON object with a 'weight_map'): {exc}") from None
@@ -137,6 +151,10 @@ def list_tensors(model: str | os.PathLike) -> list[TensorRef]:
             refs.extend(_list_file(str(f)))
         except TensorFileError as exc:
             refs.append(TensorRef(str(f), "*", (), "", error=str(exc)))
+        except (OSError, ValueError, EOFError, OverflowError, MemoryError, RecursionError,
+                NotImplementedError, RuntimeError, struct.error, zipfile.BadZipFile) as exc:
+            refs.append(TensorRef(str(f), "*", (), "", error=f"{f}: cannot be read "
+                                                           f"({type(exc).__name__}: {exc})"))
     return refs
 
 
@@ -144,18 +162,30 @@ def _list_file(file: str) -> list[TensorRef]:
     suffix = Path(file).suffix.lower()
     if suffix == ".safetensors":
         header, _ = _safetensors_header(file, *_stat(file))
-        return [TensorRef(file, k, tuple(v["shape"]), v["dtype_name"]) for k, v in header.items()]
+        return [TensorRef(file, t.name, t.shape, _ST_DTYPES.get(t.code, (None, t.code))[1],
+                          f"{file}: tensor {t.name!r}: {t.error}" if t.error else "")
+                for t in header]
     if suffix == ".onnx":
-        return [TensorRef(file, t.name, tuple(int(d) for d in t.dims),
-                          _ONNX_NAMES.get(t.data_type, f"onnx type {t.data_type}"))
-                for t in _onnx_model(file, *_stat(file)).graph.initializer]
+        return [_onnx_ref(file, t) for t in _onnx_model(file, *_stat(file)).graph.initializer]
     if suffix == ".npz":
-        return [TensorRef(file, m, shape, dtype)
-                for m, (shape, dtype, _, _) in _npz_index(file, *_stat(file)).items()]
+        index = _npz_index(file, *_stat(file))
+        if len(index) == 1:  # one array: named by its file, as an .npy is
+            (shape, dtype, _, _), = index.values()
+            return [TensorRef(file, Path(file).stem, shape, dtype)]
+        return [TensorRef(file, m, shape, dtype) for m, (shape, dtype, _, _) in index.items()]
     if suffix == ".npy":
         shape, dtype, _ = _npy_header(file)
         return [TensorRef(file, Path(file).stem, shape, dtype)]
     raise TensorFileError(f"{file}: unsupported file type")
+
+
+def _onnx_ref(file: str, t: Any) -> TensorRef:
+    dims = tuple(int(d) for d in t.dims)
+    dtype = _ONNX_NAMES.get(t.data_type, f"onnx type {t.data_type}")
+    if any(d < 0 for d in dims):
+        return TensorRef(file, t.name, (), dtype, f"{file}: initializer {t.name!r} has dims "
+                                                  f"{list(dims)}; every dimension must be >= 0")
+    return TensorRef(file, t.name, dims, dtype)
 
 
 def _stat(file: str) -> tuple[int, int]:
@@ -170,9 +200,9 @@ def _stat(file: str) -> tuple[int, int]:
 # reading one tensor
 
 
-def read_tensor(ref: TensorRef) -> np.ndarray:
-    """The tensor as a float32 array of its shape: a fresh array widened straight from the file
-    mapping, which is closed when this returns."""
+def _locate(ref: TensorRef) -> _Span | np.ndarray:
+    """Where the tensor's stored values are: a checked byte span of a file, or (ONNX values
+    inside the proto, compressed .npz members) an array already in memory."""
     if ref.error:
         raise TensorFileError(ref.error)
     if ref.dtype not in _SUPPORTED:
@@ -181,18 +211,84 @@ def read_tensor(ref: TensorRef) -> np.ndarray:
     suffix = Path(ref.file).suffix.lower()
     try:
         if suffix == ".safetensors":
-            raw = _read_safetensors(ref)
-        elif suffix == ".onnx":
-            raw = _read_onnx(ref)
-        elif suffix == ".npz":
-            raw = _read_npz(ref)
-        else:
-            raw = _read_npy(ref)
-        return _widen(raw, ref.dtype).reshape(ref.shape)
+            return _read_safetensors(ref)
+        if suffix == ".onnx":
+            return _read_onnx(ref)
+        if suffix == ".npz":
+            return _read_npz(ref)
+        return _read_npy(ref)
     except TensorFileError:
         raise
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile, struct.error) as exc:
+    except _READ_FAULTS as exc:
         raise TensorFileError(f"{ref.file}: tensor {ref.name!r} cannot be read: {exc}") from None
+
+
+_READ_FAULTS = (OSError, ValueError, EOFError, OverflowError, MemoryError, zipfile.BadZipFile,
+                struct.error)
+
+
+def read_tensor(ref: TensorRef) -> np.ndarray:
+    """The tensor as a float32 array of its shape: a fresh array widened straight from the file
+    mapping, which is closed when this returns."""
+    loc = _locate(ref)
+    try:
+        raw = loc.mapped() if isinstance(loc, _Span) else loc
+        return _widen(raw, ref.dtype).reshape(ref.shape)
+    except _READ_FAULTS as exc:
+        raise TensorFileError(f"{ref.file}: tensor {ref.name!r} cannot be read: {exc}") from None
+
+
+class TensorReader:
+    """Reads a tensor piece by piece as flat float32 (:meth:`read`), so that memory holds one
+    piece, never the tensor: file-backed values are read with ``pread`` (no mapping whose pages
+    would stay resident), in-memory ones sliced."""
+
+    def __init__(self, ref: TensorRef) -> None:
+        self.ref = ref
+        self._loc = _locate(ref)
+        self._fh = open(self._loc.file, "rb") if isinstance(self._loc, _Span) else None
+        self._last: tuple[int, int, np.ndarray] | None = None
+
+    def read(self, start: int, count: int) -> np.ndarray:
+        """Elements ``start .. start + count`` (flat, C order) as float32; asked twice in a row
+        for the same piece (a tensor of one slice: statistics, then recipes), the same array,
+        which callers only read."""
+        if self._last is not None and self._last[:2] == (start, count):
+            return self._last[2]
+        out = self._read(start, count)
+        self._last = (start, count, out)
+        return out
+
+    def _read(self, start: int, count: int) -> np.ndarray:
+        loc = self._loc
+        try:
+            if isinstance(loc, _Span):
+                size = loc.dtype.itemsize
+                data = os.pread(self._fh.fileno(), count * size, loc.offset + start * size)
+                if len(data) != count * size:
+                    raise TensorFileError(f"{self.ref.file}: tensor {self.ref.name!r}: the file "
+                                          f"ended early (it changed while being read?)")
+                raw = np.frombuffer(data, loc.dtype)
+            else:
+                raw = loc.reshape(-1)[start:start + count]
+            return _widen(raw, self.ref.dtype)
+        except TensorFileError:
+            raise
+        except _READ_FAULTS as exc:
+            raise TensorFileError(f"{self.ref.file}: tensor {self.ref.name!r} cannot be read: "
+                                  f"{exc}") from None
+
+    def close(self) -> None:
+        self._last = None
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+    def __enter__(self) -> TensorReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def _widen(raw: np.ndarray, dtype: str) -> np.ndarray:
@@ -209,10 +305,29 @@ def _widen(raw: np.ndarray, dtype: str) -> np.ndarray:
     return out
 
 
-def _mapped(ref: TensorRef, offset: int, nbytes: int, stored: str, size: int) -> np.ndarray:
-    """np.memmap of ``nbytes`` at ``offset`` of the file, checked against its size."""
+@dataclass(frozen=True)
+class _Span:
+    """n values of ``dtype`` at byte ``offset`` of ``file`` (checked against its size)."""
+
+    file: str
+    offset: int
+    dtype: np.dtype
+    n: int
+
+    def mapped(self) -> np.ndarray:
+        if self.n == 0:
+            return np.empty(0, self.dtype)
+        return np.memmap(self.file, dtype=self.dtype, mode="r", offset=self.offset,
+                         shape=(self.n,))
+
+
+def _mapped(ref: TensorRef, offset: int, nbytes: int, stored: str, size: int) -> _Span:
+    """The span of ``nbytes`` at ``offset`` of the file, checked against its size."""
     dt = np.dtype(stored)
     n = ref.elements
+    if offset < 0 or nbytes < 0:
+        raise TensorFileError(f"{ref.file}: tensor {ref.name!r} has data at offset {offset}, "
+                              f"length {nbytes}; both must be >= 0; the file is corrupt")
     if nbytes != n * dt.itemsize:
         raise TensorFileError(f"{ref.file}: tensor {ref.name!r} has {nbytes} bytes of data but "
                               f"its shape {ref.shape} and dtype {ref.dtype} need "
@@ -220,60 +335,35 @@ def _mapped(ref: TensorRef, offset: int, nbytes: int, stored: str, size: int) ->
     if offset + nbytes > size:
         raise TensorFileError(f"{ref.file}: tensor {ref.name!r} needs bytes {offset}.."
                               f"{offset + nbytes} but the file has {size}; it is truncated")
-    if n == 0:
-        return np.empty(0, dt)
-    return np.memmap(ref.file, dtype=dt, mode="r", offset=offset, shape=(n,))
+    return _Span(ref.file, offset, dt, n)
 
 
 # safetensors ---------------------------------------------------------------------------------
 
 
 @functools.lru_cache(maxsize=64)
-def _safetensors_header(file: str, mtime_ns: int, size: int) -> tuple[dict[str, Any], int]:
-    """{name: {dtype, dtype_name, shape, offsets}} and the data section's start."""
+def _safetensors_header(file: str, mtime_ns: int, size: int) -> tuple[list[Any], int]:
+    """Header entries (:func:`qcore.io_safetensors.parse_header`, the one strict reader) and the
+    data section's start."""
     del mtime_ns  # part of the cache key only
     try:
         with open(file, "rb") as fh:
-            head = fh.read(8)
-            if len(head) < 8:
-                raise TensorFileError(f"{file}: {len(head)} bytes; too short for a safetensors "
-                                      f"header (it is empty or truncated)")
-            (hlen,) = struct.unpack("<Q", head)
-            if hlen > min(size - 8, 100 * 2**20):
-                raise TensorFileError(f"{file}: the safetensors header claims {hlen} bytes but "
-                                      f"the file has {size}; it is corrupt or truncated")
-            meta = json.loads(fh.read(hlen).decode("utf-8"))
+            hlen = header_length(file, fh.read(8), size)
+            header = fh.read(hlen)
     except OSError as exc:
         raise TensorFileError(f"{file}: cannot be read ({exc.strerror})") from None
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise TensorFileError(f"{file}: the safetensors header is not valid JSON ({exc}); "
-                              f"the file is corrupt") from None
-    if not isinstance(meta, dict):
-        raise TensorFileError(f"{file}: the safetensors header is not a JSON object")
-    out: dict[str, Any] = {}
-    for key, spec in meta.items():
-        if key == "__metadata__":
-            continue
-        try:
-            dtype = str(spec["dtype"])
-            shape = tuple(int(d) for d in spec["shape"])
-            start, end = (int(v) for v in spec["data_offsets"])
-        except (KeyError, TypeError, ValueError):
-            raise TensorFileError(f"{file}: tensor {key!r} has a malformed header entry "
-                                  f"{spec!r}") from None
-        stored, name = _ST_DTYPES.get(dtype, (None, dtype))
-        out[key] = {"dtype": stored, "dtype_name": name, "shape": shape, "offsets": (start, end)}
-    return out, 8 + hlen
+    return parse_header(file, header, size - 8 - hlen), 8 + hlen
 
 
-def _read_safetensors(ref: TensorRef) -> np.ndarray:
+def _read_safetensors(ref: TensorRef) -> _Span:
     mtime, size = _stat(ref.file)
     header, base = _safetensors_header(ref.file, mtime, size)
-    if ref.name not in header:
+    spec = next((t for t in header if t.name == ref.name), None)
+    if spec is None:
         raise TensorFileError(f"{ref.file}: no tensor named {ref.name!r} (the file changed?)")
-    spec = header[ref.name]
-    start, end = spec["offsets"]
-    return _mapped(ref, base + start, end - start, spec["dtype"], size)
+    if spec.error:
+        raise TensorFileError(f"{ref.file}: tensor {ref.name!r}: {spec.error}")
+    return _mapped(ref, base + spec.begin, spec.end - spec.begin, _ST_DTYPES[spec.code][0], size)
 
 
 # onnx ----------------------------------------------------------------------------------------
@@ -295,7 +385,7 @@ def _onnx_model(file: str, mtime_ns: int, size: int) -> Any:
                               f"{exc}); the file is corrupt or truncated") from None
 
 
-def _read_onnx(ref: TensorRef) -> np.ndarray:
+def _read_onnx(ref: TensorRef) -> _Span | np.ndarray:
     mtime, size = _stat(ref.file)
     model = _onnx_model(ref.file, mtime, size)
     tensor = next((t for t in model.graph.initializer if t.name == ref.name), None)
@@ -310,8 +400,9 @@ def _read_onnx(ref: TensorRef) -> np.ndarray:
         if not location or folder not in target.parents:
             raise TensorFileError(f"{ref.file}: initializer {ref.name!r} names external data "
                                   f"{location!r} outside the model's folder")
-        offset = int(info.get("offset", 0))
-        length = int(info.get("length", ref.elements * np.dtype(stored).itemsize))
+        offset = _decimal(ref, "offset", info.get("offset", "0"))
+        length = _decimal(ref, "length", info.get("length",
+                                                    str(ref.elements * np.dtype(stored).itemsize)))
         if not target.is_file():
             raise TensorFileError(f"{ref.file}: initializer {ref.name!r}: its external data "
                                   f"file {location!r} is missing")
@@ -331,6 +422,14 @@ def _read_onnx(ref: TensorRef) -> np.ndarray:
     return np.asarray(arr)
 
 
+def _decimal(ref: TensorRef, key: str, text: str) -> int:
+    """An external-data offset / length: a non-negative decimal integer."""
+    if not (text.isascii() and text.isdigit() and len(text) <= 20):
+        raise TensorFileError(f"{ref.file}: initializer {ref.name!r} has external-data {key} "
+                              f"{text[:40]!r}; it must be a non-negative integer")
+    return int(text)
+
+
 # npz / npy -----------------------------------------------------------------------------------
 
 
@@ -343,10 +442,14 @@ def _parse_npy(fh: Any, label: str) -> tuple[tuple[int, ...], np.dtype, bool]:
             shape, fortran, dtype = npformat.read_array_header_1_0(fh)
         else:
             shape, fortran, dtype = npformat.read_array_header_2_0(fh)
-    except (ValueError, OSError, EOFError) as exc:
+    except (ValueError, OSError, EOFError, SyntaxError, RecursionError, MemoryError,
+            TypeError) as exc:  # numpy parses the header with ast.literal_eval
         raise TensorFileError(f"{label}: not a readable .npy header ({exc})") from None
     if dtype.hasobject:
         raise TensorFileError(f"{label}: holds Python objects; it is never unpickled")
+    if any(int(d) < 0 for d in shape):
+        raise TensorFileError(f"{label}: the .npy header has shape {tuple(shape)}; every "
+                              f"dimension must be >= 0")
     return tuple(int(d) for d in shape), dtype, bool(fortran)
 
 
@@ -366,7 +469,7 @@ def _npy_header(file: str) -> tuple[tuple[int, ...], str, int]:
     return shape, _dtype_name(dtype), offset
 
 
-def _read_npy(ref: TensorRef) -> np.ndarray:
+def _read_npy(ref: TensorRef) -> _Span:
     mtime, size = _stat(ref.file)
     with open(ref.file, "rb") as fh:
         _, dtype, _ = _parse_npy(fh, ref.file)
@@ -414,20 +517,26 @@ def _member_data_offset(file: str, info: zipfile.ZipInfo) -> int:
     return info.header_offset + 30 + name_len + extra_len
 
 
-def _read_npz(ref: TensorRef) -> np.ndarray:
+def _read_npz(ref: TensorRef) -> _Span | np.ndarray:
     mtime, size = _stat(ref.file)
     index = _npz_index(ref.file, mtime, size)
-    if ref.name not in index:
+    member = ref.name if len(index) > 1 else next(iter(index), None)  # one: named by the file
+    if member not in index:
         raise TensorFileError(f"{ref.file}: no member named {ref.name!r}")
-    _, _, stored, offset = index[ref.name]
+    _, _, stored, offset = index[member]
     if ref.dtype == "bfloat16":
         stored = "<u2"
     dt = np.dtype(stored)
     if offset >= 0:
         return _mapped(ref, offset, ref.elements * dt.itemsize, stored, size)
-    with zipfile.ZipFile(ref.file) as zf, zf.open(ref.name + ".npy") as member:
-        _parse_npy(member, ref.file)
-        data = member.read(ref.elements * dt.itemsize + 1)
+    if ref.elements * dt.itemsize > DEFAULT_MAX_BYTES:
+        raise TensorFileError(
+            f"{ref.file}: member {ref.name!r} is compressed and holds {ref.elements * dt.itemsize:,}"
+            f" bytes, over the {DEFAULT_MAX_BYTES:,} a compressed member may inflate to (as in "
+            f"qcore.io); save it with numpy.savez (stored), which is read without inflating")
+    with zipfile.ZipFile(ref.file) as zf, zf.open(member + ".npy") as fh:
+        _parse_npy(fh, ref.file)
+        data = fh.read(ref.elements * dt.itemsize + 1)
     if len(data) != ref.elements * dt.itemsize:
         raise TensorFileError(f"{ref.file}: member {ref.name!r} holds {len(data)} bytes of data; "
                               f"its shape needs {ref.elements * dt.itemsize}")

@@ -14,7 +14,7 @@ from numba import njit, prange
 
 from ..kernels import renamed
 
-__all__ = ["tensor_stats"]
+__all__ = ["CHUNK", "chunk_rows", "stats_of_rows", "tensor_stats"]
 
 CHUNK = 1 << 16
 
@@ -22,13 +22,15 @@ CHUNK = 1 << 16
 def _chunk_moments_impl(x):
     n = x.size
     nch = (n + CHUNK - 1) // CHUNK
-    out = np.zeros((nch, 7), np.float64)  # count, mean, M2, M3, M4, absmax, non-finite
+    out = np.zeros((nch, 9), np.float64)  # count, mean, M2, M3, M4, absmax, non-finite, min, max
     for c in prange(nch):
         i0 = c * CHUNK
         i1 = min(n, i0 + CHUNK)
         cnt = 0
         s = 0.0
         amax = 0.0
+        lo = np.inf
+        hi = -np.inf
         bad = 0
         for i in range(i0, i1):
             v = np.float64(x[i])
@@ -38,6 +40,8 @@ def _chunk_moments_impl(x):
                 a = abs(v)
                 if a > amax:
                     amax = a
+                lo = min(lo, v)
+                hi = max(hi, v)
             else:
                 bad += 1
         mean = s / cnt if cnt else 0.0
@@ -59,6 +63,8 @@ def _chunk_moments_impl(x):
         out[c, 4] = m4
         out[c, 5] = amax
         out[c, 6] = bad
+        out[c, 7] = lo
+        out[c, 8] = hi
     return out
 
 
@@ -89,15 +95,20 @@ def _merge(rows: np.ndarray) -> tuple[float, float, float, float, float]:
     return n, mean, m2, m3, m4
 
 
-def tensor_stats(x: np.ndarray) -> dict[str, float]:
-    """absmax, mean, std (population), excess kurtosis and the non-finite count of x's finite
-    values (NaN where undefined)."""
-    flat = np.ascontiguousarray(x).reshape(-1)
-    if flat.size == 0:
-        return {"absmax": math.nan, "mean": math.nan, "std": math.nan,
-                "excess_kurtosis": math.nan, "nonfinite_in": 0}
+def chunk_rows(flat: np.ndarray) -> np.ndarray:
+    """Per-chunk moments of a flat float32 piece (a whole number of CHUNKs, but for the
+    tensor's last piece), one row per chunk."""
     kernel = _moments_par if flat.size >= PARALLEL_THRESHOLD else _moments_ser
-    rows = kernel(flat)
+    return kernel(np.ascontiguousarray(flat).reshape(-1))
+
+
+def stats_of_rows(rows: np.ndarray) -> dict[str, float]:
+    """absmax, mean, std (population), excess kurtosis, finite min and max and the non-finite
+    count from the chunk rows of a whole tensor (NaN where undefined)."""
+    if rows.shape[0] == 0:
+        return {"absmax": math.nan, "mean": math.nan, "std": math.nan,
+                "excess_kurtosis": math.nan, "nonfinite_in": 0, "min": math.nan,
+                "max": math.nan}
     n, mean, m2, _, m4 = _merge(rows)
     var = m2 / n if n else math.nan
     kurt = (n * m4 / (m2 * m2) - 3.0) if n and m2 > 0 else math.nan
@@ -107,4 +118,13 @@ def tensor_stats(x: np.ndarray) -> dict[str, float]:
         "std": math.sqrt(var) if n else math.nan,
         "excess_kurtosis": float(kurt),
         "nonfinite_in": int(rows[:, 6].sum()),
+        "min": float(rows[:, 7].min()) if n else math.nan,
+        "max": float(rows[:, 8].max()) if n else math.nan,
     }
+
+
+def tensor_stats(x: np.ndarray) -> dict[str, float]:
+    """absmax, mean, std (population), excess kurtosis, finite min / max and the non-finite
+    count of x's finite values (NaN where undefined)."""
+    flat = np.ascontiguousarray(x).reshape(-1)
+    return stats_of_rows(chunk_rows(flat) if flat.size else np.zeros((0, 9)))

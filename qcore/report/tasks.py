@@ -1,7 +1,7 @@
 """One task of the whole-model report: a tensor (by file and name) × its recipes -> rows.
 
-A task never carries an array: :func:`run_task` maps the tensor, widens it to float32, computes
-its statistics and every recipe's round-trip metrics. The in-process run
+A task never carries an array: :func:`run_task` reads the tensor slice by slice
+(:mod:`qcore.report.sliced`), computes its statistics and every recipe's round-trip metrics. The in-process run
 (:mod:`qcore.report.core`) and the Dask workers (:mod:`qcore.report.distributed`) call this very
 function, so their rows are identical bit for bit.
 """
@@ -17,9 +17,9 @@ from typing import Any
 
 from ..errors import QuantizationError
 from ..io import TensorFileError
-from .recipes import Recipe, parse_recipes, run_recipe
-from .sources import TensorRef, list_tensors, read_tensor
-from .stats import tensor_stats
+from .recipes import Recipe, parse_recipes
+from .sliced import recipe_rows, tensor_statistics
+from .sources import TensorReader, TensorRef, list_tensors
 
 __all__ = ["COLUMNS", "SERIAL_BELOW", "Task", "model_root", "relative_file", "run_task"]
 
@@ -91,7 +91,7 @@ def _row(base: dict[str, Any], recipe: Recipe, metrics: dict[str, Any] | None,
 @functools.lru_cache(maxsize=16)
 def _refs_of(file: str, mtime_ns: int, size: int) -> dict[str, TensorRef]:
     del mtime_ns, size  # cache key only
-    return {("*" if ref.error else ref.name): ref for ref in list_tensors(file)}
+    return {ref.name: ref for ref in list_tensors(file)}  # "*": the whole file is unreadable
 
 
 def _find_ref(file: str, name: str) -> TensorRef:
@@ -135,16 +135,25 @@ def _task_rows(task: Task) -> list[dict[str, Any]]:
         ref = TensorRef(task.file, task.name, (), "", error=str(exc))
     base = _base_row(ref, task.root)
     try:
-        x = read_tensor(ref)
+        with TensorReader(ref) as reader:
+            stats = tensor_statistics(reader, ref.elements)
+            base.update({k: stats[k] for k in ("absmax", "std", "excess_kurtosis",
+                                               "nonfinite_in")})
+            if stats["nonfinite_in"] == ref.elements:
+                why = (f"{ref.file}: tensor {ref.name!r} has no finite value (all "
+                       f"{ref.elements:,} are NaN or infinite); there is nothing to quantize")
+                return [_row(base, r, None, why) for r in recipes]
+            results = recipe_rows(reader, tuple(ref.shape), recipes, stats["min"], stats["max"])
     except TensorFileError as exc:
         return [_row(base, r, None, str(exc)) for r in recipes]
-    base.update(tensor_stats(x))
-    del base["mean"]
+    except OSError as exc:
+        why = f"{ref.file}: tensor {ref.name!r} cannot be read ({exc.strerror or exc})"
+        return [_row(base, r, None, why) for r in recipes]
     rows = []
-    for r in recipes:
-        try:
-            rows.append(_row(base, r, run_recipe(x, r)))
-        except QuantizationError as exc:
+    for r, out in zip(recipes, results):
+        if isinstance(out, QuantizationError):
             rows.append(_row(base, r, None, f"{ref.file}: tensor {ref.name!r}, recipe "
-                                            f"{r.name}: {exc}"))
+                                            f"{r.name}: {out}"))
+        else:
+            rows.append(_row(base, r, out))
     return rows
