@@ -32,7 +32,6 @@ import numpy as np
 from .. import metrics
 from ..calibration import choose_params
 from ..errors import QuantizationError
-from ..formats import INT
 from ..layout import BLOCKED, PER_AXIS, PER_TENSOR
 from ..ops import dequantize_linear, plan_dequantize, plan_quantize, quantize_linear
 from ..quant_params import QuantParams
