@@ -188,7 +188,7 @@ def test_picks_come_from_the_pareto_front():
     assert analysis.front_pick([8.0, 4.0], [20.0, 20.0]) == 1
 
 
-def test_model_report_fewest_bits_pick_is_never_dominated(tmp_path):
+def test_model_report_fewest_bits_pick_is_never_dominated(tmp_path, monkeypatch):
     """The issue's tie: uint8:per-tensor and float8e4m3fn:per-tensor store the same bits (at
     opsets 10 and 19 both keep a zero point), uint8 listed first with the lower SQNR. The page's
     "Fewest bits with ≥ 30 dB" and "Best recipe" are front points."""
@@ -214,6 +214,7 @@ def test_model_report_fewest_bits_pick_is_never_dominated(tmp_path):
                            default_timeout=300)
     at.session_state["mr_source"] = "report"
     at.session_state["mr_report_path"] = str(out)
+    monkeypatch.setenv("QCORE_REPORT_ROOTS", str(tmp_path))  # the page reads allowed roots only
     at.switch_page("pages/model_report.py")
     at.run()
     assert not at.exception, [e.message for e in at.exception]
