@@ -190,30 +190,31 @@ def _fast_signatures():
 
     qp = typeof(QuantizeParams(*[0] * len(QuantizeParams._fields)))
     dp = typeof(DequantizeParams(*[0] * len(DequantizeParams._fields)))
-    rp = typeof(ck.row_params(LayoutParams(4, 64, 1, 32, 4, 2, 1, 0), 1, 256))
+    rp = typeof(ck.row_params(LayoutParams(4, 64, 1, 32, 4, 2, 1, 0), 1))
 
     def arr(ty):
         return t.Array(ty, 1, "C")
 
     out = []
     for (layout, family, width), kernel in cf.QUANTIZE_KERNELS.items():
-        y, yw = (t.uint8, t.uint32) if width == 1 else (t.uint16, t.uint64)
-        sig = (arr(t.float32), arr(y), arr(yw), arr(t.float32), arr(t.float32), qp)
+        y = t.uint8 if width == 1 else t.uint16
+        sig = (arr(t.float32), arr(y), arr(t.float32), arr(t.float32), qp)
         sig += (rp,) if layout == "rows" else ()
         want = ["ld.global.v4.f32", "st.global.u32" if width == 1 else "st.global.u64"]
         if family == "fp8-cvt":
             want += ["cvt.rn.satfinite.e4m3x2.f32", "cvt.rn.satfinite.e5m2x2.f32"]
         out.append((f"quantize {layout} {family} {8 * width}-bit", kernel, sig, want))
     for (layout, okind), kernel in cf.DEQUANTIZE_KERNELS.items():
-        y, yw = (t.float32, t.float32) if okind == "f32" else (t.uint16, t.uint64)
-        sig = (arr(t.int8), arr(t.uint32), arr(y), arr(yw), arr(t.float32), arr(t.float64), dp,
-               t.int64, arr(t.float64)) + ((rp,) if layout == "rows" else ())
+        y = t.float32 if okind == "f32" else t.uint16
+        sig = (arr(t.int8), arr(y), arr(t.float32), arr(t.float64), dp, t.int64,
+               arr(t.float64)) + ((rp,) if layout == "rows" else ())
         want = ["ld.global.u32", "st.global.v4.f32" if okind == "f32" else "st.global.u64"]
         out.append((f"dequantize {layout} -> {okind}", kernel, sig, want))
     out.append(("minmax", cf.minmax_kernel,
                 (arr(t.float32), t.int64, arr(t.int32), arr(t.int64)),
                 ["ld.global.v4.f32", "shfl.sync.down", "atom.global.min.s32",
                  "atom.global.max.s32", "atom.global.add.u64"]))
+    out.append(("spin", cf.spin_kernel, (t.int64,), ["%globaltimer"]))
     return out
 
 
@@ -287,8 +288,8 @@ def test_row_view_is_the_layout_index_map(shape):
         grans = [(PER_AXIS, 0)] + [(BLOCKED, b) for b in (1, 2, 3, 4, shape[axis])]
         for gran, block in grans:
             layout = Layout.from_granularity(shape, gran, axis, block)
-            rows, length, _, _, d1, _, b, _, sb, sp, pmul, bc, _, _, _ = ck.row_params(
-                LayoutParams.from_layout(layout), 1, 8)
+            rows, length, d1, _, b, _, sb, sp, pmul, bc, _, _, _ = ck.row_params(
+                LayoutParams.from_layout(layout), 1)
             assert rows * length == n
             r, c = np.divmod(flat, length)
             p, d = np.divmod(r, d1)
