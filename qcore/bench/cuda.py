@@ -483,12 +483,13 @@ def main(argv: list[str] | None = None) -> int:
         report.append(block)
         results["sizes"].append({"shape": [rows, cols], "timings": [asdict(t) for t in timings],
                                  "torch": rates})
-    if args.markdown:
-        with open(args.markdown, "w") as f:
-            f.write("\n".join(report) + "\n")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=1, default=str)
+        # written after every size: a run cut short keeps the sizes it finished
+        if args.markdown:
+            with open(args.markdown, "w") as f:
+                f.write("\n".join(report) + "\n")
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(results, f, indent=1, default=str)
     return 0
 
 
