@@ -8,10 +8,11 @@ one layout family and one target family, with the element rules of
 - layout families: **per-tensor** (the scale and zero point read once into registers), and
   **rows** (the index map of :mod:`qcore.layout` as rows of contiguous elements: per-axis and
   blocked along the last axis, and per-axis / blocked along an outer axis, where a row shares a
-  scale or steps through consecutive ones). Rows are cut into tiles of one block's width; the
-  row and tile of a tile index, and the scale block of a column, come from a float64 reciprocal
-  with one correction step (:func:`div_exact`), once per tile or per four elements: no integer
-  division instruction anywhere in these kernels.
+  scale or steps through consecutive ones). On a 2-D grid each thread keeps four columns and
+  steps through the rows: a column's scale block comes from a float64 reciprocal with one
+  correction step (:func:`div_exact`) once per thread, a row's first scale by adds, and scales
+  are reloaded only when their index changes: no integer division instruction anywhere in
+  these kernels.
 - target families: saturating integers of 8 or 16 bits, small floats by the arithmetic encoder
   (:func:`qcore.kernels.scalar.encode_with`), and float8 e4m3fn / e5m2 by the GPU's own
   conversion (``cvt.rn.satfinite.{e4m3,e5m2}x2.f32``, compute capability >= 8.9) for the values
@@ -19,10 +20,12 @@ one layout family and one target family, with the element rules of
   hardware only saturates) and NaN go through the encoder, so both saturate modes, the NaN sign
   and -0 stay the CPU's.
 - each thread handles four elements: one 16-byte load of x (``ld.global.v4``), four codes
-  packed into one 32-bit store (64-bit for 16-bit codes); DequantizeLinear reads four 8-bit
-  codes in one 32-bit load and writes four float32 in one 16-byte store.
+  packed into one 32-bit store (64-bit for 16-bit codes) by :func:`store_word` on the code
+  array itself; DequantizeLinear reads four 8-bit codes in one 32-bit load
+  (:func:`load_word`) and writes four float32 in one 16-byte store.
 
-Grid-stride loops over a grid sized to the device (:func:`qcore.kernels.cuda.grid`).
+Grid-stride loops over a grid sized to the device (:func:`qcore.kernels.cuda.grid`,
+:func:`qcore.kernels.cuda.row_launch`).
 DynamicQuantizeLinear's min/max/NaN-count is one pass: per-thread folds, warp shuffles, one
 shared-memory step across the block's warps and one atomic per block and quantity (floats as
 order-preserving int32 keys).
