@@ -311,3 +311,51 @@ def test_div_exact_is_floor_division():
         for n in ns + [k * d + j for k in (1, 2**20, 2**40 // d) for j in (-1, 0, 1)]:
             if 0 <= n < 2**50:
                 assert tuple(int(v) for v in fn(n, d, 1.0 / d)) == divmod(n, d), (n, d)
+
+
+def test_gpu_launch_keeps_one_overload_per_argument_types(monkeypatch):
+    """qcore.kernels.cuda.launch on a GPU: the dispatcher's typing runs once per kernel and
+    argument types, then the compiled overload is launched with 3-D grid and block."""
+    from qcore.kernels import cuda as ck
+    from qcore.kernels.params import QuantizeParams
+
+    class Dev:
+        def __init__(self, dtype, n):
+            self.dtype, self.strides, self.ndim = np.dtype(dtype), (np.dtype(dtype).itemsize,), 1
+            self.size = n
+
+    class Overload:
+        def __init__(self):
+            self.calls = []
+
+        def launch(self, args, grid, block, stream, shared):
+            self.calls.append((args, grid, block, stream, shared))
+
+    class Kernel:
+        def __init__(self):
+            self.typed, self.compiled = 0, []
+
+        def typeof_pyval(self, a):
+            self.typed += 1
+            return getattr(a, "dtype", type(a))
+
+        def compile(self, argtypes):
+            self.compiled.append(argtypes)
+            return Overload()
+
+        def __getitem__(self, conf):  # pragma: no cover - the dispatcher path
+            raise AssertionError("the dispatcher was called")
+
+    monkeypatch.setattr(ck, "SIMULATOR", False)
+    monkeypatch.setattr(ck, "_OVERLOADS", {})
+    k = Kernel()
+    qp = QuantizeParams(*range(14))
+    x, y = Dev(np.float32, 64), Dev(np.uint8, 64)
+    for _ in range(3):
+        ck.launch(k, 7, 32, x, y, qp, (1, 2.0), 5)
+    ck.launch(k, (3, 4), 64, x, Dev(np.uint16, 64), qp, (1, 2.0), 5)
+    assert len(k.compiled) == 2 and k.typed == 10
+    first, second = (ck._OVERLOADS[key] for key in ck._OVERLOADS)
+    assert [c[1:] for c in first.calls] == [((7, 1, 1), (32, 1, 1), 0, 0)] * 3
+    assert second.calls[0][1:3] == ((3, 4, 1), (64, 1, 1))
+    assert first.calls[0][0] == (x, y, qp, (1, 2.0), 5)
