@@ -278,7 +278,9 @@ def launch(kernel, griddim, blockdim, *args) -> None:
     On a GPU the dispatcher's per-call work — typing every argument, resolving the overload,
     building a launch configuration — runs once per kernel and argument types: the compiled
     overload is kept and launched directly (numba's own argument marshalling, so the launch is
-    the dispatcher's, minus the typing). Under the simulator the dispatcher runs as written."""
+    the dispatcher's, minus the typing). The grid is capped at the blocks the GPU holds at
+    once (every kernel launched here loops over its share), so no partial last wave of blocks
+    leaves SMs idle. Under the simulator the dispatcher runs as written."""
     if SIMULATOR:
         kernel[griddim, blockdim](*args)
         return
@@ -290,8 +292,30 @@ def launch(kernel, griddim, blockdim, *args) -> None:
             return
         overload = kernel.compile(tuple(kernel.typeof_pyval(a) for a in args))
         _OVERLOADS[key] = overload
-    grid3 = (griddim, 1, 1) if isinstance(griddim, int) else (*griddim, 1)[:3]
-    overload.launch(args, grid3, (blockdim, 1, 1), 0, 0)
+    gx, gy = (griddim, 1) if isinstance(griddim, int) else griddim
+    resident = _resident_blocks(overload, blockdim)
+    if gx * gy > resident:  # every kernel here grid-strides: one wave of resident blocks
+        gx = min(gx, resident)
+        gy = max(1, resident // gx)
+    overload.launch(args, (gx, gy, 1), (blockdim, 1, 1), 0, 0)
+
+
+_RESIDENT: dict = {}
+
+
+def _resident_blocks(overload, threads: int) -> int:
+    """How many blocks of `threads` the whole GPU holds at once for this compiled kernel (the
+    driver's occupancy figure times the SM count; the device's block budget if unknown)."""
+    key = (overload, threads)
+    hit = _RESIDENT.get(key)
+    if hit is None:
+        try:
+            hit = int(overload.max_cooperative_grid_blocks(threads))
+        except Exception:  # pragma: no cover - a driver without the occupancy query
+            hit = 0
+        hit = hit if hit > 0 else _max_blocks()
+        _RESIDENT[key] = hit
+    return hit
 
 
 def launch_quantize(d_x, d_s, d_z, d_y, lp, qp) -> None:
