@@ -453,6 +453,9 @@ def _quantize_rows(consts, one, four, pack):
             last = int64(-1)
             s0 = s1 = s2 = s3 = float32(0)
             z0 = z1 = z2 = z3 = z[0]
+            v0 = v1 = v2 = v3 = float32(0)
+            if full and r < rows:
+                v0, v1, v2, v3 = load4(x, (r * L + c) >> 2)
             while r < rows:
                 db = int64(0)
                 if bb > 1:
@@ -462,6 +465,11 @@ def _quantize_rows(consts, one, four, pack):
                 base = (p * pmul * sb + db) * sp
                 i = r * L + c
                 if full:
+                    # the next row's four elements are loaded before this row's are converted:
+                    # two 16-byte loads in flight per thread
+                    w0, w1, w2, w3 = v0, v1, v2, v3
+                    if r + gy < rows:
+                        w0, w1, w2, w3 = load4(x, ((r + gy) * L + c) >> 2)
                     si = base + cb
                     if si != last:
                         last = si
@@ -472,10 +480,9 @@ def _quantize_rows(consts, one, four, pack):
                         else:
                             s0 = s1 = s2 = s3 = s[si]
                             z0 = z1 = z2 = z3 = z[si * zstep]
-                    j = i >> 2
-                    v0, v1, v2, v3 = load4(x, j)
                     c0, c1, c2, c3 = four(v0, v1, v2, v3, s0, s1, s2, s3, z0, z1, z2, z3, k)
-                    store_word(y, j, pack(c0, c1, c2, c3))
+                    store_word(y, i >> 2, pack(c0, c1, c2, c3))
+                    v0, v1, v2, v3 = w0, w1, w2, w3
                 else:  # element by element: rows not a multiple of 4 long, a short last vector
                     m = L - c
                     if m > 4:
@@ -595,6 +602,9 @@ def _dequantize_rows(out4, out1):
             last = int64(-1)
             s0 = s1 = s2 = s3 = float32(0)
             z0 = z1 = z2 = z3 = z[0]
+            word = uint32(0)
+            if full and r < rows:
+                word = load_word(x, (r * L + c) >> 2)
             while r < rows:
                 db = int64(0)
                 if bb > 1:
@@ -604,6 +614,9 @@ def _dequantize_rows(out4, out1):
                 base = (p * pmul * sb + db) * sp
                 i = r * L + c
                 if full:
+                    following = word  # the next row's codes, loaded before these are converted
+                    if r + gy < rows:
+                        following = load_word(x, ((r + gy) * L + c) >> 2)
                     si = base + cb
                     if si != last:
                         last = si
@@ -615,10 +628,10 @@ def _dequantize_rows(out4, out1):
                         else:
                             s0 = s1 = s2 = s3 = s[si]
                             z0 = z1 = z2 = z3 = z[si * zstep]
-                    j = i >> 2
-                    v0, v1, v2, v3 = _dq_four(load_word(x, j), s0, s1, s2, s3, z0, z1, z2, z3,
-                                              xkind, signed, tab)
-                    out4(y, j, v0, v1, v2, v3, okind)
+                    v0, v1, v2, v3 = _dq_four(word, s0, s1, s2, s3, z0, z1, z2, z3, xkind,
+                                              signed, tab)
+                    out4(y, i >> 2, v0, v1, v2, v3, okind)
+                    word = following
                 else:
                     m = L - c
                     if m > 4:
