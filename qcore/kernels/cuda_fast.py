@@ -413,10 +413,16 @@ def _quantize_per_tensor(consts, one, four, pack):
         nv = n >> 2
         stride = int64(cuda.gridsize(1))
         j = int64(cuda.grid(1))
-        while j < nv:
+        v0 = v1 = v2 = v3 = float32(0)
+        if j < nv:
             v0, v1, v2, v3 = load4(x, j)
+        while j < nv:
+            w0, w1, w2, w3 = v0, v1, v2, v3  # the next step's, loaded before these convert
+            if j + stride < nv:
+                w0, w1, w2, w3 = load4(x, j + stride)
             c0, c1, c2, c3 = four(v0, v1, v2, v3, sv, sv, sv, sv, zv, zv, zv, zv, k)
             store_word(y, j, pack(c0, c1, c2, c3))
+            v0, v1, v2, v3 = w0, w1, w2, w3
             j += stride
         i = (nv << 2) + int64(cuda.grid(1))
         if i < n:  # the last n % 4 elements
@@ -571,10 +577,16 @@ def _dequantize_per_tensor(out4, out1):
         nv = n >> 2
         stride = int64(cuda.gridsize(1))
         j = int64(cuda.grid(1))
+        word = uint32(0)
+        if j < nv:
+            word = load_word(x, j)
         while j < nv:
-            v0, v1, v2, v3 = _dq_four(load_word(x, j), sv, sv, sv, sv, zv, zv, zv, zv, xkind,
-                                      signed, tab)
+            following = word  # the next step's codes, loaded before these convert
+            if j + stride < nv:
+                following = load_word(x, j + stride)
+            v0, v1, v2, v3 = _dq_four(word, sv, sv, sv, sv, zv, zv, zv, zv, xkind, signed, tab)
             out4(y, j, v0, v1, v2, v3, okind)
+            word = following
             j += stride
         i = (nv << 2) + int64(cuda.grid(1))
         if i < n:
