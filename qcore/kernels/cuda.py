@@ -8,7 +8,8 @@ checks device arrays. What :mod:`qcore.ops` calls: :func:`quantize`, :func:`dequ
 :func:`unpack_device` pack sub-byte codes on the device; :func:`to_device` copies any host array,
 ml_dtypes' types included. :func:`launch_quantize`,
 :func:`launch_dequantize` and :func:`launch_copy` launch on device arrays already in place (what
-``python -m qcore.bench --backend cuda`` times, :mod:`qcore.bench.cuda`).
+``python -m qcore.bench --backend cuda`` times, :mod:`qcore.bench.cuda`), all through
+:func:`launch` (the compiled overload kept per argument types, the grid capped at one wave).
 """
 
 from __future__ import annotations
