@@ -665,7 +665,8 @@ def test_available_in_this_process():
 
 # (name, x shape, attributes, scale shape): per-tensor with a tail of n % 4, rows along the
 # last axis (per-axis, blocked by a multiple of 4 and not), rows along an outer axis (one scale
-# per row, a scale per column), one row whose length is not a multiple of 4
+# per row, a scale per column), one row whose length is not a multiple of 4, rows longer than one
+# grid row of threads, an axis between two others
 FAST_LAYOUTS = [
     ("per-tensor tail", (5, 7), {}, ()),
     ("last per-axis", (3, 16), dict(axis=1), (16,)),
@@ -674,6 +675,8 @@ FAST_LAYOUTS = [
     ("outer per-axis", (4, 12), dict(axis=0), (4,)),
     ("outer blocked", (6, 8), dict(axis=0, block_size=4), (2, 8)),
     ("one row", (1, 42), dict(axis=1, block_size=8), (1, 6)),
+    ("long rows", (2, 136), dict(axis=1, block_size=8), (2, 17)),
+    ("middle blocked", (3, 4, 8), dict(axis=1, block_size=2), (3, 2, 8)),
 ]
 FAST_TARGETS = ["int8", "uint8", "int16", "uint16", "int4", "float8e4m3fn", "float8e5m2",
                 "float4e2m1"]

@@ -190,30 +190,31 @@ def _fast_signatures():
 
     qp = typeof(QuantizeParams(*[0] * len(QuantizeParams._fields)))
     dp = typeof(DequantizeParams(*[0] * len(DequantizeParams._fields)))
-    rp = typeof(ck.row_params(LayoutParams(4, 64, 1, 32, 4, 2, 1, 0), 1, 256))
+    rp = typeof(ck.row_params(LayoutParams(4, 64, 1, 32, 4, 2, 1, 0), 1))
 
     def arr(ty):
         return t.Array(ty, 1, "C")
 
     out = []
     for (layout, family, width), kernel in cf.QUANTIZE_KERNELS.items():
-        y, yw = (t.uint8, t.uint32) if width == 1 else (t.uint16, t.uint64)
-        sig = (arr(t.float32), arr(y), arr(yw), arr(t.float32), arr(t.float32), qp)
+        y = t.uint8 if width == 1 else t.uint16
+        sig = (arr(t.float32), arr(y), arr(t.float32), arr(t.float32), qp)
         sig += (rp,) if layout == "rows" else ()
         want = ["ld.global.v4.f32", "st.global.u32" if width == 1 else "st.global.u64"]
         if family == "fp8-cvt":
             want += ["cvt.rn.satfinite.e4m3x2.f32", "cvt.rn.satfinite.e5m2x2.f32"]
         out.append((f"quantize {layout} {family} {8 * width}-bit", kernel, sig, want))
     for (layout, okind), kernel in cf.DEQUANTIZE_KERNELS.items():
-        y, yw = (t.float32, t.float32) if okind == "f32" else (t.uint16, t.uint64)
-        sig = (arr(t.int8), arr(t.uint32), arr(y), arr(yw), arr(t.float32), arr(t.float64), dp,
-               t.int64, arr(t.float64)) + ((rp,) if layout == "rows" else ())
+        y = t.float32 if okind == "f32" else t.uint16
+        sig = (arr(t.int8), arr(y), arr(t.float32), arr(t.float64), dp, t.int64,
+               arr(t.float64)) + ((rp,) if layout == "rows" else ())
         want = ["ld.global.u32", "st.global.v4.f32" if okind == "f32" else "st.global.u64"]
         out.append((f"dequantize {layout} -> {okind}", kernel, sig, want))
     out.append(("minmax", cf.minmax_kernel,
                 (arr(t.float32), t.int64, arr(t.int32), arr(t.int64)),
                 ["ld.global.v4.f32", "shfl.sync.down", "atom.global.min.s32",
                  "atom.global.max.s32", "atom.global.add.u64"]))
+    out.append(("spin", cf.spin_kernel, (t.int64,), ["%globaltimer"]))
     return out
 
 
@@ -287,8 +288,8 @@ def test_row_view_is_the_layout_index_map(shape):
         grans = [(PER_AXIS, 0)] + [(BLOCKED, b) for b in (1, 2, 3, 4, shape[axis])]
         for gran, block in grans:
             layout = Layout.from_granularity(shape, gran, axis, block)
-            rows, length, _, _, d1, _, b, _, sb, sp, pmul, bc, _, _, _ = ck.row_params(
-                LayoutParams.from_layout(layout), 1, 8)
+            rows, length, d1, _, b, _, sb, sp, pmul, bc, _, _, _ = ck.row_params(
+                LayoutParams.from_layout(layout), 1)
             assert rows * length == n
             r, c = np.divmod(flat, length)
             p, d = np.divmod(r, d1)
@@ -310,3 +311,54 @@ def test_div_exact_is_floor_division():
         for n in ns + [k * d + j for k in (1, 2**20, 2**40 // d) for j in (-1, 0, 1)]:
             if 0 <= n < 2**50:
                 assert tuple(int(v) for v in fn(n, d, 1.0 / d)) == divmod(n, d), (n, d)
+
+
+def test_gpu_launch_keeps_one_overload_per_argument_types(monkeypatch):
+    """qcore.kernels.cuda.launch on a GPU: the dispatcher's typing runs once per kernel and
+    argument types, then the compiled overload is launched with 3-D grid and block."""
+    from qcore.kernels import cuda as ck
+    from qcore.kernels.params import QuantizeParams
+
+    class Dev:
+        def __init__(self, dtype, n):
+            self.dtype, self.strides, self.ndim = np.dtype(dtype), (np.dtype(dtype).itemsize,), 1
+            self.size = n
+
+    class Overload:
+        def __init__(self):
+            self.calls = []
+
+        def launch(self, args, grid, block, stream, shared):
+            self.calls.append((args, grid, block, stream, shared))
+
+        def max_cooperative_grid_blocks(self, threads):
+            return 10 if threads == 64 else 1000
+
+    class Kernel:
+        def __init__(self):
+            self.typed, self.compiled = 0, []
+
+        def typeof_pyval(self, a):
+            self.typed += 1
+            return getattr(a, "dtype", type(a))
+
+        def compile(self, argtypes):
+            self.compiled.append(argtypes)
+            return Overload()
+
+        def __getitem__(self, conf):  # pragma: no cover - the dispatcher path
+            raise AssertionError("the dispatcher was called")
+
+    monkeypatch.setattr(ck, "SIMULATOR", False)
+    monkeypatch.setattr(ck, "_OVERLOADS", {})
+    k = Kernel()
+    qp = QuantizeParams(*range(14))
+    x, y = Dev(np.float32, 64), Dev(np.uint8, 64)
+    for _ in range(3):
+        ck.launch(k, 7, 32, x, y, qp, (1, 2.0), 5)
+    ck.launch(k, (3, 4), 64, x, Dev(np.uint16, 64), qp, (1, 2.0), 5)
+    assert len(k.compiled) == 2 and k.typed == 10
+    first, second = (ck._OVERLOADS[key] for key in ck._OVERLOADS)
+    assert [c[1:] for c in first.calls] == [((7, 1, 1), (32, 1, 1), 0, 0)] * 3
+    assert second.calls[0][1:3] == ((3, 3, 1), (64, 1, 1))  # capped at 10 resident blocks
+    assert first.calls[0][0] == (x, y, qp, (1, 2.0), 5)

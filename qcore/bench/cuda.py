@@ -29,9 +29,11 @@ from qcore.kernels.cuda import cuda
 class Timing:
     """One timed operation: medians in seconds over `repeat` runs.
 
-    ``kernel_s`` is the kernel alone (CUDA events around the launch, data already on the
-    device); ``h2d_s`` / ``d2h_s`` the host->device copy of x and device->host copy of y;
-    ``launch_s`` the host-side cost of one asynchronous launch (Python + driver, not waited for).
+    ``kernel_s`` is the kernel alone (the GPU's time per launch, data already on the device:
+    see :func:`_time_events`); ``h2d_s`` / ``d2h_s`` the host->device copy of x and
+    device->host copy of y; ``launch_s`` the host-side cost of one asynchronous launch
+    (Python + driver, not waited for), which a caller pays on top of ``kernel_s`` whenever
+    the GPU waits for the host.
     ``bytes_moved`` counts bytes read plus written by the kernel, for the roofline.
     """
 
@@ -59,24 +61,40 @@ class Timing:
         return self.h2d_s + self.kernel_s + self.d2h_s
 
 
-def _time_events(fn, repeat: int, warmup: int = 1) -> float:
-    """Median seconds of fn() measured with CUDA events (wall clock under the simulator)."""
+#: Launches timed back to back between one pair of CUDA events.
+LAUNCHES = 20
+
+
+def _time_events(fn, repeat: int, warmup: int = 1, launches: int = LAUNCHES) -> float:
+    """Median seconds of one fn() on the GPU: CUDA events around `launches` back-to-back
+    calls, divided by `launches`, over `repeat` rounds (wall clock under the simulator).
+
+    Each round first enqueues a spin kernel that keeps the GPU busy for longer than the host
+    needs to issue the calls (twice their measured host time, at least 1 ms), so all of them
+    are queued before the start event fires: the events bracket the GPU's work alone, never
+    the GPU idling while the host prepares a launch (:func:`_time_launch` measures that)."""
     for _ in range(warmup):
         fn()
     cuda.synchronize()
-    times = []
-    for _ in range(max(1, repeat)):
-        if ck.SIMULATOR:
+    if ck.SIMULATOR:
+        times = []
+        for _ in range(max(1, repeat)):
             t0 = time.perf_counter()
             fn()
             times.append(time.perf_counter() - t0)
-            continue
+        return statistics.median(times)
+    host = _time_launch(fn, 3)
+    spin = max(1e-3, 2 * launches * host)
+    times = []
+    for _ in range(max(1, repeat)):
         start, end = cuda.event(timing=True), cuda.event(timing=True)
+        ck.launch_spin(spin)
         start.record()
-        fn()
+        for _ in range(launches):
+            fn()
         end.record()
         end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
+        times.append(start.elapsed_time(end) / 1e3 / launches)
     return statistics.median(times)
 
 
@@ -94,7 +112,7 @@ def _time_wall(fn, repeat: int) -> float:
 
 
 def _time_launch(fn, repeat: int) -> float:
-    """Host time to issue one launch (asynchronous), synchronising outside the clock."""
+    """Median host time to issue one launch (asynchronous), synchronising outside the clock."""
     times = []
     for _ in range(max(1, repeat)):
         cuda.synchronize()
@@ -201,6 +219,7 @@ def bench_dynamic(x: np.ndarray, *, repeat: int = 10,
     t = Timing(name, int(flat.size), int(2 * flat.nbytes + flat.size), kernel_s,
                h2d_s=_time_wall(lambda: cuda.to_device(flat), repeat),
                d2h_s=_time_wall(lambda: d_y.copy_to_host(), repeat),
+               launch_s=_time_launch(kernels, repeat),
                device=ck.device_name())
     t.extra["operator_s"] = _time_wall(
         lambda: ops.dynamic_quantize_linear(d_x, backend="cuda"), repeat)
@@ -224,6 +243,7 @@ def bench_copy(n_bytes: int = 256 << 20, *, repeat: int = 10) -> Timing:
     t = Timing("device copy", n, 2 * n * 4, kernel_s,
                h2d_s=_time_wall(lambda: cuda.to_device(host), repeat),
                d2h_s=_time_wall(lambda: src.copy_to_host(host), repeat),
+               launch_s=_time_launch(lambda: ck.launch_copy(src, dst), repeat),
                device=ck.device_name())
     t.extra["memcpy_bandwidth"] = 2 * n * 4 / memcpy_s if memcpy_s > 0 else math.inf
     return t
@@ -313,7 +333,8 @@ def cuda_verdict(t: Timing, copy: Timing, torch_rate: float | None) -> str:
 
 
 def torch_rates(shape: tuple[int, int], *, repeat: int = 10) -> dict[str, float]:
-    """torch on the same GPU, elements/s of the same cases (CUDA events around eager torch):
+    """torch on the same GPU, elements/s of the same cases, timed as qcore's kernels are
+    (:func:`_time_events`: a spin, then events around back-to-back calls of eager torch):
     divide-round-clamp-cast for the integer cases (per block through a view), ``(x /
     s).to(torch.float8_e4m3fn)``, ``(codes.float() - zp) * s``, ``torch.aminmax``. Empty
     without torch or its GPU."""
@@ -350,21 +371,29 @@ def torch_rates(shape: tuple[int, int], *, repeat: int = 10) -> dict[str, float]
         fns["Q float8e4m3fn per-tensor"] = lambda: (x / 0.05).to(torch.float8_e4m3fn)
     if hasattr(torch, "float8_e5m2"):
         fns["Q float8e5m2 per-tensor"] = lambda: (x / 0.05).to(torch.float8_e5m2)
+    sleep = getattr(torch.cuda, "_sleep", None)  # a spin of N GPU clock cycles
     rates = {}
     for name, fn in fns.items():
         if fn is None:
             continue
         fn()
         torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        host = time.perf_counter() - t0
+        torch.cuda.synchronize()
         times = []
         for _ in range(max(1, repeat)):
             start = torch.cuda.Event(enable_timing=True)
             end = torch.cuda.Event(enable_timing=True)
+            if sleep is not None:
+                sleep(int(max(1e-3, 2 * LAUNCHES * host) * 2e9))
             start.record()
-            fn()
+            for _ in range(LAUNCHES):
+                fn()
             end.record()
             end.synchronize()
-            times.append(start.elapsed_time(end) / 1e3)
+            times.append(start.elapsed_time(end) / 1e3 / LAUNCHES)
         rates[name] = n / statistics.median(times)
     fns.clear()
     torch.cuda.empty_cache()
@@ -396,22 +425,24 @@ def _operator_note(t: Timing) -> str:
 
 
 def markdown_table(timings: list[Timing], rates: dict[str, float]) -> str:
-    """The timings as a Markdown table: kernel time and rate, share of the copy roofline, torch,
-    the kernel family, transfers (host->device of x, device->host of y) separately."""
+    """The timings as a Markdown table: kernel time (the GPU's, per launch) and rate, the host's
+    time to issue one launch, share of the copy roofline, torch, the kernel family, transfers
+    (host->device of x, device->host of y) separately."""
     copy = timings[0]
     memcpy = copy.extra.get("memcpy_bandwidth", 0.0)
     lines = [f"copy roofline: {copy.bandwidth / 1e9:.0f} GB/s (copy kernel, read + write); "
              f"driver device-to-device copy {memcpy / 1e9:.0f} GB/s; H2D {copy.h2d_s * 1e3:.1f} ms"
              f", D2H {copy.d2h_s * 1e3:.1f} ms for {copy.bytes_moved // 2 / 1e6:.0f} MB",
              "",
-             "| case | kernel µs | Gelem/s | GB/s | % roofline | torch Gelem/s | qcore/torch | "
-             "kernel | H2D ms | D2H ms | targets |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| case | kernel µs | launch µs | Gelem/s | GB/s | % roofline | torch Gelem/s | "
+             "qcore/torch | kernel | H2D ms | D2H ms | targets |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for t in timings[1:]:
         rate = rates.get(t.name)
         vs = f"{rate / 1e9:.1f} | {t.elements_per_s / rate:.2f}×" if rate else "— | —"
         lines.append(
-            f"| {t.name} | {t.kernel_s * 1e6:.1f} | {t.elements_per_s / 1e9:.1f} | "
+            f"| {t.name} | {t.kernel_s * 1e6:.1f} | {t.launch_s * 1e6:.0f} | "
+            f"{t.elements_per_s / 1e9:.1f} | "
             f"{t.bandwidth / 1e9:.0f} | {100 * t.bandwidth / copy.bandwidth:.0f}% | {vs} | "
             f"{t.extra.get('kernel', '—')}{_operator_note(t)} | {t.h2d_s * 1e3:.1f} | {t.d2h_s * 1e3:.1f} | "
             f"{cuda_verdict(t, copy, rate)} |")
@@ -452,12 +483,13 @@ def main(argv: list[str] | None = None) -> int:
         report.append(block)
         results["sizes"].append({"shape": [rows, cols], "timings": [asdict(t) for t in timings],
                                  "torch": rates})
-    if args.markdown:
-        with open(args.markdown, "w") as f:
-            f.write("\n".join(report) + "\n")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=1, default=str)
+        # written after every size: a run cut short keeps the sizes it finished
+        if args.markdown:
+            with open(args.markdown, "w") as f:
+                f.write("\n".join(report) + "\n")
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(results, f, indent=1, default=str)
     return 0
 
 

@@ -8,7 +8,8 @@ checks device arrays. What :mod:`qcore.ops` calls: :func:`quantize`, :func:`dequ
 :func:`unpack_device` pack sub-byte codes on the device; :func:`to_device` copies any host array,
 ml_dtypes' types included. :func:`launch_quantize`,
 :func:`launch_dequantize` and :func:`launch_copy` launch on device arrays already in place (what
-``python -m qcore.bench --backend cuda`` times, :mod:`qcore.bench.cuda`).
+``python -m qcore.bench --backend cuda`` times, :mod:`qcore.bench.cuda`), all through
+:func:`launch` (the compiled overload kept per argument types, the grid capped at one wave).
 """
 
 from __future__ import annotations
@@ -209,6 +210,7 @@ def _fp8_cvt_target(qp) -> bool:
                                                                                     e5m2)
 
 
+@lru_cache(maxsize=256)
 def quantize_family(lp, qp) -> tuple[str, str, int] | None:
     """The specialised QuantizeLinear kernel for these parameters, as (layout family, target
     family, code bytes), or None for the generic kernel (16-bit or int32 x, a float16/bfloat16
@@ -222,7 +224,7 @@ def quantize_family(lp, qp) -> tuple[str, str, int] | None:
     return ("per-tensor" if lp.uniform == 1 else "rows"), target, width
 
 
-def row_params(lp, z_size: int, threads: int, aligned: bool = True) -> tuple:
+def row_params(lp, z_size: int, aligned: bool = True) -> tuple:
     """The rows view of a layout for the ``rows`` kernels (see cuda_fast._quantize_rows):
     x as rows of contiguous elements, where each row's scales start at one index and step
     every Bc columns."""
@@ -231,33 +233,90 @@ def row_params(lp, z_size: int, threads: int, aligned: bool = True) -> tuple:
     else:  # an outer axis: a row per (pre, dim); one scale per row or one per column
         rows, length, d1, b = lp.pre * lp.dim, lp.post, lp.dim, lp.block
         bc = 1 if lp.scale_post > 1 else length
-    width = 4 * threads
-    tpr = max(1, -(-length // width))
     vec = int(aligned and (length % 4 == 0 or rows == 1)
               and (bc == 1 or bc % 4 == 0 or bc >= length))
-    return (int(rows), int(length), int(tpr), 1.0 / tpr, int(d1), 1.0 / d1, int(b), 1.0 / b,
-            int(lp.scale_blocks), int(lp.scale_post), int(lp.scale_pre > 1), int(bc),
-            1.0 / bc, int(z_size > 1), vec)
+    return (int(rows), int(length), int(d1), 1.0 / d1, int(b), 1.0 / b, int(lp.scale_blocks),
+            int(lp.scale_post), int(lp.scale_pre > 1), int(bc), 1.0 / bc, int(z_size > 1), vec)
 
 
-def _row_threads(lp) -> int:
-    """Threads per block of a rows kernel: a row's vectors, in whole warps, at most THREADS."""
-    length = lp.dim if lp.post == 1 else lp.post
+def row_launch(lp, z_size: int) -> tuple[tuple[int, int], int, tuple]:
+    """(grid, threads, row params) of a rows kernel: threads across a row's four-element
+    vectors in whole warps (at most THREADS), enough blocks along x to cover a row (capped),
+    then blocks along y over the rows, up to the device's block budget."""
+    rp = row_params(lp, z_size)
+    rows, length = rp[0], rp[1]
     warp = 1 if SIMULATOR else 32
     vectors = (length + 3) // 4
-    want = (vectors + warp - 1) // warp * warp
-    return max(min(THREADS, want), 1)
+    threads = max(min(THREADS, (vectors + warp - 1) // warp * warp), 1)
+    budget = _max_blocks()
+    gx = max(1, min((vectors + threads - 1) // threads, budget))
+    gy = max(1, min(rows, budget // gx, 65535))
+    return (gx, gy), threads, rp
 
 
-def _row_grid(rp) -> int:
-    return max(1, min(rp[0] * rp[2], _max_blocks()))
+@lru_cache(maxsize=256)
+def _row_launch_cached(lp, z_size: int):
+    return row_launch(lp, z_size)
 
 
-def _words(d, n_elements: int, dtype):
-    """The first n_elements - n_elements % 4 elements of flat device array d viewed as wider
-    words (four codes a word); a placeholder when there is no whole group of four."""
-    m = n_elements - n_elements % 4
-    return _storage_view(d[:m], dtype) if m else cuda.device_array(1, dtype)
+_OVERLOADS: dict = {}
+
+
+def _arg_key(a) -> object:
+    """What fixes an argument's numba type here: an array's dtype and strides (the launchers
+    pass 1-D C-contiguous device arrays only), a tuple's element classes, a scalar's class."""
+    if isinstance(a, tuple):
+        return type(a), tuple(map(type, a))
+    strides = getattr(a, "strides", None)
+    if strides is not None:
+        return a.dtype, strides
+    return type(a)
+
+
+def launch(kernel, griddim, blockdim, *args) -> None:
+    """Launch `kernel` (asynchronously, on the default stream).
+
+    On a GPU the dispatcher's per-call work — typing every argument, resolving the overload,
+    building a launch configuration — runs once per kernel and argument types: the compiled
+    overload is kept and launched directly (numba's own argument marshalling, so the launch is
+    the dispatcher's, minus the typing). The grid is capped at the blocks the GPU holds at
+    once (every kernel launched here loops over its share), so no partial last wave of blocks
+    leaves SMs idle. Under the simulator the dispatcher runs as written."""
+    if SIMULATOR:
+        kernel[griddim, blockdim](*args)
+        return
+    key = (kernel, tuple(map(_arg_key, args)))
+    overload = _OVERLOADS.get(key)
+    if overload is None:
+        if any(getattr(a, "ndim", 1) != 1 for a in args):
+            kernel[griddim, blockdim](*args)  # not a launcher's flat array: the dispatcher
+            return
+        overload = kernel.compile(tuple(kernel.typeof_pyval(a) for a in args))
+        _OVERLOADS[key] = overload
+    gx, gy = (griddim, 1) if isinstance(griddim, int) else griddim
+    resident = _resident_blocks(overload, blockdim)
+    if gx * gy > resident:  # every kernel here grid-strides: one wave of resident blocks
+        gx = min(gx, resident)
+        gy = max(1, resident // gx)
+    overload.launch(args, (gx, gy, 1), (blockdim, 1, 1), 0, 0)
+
+
+_RESIDENT: dict = {}
+
+
+def _resident_blocks(overload, threads: int) -> int:
+    """How many blocks of `threads` the whole GPU holds at once for this compiled kernel (the
+    driver's occupancy figure times the SM count; the device's block budget if unknown)."""
+    key = (overload, threads)
+    hit = _RESIDENT.get(key)
+    if hit is None:
+        try:
+            hit = int(overload.max_cooperative_grid_blocks(threads))
+        except Exception:  # pragma: no cover - a driver without the occupancy query
+            hit = 0
+        hit = hit if hit > 0 else _max_blocks()
+        _RESIDENT[key] = hit
+    return hit
 
 
 def launch_quantize(d_x, d_s, d_z, d_y, lp, qp) -> None:
@@ -268,19 +327,17 @@ def launch_quantize(d_x, d_s, d_z, d_y, lp, qp) -> None:
         return
     family = quantize_family(lp, qp)
     if family is None or not _aligned(d_x, 16):
-        quantize_kernel[grid(n), THREADS](d_x, d_s, d_z, d_y, lp, qp)
+        launch(quantize_kernel, grid(n), THREADS, d_x, d_s, d_z, d_y, lp, qp)
         return
-    layout, target, width = family
-    kernel = cf.QUANTIZE_KERNELS[(layout, target, width)]
-    yw = _words(d_y, n, np.uint32 if width == 1 else np.uint64)
-    if layout == "per-tensor":
-        kernel[grid(n, 4 * THREADS), THREADS](d_x, d_y, yw, d_s, d_z, qp)
+    kernel = cf.QUANTIZE_KERNELS[family]
+    if family[0] == "per-tensor":
+        launch(kernel, grid(n, 4 * THREADS), THREADS, d_x, d_y, d_s, d_z, qp)
     else:
-        threads = _row_threads(lp)
-        rp = row_params(lp, d_z.size, threads)
-        kernel[_row_grid(rp), threads](d_x, d_y, yw, d_s, d_z, qp, rp)
+        grid2, threads, rp = _row_launch_cached(lp, d_z.size)
+        launch(kernel, grid2, threads, d_x, d_y, d_s, d_z, qp, rp)
 
 
+@lru_cache(maxsize=256)
 def dequantize_family(lp, dp, x_itemsize: int) -> tuple[str, str] | None:
     """The specialised DequantizeLinear kernel, as (layout family, output family), for 8-bit
     codes (integers by value, the other 8-bit and sub-byte types by their decode table); None
@@ -299,26 +356,27 @@ def launch_dequantize(d_x, d_s, d_z, d_y, lp, dp, d_tab) -> None:
         return
     family = dequantize_family(lp, dp, d_x.dtype.itemsize)
     if family is None or not _aligned(d_x, 4):
-        dequantize_kernel[grid(n), THREADS](d_x, d_s, d_z, d_y, lp, dp, d_tab)
+        launch(dequantize_kernel, grid(n), THREADS, d_x, d_s, d_z, d_y, lp, dp, d_tab)
         return
-    layout, out = family
     kernel = cf.DEQUANTIZE_KERNELS[family]
-    xw = _words(d_x, n, np.uint32)
-    yw = _words(d_y, n, np.uint64) if out == "half" else d_y
     signed = int(d_x.dtype == np.int8)
-    if layout == "per-tensor":
-        kernel[grid(n, 4 * THREADS), THREADS](d_x, xw, d_y, yw, d_s, d_z, dp, signed, d_tab)
+    if family[0] == "per-tensor":
+        launch(kernel, grid(n, 4 * THREADS), THREADS, d_x, d_y, d_s, d_z, dp, signed, d_tab)
     else:
-        threads = _row_threads(lp)
-        rp = row_params(lp, d_z.size, threads)
-        kernel[_row_grid(rp), threads](d_x, xw, d_y, yw, d_s, d_z, dp, signed, d_tab, rp)
+        grid2, threads, rp = _row_launch_cached(lp, d_z.size)
+        launch(kernel, grid2, threads, d_x, d_y, d_s, d_z, dp, signed, d_tab, rp)
 
 
 def launch_copy(d_src, d_dst) -> None:
     """Launch the plain copy kernel (the bandwidth roofline; asynchronous)."""
     n = d_src.size
     if n:
-        copy_kernel[grid(n), THREADS](d_src, d_dst)
+        launch(copy_kernel, grid(n), THREADS, d_src, d_dst)
+
+
+def launch_spin(seconds: float) -> None:
+    """Keep the GPU busy for about `seconds` (asynchronous; see cuda_fast.spin_kernel)."""
+    launch(cf.spin_kernel, 1, 1, int(seconds * 1e9))
 
 
 def minmax_buffers(n: int):
@@ -330,10 +388,10 @@ def launch_minmax(d_x, xkind: int, keys, bad) -> None:
     """Launch the one-pass min/max/NaN-count reduction (buffers: :func:`minmax_buffers`): the
     accumulators are reset, then every block folds its share and adds it with one atomic per
     quantity."""
-    cf.minmax_init_kernel[1, 1](keys, bad)
+    launch(cf.minmax_init_kernel, 1, 1, keys, bad)
     per_thread = 4 if xkind == XKind.F32 else 1
-    cf.minmax_kernel[grid(d_x.size, per_thread * REDUCE_THREADS), REDUCE_THREADS](
-        d_x, xkind, keys, bad)
+    launch(cf.minmax_kernel, grid(d_x.size, per_thread * REDUCE_THREADS), REDUCE_THREADS,
+           d_x, int(xkind), keys, bad)
 
 
 def quantize_input_view(flat, xkind: int):
