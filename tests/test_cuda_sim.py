@@ -351,6 +351,7 @@ def test_gpu_launch_keeps_one_overload_per_argument_types(monkeypatch):
 
     monkeypatch.setattr(ck, "SIMULATOR", False)
     monkeypatch.setattr(ck, "_OVERLOADS", {})
+    monkeypatch.setattr(ck, "_launch_stream", lambda: "default stream")
     k = Kernel()
     qp = QuantizeParams(*range(14))
     x, y = Dev(np.float32, 64), Dev(np.uint8, 64)
@@ -359,6 +360,6 @@ def test_gpu_launch_keeps_one_overload_per_argument_types(monkeypatch):
     ck.launch(k, (3, 4), 64, x, Dev(np.uint16, 64), qp, (1, 2.0), 5)
     assert len(k.compiled) == 2 and k.typed == 10
     first, second = (ck._OVERLOADS[key] for key in ck._OVERLOADS)
-    assert [c[1:] for c in first.calls] == [((7, 1, 1), (32, 1, 1), 0, 0)] * 3
+    assert [c[1:] for c in first.calls] == [((7, 1, 1), (32, 1, 1), "default stream", 0)] * 3
     assert second.calls[0][1:3] == ((3, 3, 1), (64, 1, 1))  # capped at 10 resident blocks
     assert first.calls[0][0] == (x, y, qp, (1, 2.0), 5)

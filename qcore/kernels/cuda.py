@@ -298,7 +298,24 @@ def launch(kernel, griddim, blockdim, *args) -> None:
     if gx * gy > resident:  # every kernel here grid-strides: one wave of resident blocks
         gx = min(gx, resident)
         gy = max(1, resident // gx)
-    overload.launch(args, (gx, gy, 1), (blockdim, 1, 1), 0, 0)
+    if _DIRECT[0]:
+        try:
+            overload.launch(args, (gx, gy, 1), (blockdim, 1, 1), _launch_stream(), 0)
+            return
+        except TypeError:
+            # this numba-cuda's compiled kernels take another stream object: launch through
+            # the dispatcher from now on (its typing per call, the same kernel and grid)
+            _DIRECT[0] = False
+    kernel[(gx, gy), blockdim](*args)
+
+
+#: Whether compiled overloads are launched directly (cleared if this numba-cuda refuses it).
+_DIRECT = [True]
+
+
+def _launch_stream() -> object:
+    """The stream a direct launch names: the default stream, as the dispatcher's launch uses."""
+    return cuda.default_stream()
 
 
 _RESIDENT: dict = {}
