@@ -62,13 +62,6 @@ class QuantParams:
     def scale_format(self) -> Format:
         return get_format(np.asarray(self.scale).dtype)
 
-    def bits_per_element(self, n: int, opset: int = LATEST_OPSET) -> float:
-        """Bits per element of ``n`` elements quantized with these parameters at ``opset``:
-        the one rule, :func:`qcore.metrics.bits_per_element`."""
-        from .metrics import bits_per_element  # metrics imports this module
-
-        return bits_per_element(self, n, opset)
-
     def layout(self, x_shape: tuple[int, ...], opset: int = LATEST_OPSET) -> Layout:
         """qcore's index map for x of ``x_shape`` with these parameters."""
         return resolve_layout(resolve(QUANTIZE, opset), tuple(x_shape), np.shape(self.scale),

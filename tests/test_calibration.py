@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import qcore
+from qcore import metrics
 from qcore.calibration import METHODS, QuantParams, choose_params, describe
 
 FLOATS = ("float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz", "float6e2m3",
@@ -324,7 +325,8 @@ def test_quantparams_interface():
     assert isinstance(p, QuantParams)
     assert p.kwargs == {"axis": 1, "block_size": 4}
     assert p.format.name == "int4" and p.n_scales == 12
-    assert p.bits_per_element(40) == pytest.approx(4 + (12 * 32 + 12 * 4) / 40)
+    assert np.any(p.zero_point != 0)  # an asymmetric one: stored (DESIGN §8)
+    assert metrics.bits_per_element(p, 40) == pytest.approx(4 + (12 * 32 + 12 * 4) / 40)
     lo, hi = p.value_range()
     assert lo.shape == hi.shape == (4, 3)
     expected_hi = (7 - p.zero_point.astype(np.float64)) * p.scale.astype(np.float64)
