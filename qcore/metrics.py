@@ -176,6 +176,19 @@ def representable_values(target: Any) -> np.ndarray:
 # error metrics
 
 
+def sqnr_of_stats(st: np.ndarray) -> float:
+    """SQNR in dB from error statistics (:func:`qcore.reductions.error_stats`'s layout): signal
+    and noise power over the elements whose x and x̂ are both finite; +inf for no error, NaN
+    when no element compares, -inf for a zero signal with some error. The one SQNR definition
+    of the pages, the report and the CLI."""
+    ncmp, sse, sx2 = st[S_NCMP], st[S_SSE], st[S_SX2]
+    if sse == 0:
+        return math.inf if ncmp else math.nan
+    if sx2 == 0:
+        return -math.inf
+    return 10.0 * math.log10(sx2 / sse)
+
+
 def error_metrics(x: Any, x_hat: Any, *, y: Any = None, target: Any = None,
                   params: QuantParams | None = None,
                   opset: int = LATEST_OPSET) -> dict[str, float]:
@@ -212,12 +225,7 @@ def error_metrics(x: Any, x_hat: Any, *, y: Any = None, target: Any = None,
         st = error_stats(xa, ha)
     ncmp = st[S_NCMP]
     mse = st[S_SSE] / ncmp if ncmp else math.nan
-    if st[S_SSE] == 0:
-        sqnr = math.inf if ncmp else math.nan
-    elif st[S_SX2] == 0:
-        sqnr = -math.inf
-    else:
-        sqnr = 10.0 * math.log10(st[S_SX2] / st[S_SSE])
+    sqnr = sqnr_of_stats(st)
     made = int(st[S_NFIN] - ncmp)  # finite x whose x̂ is NaN or +-Inf: made by quantizing
     nan_made = int(np.count_nonzero(np.isnan(ha) & np.isfinite(xa))) if made else 0
     if fmt is None:

@@ -44,7 +44,6 @@ from ..reductions import (
     S_NCMP,
     S_NFIN,
     S_SSE,
-    S_SX2,
     TINY,
     _error_ser,
     as_float32,
@@ -213,12 +212,7 @@ def _row(s: _Sums, shape: tuple[int, ...], n: int) -> dict[str, Any]:
     st = s.stats
     ncmp = st[S_NCMP]
     mse = st[S_SSE] / ncmp if ncmp else math.nan
-    if st[S_SSE] == 0:
-        sqnr = math.inf if ncmp else math.nan
-    elif st[S_SX2] == 0:
-        sqnr = -math.inf
-    else:
-        sqnr = 10.0 * math.log10(st[S_SX2] / st[S_SSE])
+    sqnr = metrics.sqnr_of_stats(st)
     n_scales = s.scales
     nbytes = _nbytes(n, fmt.bits) + _nbytes(n_scales, params.scale_format.bits) \
         + (_nbytes(n_scales, fmt.bits) if stored else 0)
