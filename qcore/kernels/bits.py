@@ -173,8 +173,7 @@ def wide_vectors(typingctx):
 
     LLVM's tuning for Intel's AVX-512 cores prefers 256-bit vectors (older cores lowered their
     clock for 512-bit work); our streaming loops then issue twice the instructions and stay
-    short of the memory's speed: int8 QuantizeLinear on a 2-core Xeon took 2.1-2.5 ms with
-    256-bit vectors, 1.7 ms with 512 (as onnxruntime's own AVX-512 kernels do). On a target
+    short of the memory's speed (onnxruntime's own AVX-512 kernels use 512 bits too). On a target
     without AVX-512 the attribute changes nothing. Call it once at the top of a function whose
     loops should be wide (every function: inlining does not carry it to the caller)."""
     sig = types.void()
@@ -276,10 +275,8 @@ int_codes_64 = _int_codes_intrinsic(64)
 int_codes_128 = _int_codes_intrinsic(128)
 
 #: Lanes of the integer kernels' widest step: more independent loads and divisions in flight
-#: per iteration. On a 2-core AVX-512 Xeon, kernel alone against onnxruntime's whole call, int8
-#: per-tensor: 64 lanes 0.95-0.97x, 128 lanes 1.03-1.07x, 256 lanes 1.09-1.10x with AVX-512
-#: (32 registers of 16 lanes); AVX2 code (16 registers of 8 lanes): 0.97-1.01x, 1.02-1.07x,
-#: and 0.96-0.98x with 256 (it spills).
+#: per iteration, as many as the registers hold without spilling (AVX-512: 32 registers of 16
+#: lanes; AVX2: 16 of 8, where 256 lanes spill).
 INT_STEP = 256 if "+avx512f" in _target_features() else 128
 int_codes_step = _int_codes_intrinsic(INT_STEP)
 
@@ -289,7 +286,7 @@ def _float_codes_intrinsic(width: int, fnuz: bool, add: bool):
     encode_with(bits of xs[j + k] / scale (+ zero, when `add`), consts, `fnuz`) (see
     :func:`qcore.kernels.scalar.encode_with`, whose every step it writes out as one vector
     operation: the same IEEE division, addition and 32-bit integer steps per lane, so the same
-    bits). `consts` is encode_consts' tuple of ten int32; xs (float32) and ys (8-bit codes) are
+    bits). `consts` is encode_consts' EncodeConsts (ten int32); xs (float32) and ys (8-bit codes) are
     contiguous 1-D arrays and j + width <= their sizes (not checked)."""
 
     def typer(typingctx, xs, j, ys, scale, zero, consts):
@@ -297,8 +294,8 @@ def _float_codes_intrinsic(width: int, fnuz: bool, add: bool):
                 and xs.layout == "C" and isinstance(ys, types.Array) and ys.ndim == 1
                 and ys.layout == "C" and isinstance(ys.dtype, types.Integer)
                 and ys.dtype.bitwidth == 8 and isinstance(j, types.Integer)
-                and isinstance(consts, types.UniTuple) and consts.count == 10
-                and consts.dtype == types.int32):
+                and isinstance(consts, (types.UniTuple, types.NamedUniTuple))
+                and consts.count == 10 and consts.dtype == types.int32):
             return None
         sig = types.void(xs, j, ys, types.float32, types.float32, consts)
 
