@@ -349,7 +349,7 @@ def _pick(par, ser, n: int):
 def as_float32(x: np.ndarray) -> np.ndarray:
     """A flat, contiguous float32 or float64 view/copy for the numba kernels, read-only: numba
     compiles read-only and writable arrays apart, and the app's cached tensors are read-only
-    (one compilation for both: the Quantize Lab's first view about 0.8 s less)."""
+    (one compilation for both: less to compile on a cold start)."""
     arr = np.asarray(x)
     if arr.dtype not in (np.float32, np.float64):
         arr = arr.astype(np.float32)

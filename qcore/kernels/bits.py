@@ -309,6 +309,7 @@ def _float_codes_intrinsic(width: int, fnuz: bool, add: bool):
             def const(value):
                 return ir.Constant(ivec, [value] * width)
 
+            # EncodeConsts' fields, in their order
             (shift, min_normal, offset, over, cap, nan_code, nan_sign, neg_zero, sbit,
              nan_bound) = (_splat(builder, builder.extract_value(consts_v, i), ivec)
                            for i in range(10))

@@ -100,22 +100,21 @@ def encode_with(b, c, fnuz):
     Vector copy: :data:`qcore.kernels.bits.FLOAT_CODES` (the same steps as LLVM vector
     operations, for the CPU small-float kernels; tests/test_element_rules.py).
     """
-    s, min_normal, offset, over, cap, nan_code, nan_sign, neg_zero, sbit, nan_bound = c
-    s = s & _I32(31)  # keeps the shift in 32-bit lanes
+    s = c.shift & _I32(31)  # keeps the shift in 32-bit lanes
     a = _I32(b & _U32(0x7FFFFFFF))
     smask = _I32(_I32(b) >> _I32(31))  # all ones for a negative x
-    ac = a if a < over else over
+    ac = a if a < c.over else c.over
     e = _I32(ac & _I32(0x7F800000))
-    e = e if e > min_normal else min_normal
+    e = e if e > c.min_normal else c.min_normal
     m = _I32(e + _I32(s << _I32(23)))
     k = _I32(f32_as_u32(u32_as_f32(ac) + u32_as_f32(m)))
-    code = _I32(_I32(_I32(k - e) + _I32(e >> s)) - offset)
-    code = code if code < cap else cap
-    r = _I32(code | _I32(sbit & smask))
+    code = _I32(_I32(_I32(k - e) + _I32(e >> s)) - c.offset)
+    code = code if code < c.cap else c.cap
+    r = _I32(code | _I32(c.sign_bit & smask))
     if fnuz:
-        r = _I32(0) if r == neg_zero else r
-    nan = _I32(nan_code | _I32(nan_sign & r))
-    return nan if a > nan_bound else r
+        r = _I32(0) if r == c.neg_zero else r
+    nan = _I32(c.nan_code | _I32(c.nan_sign & r))
+    return nan if a > c.nan_bound else r
 
 
 @njit(inline="always", **_JIT)
