@@ -329,22 +329,29 @@ def quantize_value(q, z, qp):
 
 
 @njit(**_INLINE)
-def dequantize_value(xv, z, s, xkind, okind, tab):
-    """DequantizeLinear's rule: (x - zero_point) * scale in float32, as the output type's
-    bits (float32, or float16/bfloat16 bits as a float32 holding the uint16).
+def dequantize_f32(xv, z, s, xkind, tab):
+    """DequantizeLinear's rule to a float32 output: (x - zero_point) * scale in float32.
 
     The difference is exact in float32 for 8/16-bit integers (DXKind.NUMERIC) and for the
     values of the decode table `tab` (DXKind.TABLE: sub-byte integers and small floats, by
-    byte); int32's is formed in int64, then rounded once. The product is rounded once to
-    float32, then once more (half to even) to a 16-bit output. Every CPU dequantize kernel
-    calls this rule (tests/test_element_rules.py runs each family on every code)."""
+    byte); int32's is formed in int64, then rounded once. The product is rounded once."""
     if xkind == DXKind.NUMERIC:
         d = np.float32(xv) - np.float32(z)
     elif xkind == DXKind.TABLE:
         d = np.float32(tab[np.int64(xv)]) - np.float32(z)
     else:
         d = np.float32(np.int64(xv) - np.int64(z))
-    v = d * s
+    return d * s
+
+
+@njit(**_INLINE)
+def dequantize_value(xv, z, s, xkind, okind, tab):
+    """DequantizeLinear's rule: :func:`dequantize_f32`, then rounded once more (half to even)
+    to a 16-bit output, as the output type's bits (float32, or float16/bfloat16 bits as a
+    float32 holding the uint16). Every CPU dequantize kernel calls this rule, or
+    dequantize_f32 where the output is float32 (tests/test_element_rules.py runs each family
+    on every code)."""
+    v = dequantize_f32(xv, z, s, xkind, tab)
     if okind == PKind.F32:
         return v
     return np.float32(half_bits(v, okind))
