@@ -74,12 +74,6 @@ def front_pick(bits: Any, sqnr: Any, min_sqnr_db: float | None = None) -> int | 
     return int(min(cand, key=lambda i: (-q[i], b[i])))
 
 
-def _round_trip(x: np.ndarray, params: QuantParams, saturate: bool, opset: int,
-                precision: Any = None) -> np.ndarray:
-    y = params.quantize(x, saturate=saturate, precision=precision, opset=opset)
-    return params.dequantize(y, opset=opset)
-
-
 def compare_formats(x: Any, targets: Any, *, granularity: str = PER_TENSOR, axis: int = 0,
                     block_size: int = 32, method: str = "minmax", opset: int = LATEST_OPSET,
                     saturate: bool = True, **calibration: Any) -> pd.DataFrame:
@@ -101,7 +95,7 @@ def compare_formats(x: Any, targets: Any, *, granularity: str = PER_TENSOR, axis
         try:
             p = choose_params(xa, fmt.name, method=method, granularity=granularity, axis=axis,
                               block_size=block_size, **calibration)
-            xh = _round_trip(xa, p, saturate, opset)
+            xh = p.round_trip(xa, saturate=saturate, opset=opset)
             m = error_metrics(xa, xh, params=p, opset=opset)
             row.update({k: m[k] for k in _METRIC_COLUMNS})
             row["error"] = ""
@@ -156,7 +150,7 @@ def clipping_sweep(x: Any, target: Any, *, n: int = 60, granularity: str = PER_T
             s, zp = params_from_range(fmt, glo * r, ghi * r, sym, sfmt)
             p = QuantParams(s.reshape(sshape), None if zp is None else zp.reshape(sshape), ax,
                             bs, granularity, "clip", fmt.name, float(r))
-        m = error_metrics(xa, _round_trip(xa, p, saturate, opset), params=p, opset=opset)
+        m = error_metrics(xa, p.round_trip(xa, saturate=saturate, opset=opset), params=p, opset=opset)
         rows.append({"clip_ratio": float(r), "threshold": float(np.mean(amax) * r),
                      "mse": m["mse"], "rounding_mse": m["rounding_mse"],
                      "clipping_mse": m["clipping_mse"], "sqnr_db": m["sqnr_db"],
@@ -192,7 +186,7 @@ def block_size_sweep(x: Any, target: Any, block_sizes: Any, axis: int, *,
             continue
         p = choose_params(xa, fmt.name, method=method, granularity=BLOCKED, axis=ax,
                           block_size=int(b), **calibration)
-        m = error_metrics(xa, _round_trip(xa, p, saturate, opset), params=p, opset=opset)
+        m = error_metrics(xa, p.round_trip(xa, saturate=saturate, opset=opset), params=p, opset=opset)
         rows.append({"block_size": int(b), "n_blocks": -(-dim // int(b)), "sqnr_db": m["sqnr_db"],
                      "rmse": m["rmse"], "bits_per_element": m["bits_per_element"],
                      "clipped_fraction": m["clipped_fraction"],
@@ -221,7 +215,7 @@ def repeated_round_trips(x: Any, target: Any, params: QuantParams, n: int = 5, *
     rows = []
     cur = xa
     for k in range(1, int(n) + 1):
-        nxt = _round_trip(cur, params, saturate, opset)
+        nxt = params.round_trip(cur, saturate=saturate, opset=opset)
         m = error_metrics(xa, nxt, params=params, opset=opset)
         a = np.asarray(cur, np.float64)
         b = np.asarray(nxt, np.float64)
@@ -260,7 +254,7 @@ def chain(x: Any, steps: Any, *, method: str = "minmax", granularity: str = PER_
             target = st
         fmt = target_format(target)
         p = choose_params(cur, fmt.name, **kw)
-        xh = _round_trip(cur, p, saturate, opset)
+        xh = p.round_trip(cur, saturate=saturate, opset=opset)
         m = error_metrics(xa, xh, params=p, opset=opset)
         step = error_metrics(cur, xh, params=p, opset=opset)
         out.append({"step": i + 1, "format": fmt.name, **m, "step_sqnr_db": step["sqnr_db"],

@@ -35,18 +35,16 @@ GROUP_RUNS_PER_THREAD = 4
 SHORT_BLOCK = 16
 
 #: Chunk size and serial/parallel threshold of the metrics reductions (qcore.metrics). The
-#: threshold equals the kernels': below 2 Mi elements the second thread saves a
-#: millisecond or two, and compiling the parallel variants cost the app's first Quantize Lab
-#: view (a 1 Mi-element tensor) 25 s of a cold start.
+#: threshold equals the kernels': below it the second thread saves a millisecond or two, less
+#: than compiling the parallel variants costs the app's first views on a cold start.
 METRICS_CHUNK = 1 << 14
 METRICS_PARALLEL_THRESHOLD = 1 << 21
 
 #: Output arrays (and the kernels' converted zero points) of at least this many bytes come from
 #: a small pool of reused buffers (as onnxruntime's arena does): a fresh allocation costs a page
-#: fault and the kernel zeroing every page on first touch, 2-3.5 us per 4 KiB page on a KVM
-#: guest, up to half the time of a dequantize; a blocked-128 call's 512 KiB of zero points
-#: cost 0.3 ms of its 3. A buffer is reused only once nothing references the array handed out
-#: from it.
+#: fault and the kernel zeroing every page on first touch, as much memory traffic as a
+#: dequantize's own writes. A buffer is reused only once nothing references the array handed
+#: out from it.
 OUTPUT_POOL_MIN_BYTES = 64 << 10
 
 #: Most bytes the output pool keeps referenced (in use or free); 0 turns the pool off.

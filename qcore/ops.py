@@ -1,8 +1,8 @@
-"""The public operators: validation against the version table, then one kernel call."""
+"""The public operators: a call's values read and checked against its plan
+(:mod:`qcore.plans`), then one kernel call."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -11,32 +11,22 @@ import ml_dtypes
 import numpy as np
 
 from .errors import QuantizationError
-from .formats import FLOAT, INT, SCALE, Format, get_format
+from .formats import FLOAT, INT, Format, get_format
 from .kernels import cpu
-from .kernels.params import (
-    P_KINDS,
-    X_KINDS,
-    DequantizeParams,
-    DXKind,
-    LayoutParams,
-    QuantizeParams,
-    XKind,
+from .kernels.params import DequantizeParams, DXKind, LayoutParams, QuantizeParams, XKind
+from .layout import Layout
+from .plans import (
+    KEPT,
+    DequantizePlan,
+    QuantizePlan,
+    check_zero_point_shape,
+    format_of,
+    plan_dequantize,
+    plan_quantize,
+    remembered,
 )
-from .layout import Layout, resolve_layout
-from .versions import (
-    ATTRIBUTE_DEFAULTS,
-    DEQUANTIZE,
-    DYNAMIC,
-    LATEST_OPSET,
-    QUANTIZE,
-    OpVersion,
-    check_attribute,
-    check_type,
-    resolve,
-)
+from .versions import DEQUANTIZE, DYNAMIC, LATEST_OPSET, QUANTIZE, OpVersion, check_type, resolve
 
-_PRECISION_KIND = P_KINDS
-_X_KIND = X_KINDS
 BACKENDS = ("cpu", "cuda")
 _NO_DECODE_TABLE = np.zeros(1, np.float64)
 
@@ -61,14 +51,6 @@ def _require_device_backend(kernels, ov: OpVersion) -> None:
             f"{ov.label}: x is a CUDA device array; pass backend='cuda' (the result stays on "
             f"the device) or copy x to the host first"
         )
-
-
-def _format(ov: OpVersion, spec: Any, argument: str) -> Format:
-    """get_format, with the operator version in the message of an unknown type."""
-    try:
-        return get_format(spec, argument)
-    except QuantizationError as exc:
-        raise QuantizationError(f"{ov.label}: {exc}") from None
 
 
 def _native(arr):
@@ -124,76 +106,6 @@ def _cast_integers(arr: np.ndarray, dtype: np.dtype, argument: str, ov: OpVersio
     return arr.astype(fmt.dtype)
 
 
-def _is_default(value: Any, default: Any) -> bool:
-    if value is None:
-        return True
-    if isinstance(value, (str, bytes, np.ndarray)) or not np.isscalar(value):
-        return False
-    try:
-        return bool(value == default)
-    except (TypeError, ValueError):
-        return False
-
-
-def _check_attributes(ov: OpVersion, **given: Any) -> None:
-    """Refuse attributes set away from their default at a version that lacks them."""
-    for name, value in given.items():
-        if name == "saturate":
-            is_default = _check_saturate(ov, value)
-        else:
-            is_default = _is_default(value, ATTRIBUTE_DEFAULTS[name])
-        if not is_default:
-            check_attribute(ov, name)
-
-
-def _check_saturate(ov: OpVersion, saturate: Any) -> bool:
-    """saturate as a bool: only True/False, 0/1 and NumPy bools (ONNX's attribute is an int
-    that is 0 or 1; `bool("false")` is True, so strings and other values are refused)."""
-    if isinstance(saturate, (bool, np.bool_)):
-        return bool(saturate)
-    if isinstance(saturate, (int, np.integer)) and saturate in (0, 1):
-        return bool(saturate)
-    raise QuantizationError(
-        f"{ov.label}: saturate={saturate!r} is not valid; valid: True or False (or 1 / 0)"
-    )
-
-
-_INT64_MAX = 2**63 - 1
-
-
-def _check_shape(ov: OpVersion, shape: Any, argument: str) -> tuple[int, ...]:
-    """A shape as a tuple of non-negative ints whose product an int64 index can address."""
-    try:
-        dims = tuple(shape)
-    except TypeError:
-        raise QuantizationError(
-            f"{ov.label}: the shape of {argument} must be a tuple of integers, got {shape!r}"
-        ) from None
-    for d in dims:
-        if isinstance(d, (bool, np.bool_)) or not isinstance(d, (int, np.integer)) or d < 0:
-            raise QuantizationError(
-                f"{ov.label}: the shape of {argument} {dims!r} has dimension {d!r}; every "
-                f"dimension must be a non-negative integer"
-            )
-    dims = tuple(int(d) for d in dims)
-    if math.prod(dims) > _INT64_MAX:
-        raise QuantizationError(
-            f"{ov.label}: {argument} of shape {dims} has {math.prod(dims):.3e} elements, more "
-            f"than an int64 index can address (at most 2**63 - 1)"
-        )
-    return dims
-
-
-def _check_block_size(ov: OpVersion, block_size: Any) -> None:
-    """block_size beyond int64 is no ONNX attribute value (the kernels index with int64)."""
-    if isinstance(block_size, (int, np.integer)) and not isinstance(block_size, bool) \
-            and block_size > _INT64_MAX:
-        raise QuantizationError(
-            f"{ov.label}: block_size={block_size} is larger than an int64 attribute can hold "
-            f"(at most 2**63 - 1); valid block sizes are in [1, x.shape[axis]] for one block"
-        )
-
-
 def _is_float8(fmt: Format) -> bool:
     return fmt.kind == FLOAT and fmt.bits == 8
 
@@ -239,7 +151,7 @@ def _zero_point_values(ov: OpVersion, zp: np.ndarray | None, scale: np.ndarray, 
     # converted into a pooled buffer (cpu.new_output): blocked zero points are 1/32 of x
     if zp is None:
         return _zeros_per_scale(scale, dtype)
-    _check_zero_point_shape(ov, zp.shape, scale.shape, argument, scale_name)
+    check_zero_point_shape(ov, zp.shape, scale.shape, argument, scale_name)
     values = cpu.new_output(zp.size, dtype)
     with np.errstate(all="ignore"):
         np.copyto(values, zp.reshape(-1), casting="unsafe")
@@ -254,7 +166,7 @@ def _zero_point_codes(ov: OpVersion, zp: np.ndarray | None, scale: np.ndarray,
     cpu.zero_point_view): its own codes, flat, no conversion; zeros when none was given."""
     if zp is None:
         return _zeros_per_scale(scale, np.int8 if target.itemsize == 1 else np.int16)
-    _check_zero_point_shape(ov, zp.shape, scale.shape, "y_zero_point", "y_scale")
+    check_zero_point_shape(ov, zp.shape, scale.shape, "y_zero_point", "y_scale")
     return cpu.zero_point_view(zp)
 
 
@@ -264,106 +176,6 @@ def _zeros_per_scale(scale: np.ndarray, dtype) -> np.ndarray:
     zeros = cpu.new_output(max(scale.size, 1), dtype)
     zeros.fill(0)
     return zeros
-
-
-def _check_zero_point_shape(ov: OpVersion, zero_point_shape, scale_shape, zp_name: str,
-                            scale_name: str) -> None:
-    """The zero point must have the scale's shape (any two 1-element shapes agree)."""
-    if zero_point_shape is None or tuple(zero_point_shape) == tuple(scale_shape):
-        return
-    if int(np.prod(zero_point_shape)) == 1 and int(np.prod(scale_shape)) == 1:
-        return
-    raise QuantizationError(
-        f"{ov.label}: {zp_name} has shape {tuple(zero_point_shape)} but {scale_name} has shape "
-        f"{tuple(scale_shape)}; they must have the same shape"
-    )
-
-
-@dataclass(frozen=True)
-class QuantizePlan:
-    """Everything validation decided for one QuantizeLinear call."""
-
-    version: OpVersion
-    x: Format
-    scale: Format
-    target: Format
-    precision: Format
-    layout: Layout
-    saturate: bool
-
-
-def plan_quantize(x_dtype, x_shape, scale_dtype, scale_shape, zero_point_dtype=None,
-                  zero_point_shape=None, *, axis: int = 1, block_size: int = 0,
-                  saturate: bool = True, output_dtype=None, precision=None,
-                  opset: int = LATEST_OPSET) -> QuantizePlan:
-    """Validate a QuantizeLinear configuration without data (what the app's version page uses)."""
-    ov = resolve(QUANTIZE, opset)
-    _check_attributes(ov, axis=axis, saturate=saturate, block_size=block_size,
-                      output_dtype=output_dtype, precision=precision)
-    _check_block_size(ov, block_size)
-    x_shape = _check_shape(ov, x_shape, "x")
-    scale_shape = _check_shape(ov, scale_shape, "y_scale")
-    if zero_point_shape is not None:
-        zero_point_shape = _check_shape(ov, zero_point_shape, "y_zero_point")
-    xf = _format(ov, x_dtype, "x")
-    check_type(ov, "x", "x", xf.name)
-    sf = _format(ov, scale_dtype, "y_scale")
-    check_type(ov, "scale", "y_scale", sf.name)
-    if ov.scale_follows_x and sf.name != xf.name:
-        raise QuantizationError(
-            f"{ov.label}: y_scale has type {sf.name} but x has type {xf.name}; at this version "
-            f"y_scale must have x's type (different types are accepted from QuantizeLinear-23)"
-        )
-    target = None
-    if output_dtype is not None and not (isinstance(output_dtype, (int, np.integer))
-                                         and output_dtype == 0):
-        target = _format(ov, output_dtype, "output_dtype")
-    if zero_point_dtype is not None:
-        zf = _format(ov, zero_point_dtype, "y_zero_point")
-        if target is not None and target.name != zf.name:
-            raise QuantizationError(
-                f"{ov.label}: output_dtype={target.name} contradicts y_zero_point's type "
-                f"{zf.name}; when both are given they must be the same type"
-            )
-        target = zf
-    target = target or get_format("uint8")
-    check_type(ov, "quantized", "the output type (y_zero_point / output_dtype)", target.name)
-    if precision is not None and not (isinstance(precision, (int, np.integer)) and precision == 0):
-        pf = _format(ov, precision, "precision")
-        if pf.name not in _PRECISION_KIND:
-            raise QuantizationError(
-                f"{ov.label}: precision={pf.name} is not a valid division type; valid: "
-                f"float, float16, bfloat16"
-            )
-    else:
-        pf = sf if sf.name in _PRECISION_KIND else get_format("float")
-    layout = resolve_layout(ov, tuple(x_shape), tuple(scale_shape), axis, block_size, "y_scale")
-    _check_zero_point_shape(ov, zero_point_shape, scale_shape, "y_zero_point", "y_scale")
-    return QuantizePlan(ov, xf, sf, target, pf, layout, _check_saturate(ov, saturate))
-
-
-_PLANS: dict = {}  # (planner, its arguments) -> plan; see _remembered
-_PLANS_KEPT = 512
-
-
-def _remembered(planner, *args, **kwargs):
-    """planner(*args, **kwargs), remembered: a plan is a pure function of the dtypes, shapes
-    and attributes it is given, and validating them again would be about a third of the Python
-    time of a large call (which runs its kernel in under 2 ms). Each value is keyed with its
-    type, since True == 1 but axis=True is an error where axis=1 is not; arguments that cannot
-    be hashed are planned every time, and errors are never remembered."""
-    try:
-        key = (planner, *((type(a), a) for a in args),
-               *((k, type(v), v) for k, v in sorted(kwargs.items())))
-        plan = _PLANS.get(key)
-    except TypeError:  # an unhashable argument
-        return planner(*args, **kwargs)
-    if plan is None:
-        plan = planner(*args, **kwargs)
-        if len(_PLANS) >= _PLANS_KEPT:
-            _PLANS.clear()
-        _PLANS[key] = plan
-    return plan
 
 
 def quantize_linear(x: Any, y_scale: Any, y_zero_point: Any = None, *, axis: int = 1,
@@ -397,7 +209,7 @@ def quantize_linear(x: Any, y_scale: Any, y_zero_point: Any = None, *, axis: int
     y = _run_quantize(call.kernels, call.x, call.scale, call.zero_point, call.plan,
                       call.has_zero_point, params, y_scale)
     if key is not None:  # remembered once it has run: a refused call never is
-        if len(_CALLS) >= _PLANS_KEPT:
+        if len(_CALLS) >= KEPT:
             _CALLS.clear()
         if whole:
             # copies (the scale may be a view of the caller's array, which they may change),
@@ -423,9 +235,9 @@ def _call_key(x: Any, y_scale: Any, y_zero_point: Any, options: dict) -> tuple:
     remembered whole (`whole`: its scale, zero point, plan and kernel parameters); otherwise
     the key holds their types and shapes and the plan and parameters are remembered, the values
     read and checked on every call (by the kernel where cpu.checks_values). Values are keyed
-    with their types, as in _remembered. Right after a kernel has streamed 80 MB through the
-    caches Python runs 5-10x slower than in a microbenchmark, so the work outside the kernel
-    counts: a remembered per-tensor int8 call on 16 Mi elements spends ~60 us there."""
+    with their types, as in plans.remembered. The key is one flat tuple: it is hashed on every
+    call, and right after a kernel has streamed a large tensor through the caches Python runs
+    several times slower than in a microbenchmark."""
     if (type(x) is not np.ndarray or not x.dtype.isnative or options["backend"] != "cpu"
             or y_scale is None):
         return None, False
@@ -498,12 +310,12 @@ def prepare_quantize(x: Any, y_scale: Any, y_zero_point: Any = None, *, axis: in
         if not isinstance(y_zero_point, (np.ndarray, np.generic)):
             target_hint = output_dtype if output_dtype not in (None, 0) else "uint8"
             y_zero_point = _as_array(y_zero_point, "y_zero_point", ov,
-                                     integer_dtype=_format(ov, target_hint, "output_dtype").dtype)
+                                     integer_dtype=format_of(ov, target_hint, "output_dtype").dtype)
             if get_format(target_hint).kind == FLOAT:
                 y_zero_point = y_zero_point.astype(get_format(target_hint).dtype)
         y_zero_point = _native(np.asarray(y_zero_point))
         zp_dtype = y_zero_point.dtype
-    plan = _remembered(plan_quantize, x.dtype, x.shape, y_scale.dtype, y_scale.shape, zp_dtype,
+    plan = remembered(plan_quantize, x.dtype, x.shape, y_scale.dtype, y_scale.shape, zp_dtype,
                        None if y_zero_point is None else y_zero_point.shape, axis=axis,
                        block_size=block_size, saturate=saturate, output_dtype=output_dtype,
                        precision=precision, opset=opset)
@@ -593,51 +405,6 @@ def _run_quantize(kernels, x, s: np.ndarray, z: np.ndarray, plan: QuantizePlan,
     return y.view(t.dtype).reshape(x.shape)
 
 
-@dataclass(frozen=True)
-class DequantizePlan:
-    version: OpVersion
-    x: Format
-    scale: Format
-    output: Format
-    layout: Layout
-
-
-def plan_dequantize(x_dtype, x_shape, scale_dtype, scale_shape, zero_point_dtype=None,
-                    zero_point_shape=None, *, axis: int = 1, block_size: int = 0,
-                    output_dtype=None, opset: int = LATEST_OPSET) -> DequantizePlan:
-    """Validate a DequantizeLinear configuration without data."""
-    ov = resolve(DEQUANTIZE, opset)
-    _check_attributes(ov, axis=axis, block_size=block_size, output_dtype=output_dtype)
-    _check_block_size(ov, block_size)
-    x_shape = _check_shape(ov, x_shape, "x")
-    scale_shape = _check_shape(ov, scale_shape, "x_scale")
-    if zero_point_shape is not None:
-        zero_point_shape = _check_shape(ov, zero_point_shape, "x_zero_point")
-    xf = _format(ov, x_dtype, "x")
-    check_type(ov, "quantized", "x", xf.name)
-    sf = _format(ov, scale_dtype, "x_scale")
-    check_type(ov, "scale", "x_scale", sf.name)
-    if zero_point_dtype is not None:
-        zf = _format(ov, zero_point_dtype, "x_zero_point")
-        if zf.name != xf.name:
-            raise QuantizationError(
-                f"{ov.label}: x_zero_point has type {zf.name} but x has type {xf.name}; "
-                f"they must be the same type"
-            )
-    if output_dtype is not None and not (isinstance(output_dtype, (int, np.integer))
-                                         and output_dtype == 0):
-        of = _format(ov, output_dtype, "output_dtype")
-        check_type(ov, "output", "output_dtype", of.name)
-    elif sf.kind == SCALE:
-        of = get_format("float")  # a float8e8m0 scale cannot be an output type
-    else:
-        of = sf
-    check_type(ov, "output", "the output type (x_scale's type / output_dtype)", of.name)
-    layout = resolve_layout(ov, tuple(x_shape), tuple(scale_shape), axis, block_size, "x_scale")
-    _check_zero_point_shape(ov, zero_point_shape, scale_shape, "x_zero_point", "x_scale")
-    return DequantizePlan(ov, xf, sf, of, layout)
-
-
 def dequantize_linear(x: Any, x_scale: Any, x_zero_point: Any = None, *, axis: int = 1,
                       block_size: int = 0, output_dtype: Any = None, opset: int = LATEST_OPSET,
                       backend: str = "cpu") -> np.ndarray:
@@ -663,7 +430,7 @@ def prepare_dequantize(x: Any, x_scale: Any, x_zero_point: Any = None, *, axis: 
         x_zero_point = _as_array(x_zero_point, "x_zero_point", ov, integer_dtype=x.dtype)
     elif x_zero_point is not None:
         x_zero_point = _native(np.asarray(x_zero_point))
-    plan = _remembered(plan_dequantize, x.dtype, x.shape, x_scale.dtype, x_scale.shape,
+    plan = remembered(plan_dequantize, x.dtype, x.shape, x_scale.dtype, x_scale.shape,
                        None if x_zero_point is None else x_zero_point.dtype,
                        None if x_zero_point is None else x_zero_point.shape, axis=axis,
                        block_size=block_size, output_dtype=output_dtype, opset=opset)
@@ -732,7 +499,7 @@ def dynamic_quantize_linear(x: Any, *, backend: str = "cpu",
     """
     ov = resolve(DYNAMIC, opset)
     x = _as_array(x, "x", ov)
-    fmt = _format(ov, x.dtype, "x")
+    fmt = format_of(ov, x.dtype, "x")
     check_type(ov, "x", "x", fmt.name)
     kernels = _check_backend(backend, ov)
     if _is_device(x):

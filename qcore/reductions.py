@@ -18,7 +18,7 @@ from numba import njit, prange
 from . import config
 from .concurrency import guarded
 from .kernels import renamed
-from .kernels.cpu import _readonly as readonly
+from .kernels.pool import readonly
 from .layout import Layout
 
 # ---------------------------------------------------------------------------------------------
@@ -26,6 +26,7 @@ from .layout import Layout
 # internals: repoint these lines when the walker moves)
 # isort: split
 from .kernels.params import LayoutParams
+from .kernels.walk import block_count, block_span
 from .kernels.walk import locate as walk_locate
 from .kernels.walk import next_segment as walk_next_segment
 
@@ -118,16 +119,13 @@ def _fill_bounds(i0, n, lp, glo, ghi, blo, bhi):
                 blo[j + t] = glo[k + t]
                 bhi[j + t] = ghi[k + t]
         else:  # element t of the run is in group k + (first + t) // blk
-            t = 0
-            while t < run:
-                b = (first + t) // blk
-                end = min(run, (b + 1) * blk - first)
+            for b in range(block_count(run, blk, first)):
+                t0, t1 = block_span(b, run, blk, first)
                 lo_b = glo[k + b]
                 hi_b = ghi[k + b]
-                for u in range(t, end):
+                for u in range(t0, t1):
                     blo[j + u] = lo_b
                     bhi[j + u] = hi_b
-                t = end
         j += run
 
 
@@ -273,8 +271,7 @@ def _segment_sse(xs, hs, blk, first, vs, vc):
             vc[g] += kk
         return
     for g in range(vs.size):
-        a = max(g * blk - first, 0)
-        b = min((g + 1) * blk - first, run)
+        a, b = block_span(g, run, blk, first)
         acc = 0.0
         kk = 0.0
         for i in range(a, b):
@@ -352,7 +349,7 @@ def _pick(par, ser, n: int):
 def as_float32(x: np.ndarray) -> np.ndarray:
     """A flat, contiguous float32 or float64 view/copy for the numba kernels, read-only: numba
     compiles read-only and writable arrays apart, and the app's cached tensors are read-only
-    (one compilation for both: the Quantize Lab's first view about 0.8 s less)."""
+    (one compilation for both: less to compile on a cold start)."""
     arr = np.asarray(x)
     if arr.dtype not in (np.float32, np.float64):
         arr = arr.astype(np.float32)

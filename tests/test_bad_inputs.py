@@ -522,7 +522,7 @@ def test_remembered_plans_keep_their_errors(good, bad, word):
     Q(X, s, **good)  # the second call finds the plan remembered
     with pytest.raises(qcore.QuantizationError, match=word):
         Q(X, s, **bad)
-    qcore.ops._PLANS.clear()  # and the same error without anything remembered
+    qcore.plans._PLANS.clear()  # and the same error without anything remembered
     with pytest.raises(qcore.QuantizationError, match=word):
         Q(X, s, **bad)
 

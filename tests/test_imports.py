@@ -17,8 +17,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "qcore"
 
 #: What qcore/kernels must never import: the layers above the kernels, and the app.
-ABOVE_KERNELS = ("qcore.ops", "qcore.calibration", "qcore.metrics", "qcore.reductions",
-                 "qcore.walkthrough", "qcore.quant_params", "qcore.analysis", "app")
+ABOVE_KERNELS = ("qcore.ops", "qcore.plans", "qcore.calibration", "qcore.metrics",
+                 "qcore.reductions", "qcore.walkthrough", "qcore.quant_params", "qcore.analysis",
+                 "app")
 
 
 def module_name(path: pathlib.Path) -> str:

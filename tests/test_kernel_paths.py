@@ -203,22 +203,20 @@ def test_integer_codes_round_half_to_even_then_saturate(target, n):
 def _portable_families():
     """The integer and small-float quantize kernels as they compile off x86: the segment
     loops without the written-out vector steps (EXPLICIT_VECTORS bound to False)."""
-    from qcore.kernels import bound
+    from qcore.kernels import bound, drivers, segments_int
 
     flags = {"nogil": True, "error_model": "numpy"}
     families = {
-        "quantize int": cpu._family(
-            bound(cpu._seg_int_tensor.py_func, "_seg_int_tensor_portable", flags,
-                  EXPLICIT_VECTORS=False), "quantize_int_portable", 0),
-        "quantize int blocks": cpu._family(
-            bound(cpu._seg_int.py_func, "_seg_int_portable", flags, EXPLICIT_VECTORS=False),
-            "quantize_int_blocks_portable", cpu.FAMILIES["quantize int blocks"].buffer)}
-    for (fnuz, add) in [(f, a) for f in (False, True) for a in (False, True)]:
-        name = cpu._float_case(fnuz, add)
-        segment = bound(cpu._seg_float, "_seg_portable_" + name.replace(" ", "_"),
-                        flags, EXPLICIT_VECTORS=False, _FNUZ=fnuz, _ADD=add)
-        families["quantize " + name] = cpu._family(
-            segment, "quantize_portable_" + name.replace(" ", "_"), 0)
+        cpu.FamilyName.QUANTIZE_INT: drivers.family(
+            bound(segments_int.seg_int_tensor.py_func, "_seg_int_tensor_portable", flags,
+                  EXPLICIT_VECTORS=False), "quantize_int_portable"),
+        cpu.FamilyName.QUANTIZE_INT_BLOCKS: drivers.family(
+            bound(segments_int.seg_int.py_func, "_seg_int_portable", flags,
+                  EXPLICIT_VECTORS=False),
+            "quantize_int_blocks_portable", segments_int.SCRATCH)}
+    for (fnuz, add), name in cpu.FLOAT_CASES.items():
+        segment = cpu.float_segment(fnuz, add, "_portable", EXPLICIT_VECTORS=False)
+        families[name] = drivers.family(segment, name.value.replace(" ", "_") + "_portable")
     return families
 
 

@@ -130,3 +130,42 @@ def test_negative_and_positive_axis_are_one_layout():
     assert Layout.from_granularity(shape, PER_AXIS, 1) == Layout.from_granularity(shape, PER_AXIS,
                                                                                   -1)
     assert len({Layout.from_granularity(shape, BLOCKED, 1, b) for b in range(1, 10)}) == 9
+
+
+def _walked_scale_indices(lp, n: int, step: int) -> np.ndarray:
+    """Each element's scale index as the CPU kernels find it: chunks of `step` elements cut into
+    runs by the walk (qcore.kernels.walk), each run's blocks by the one block walk."""
+    from qcore.kernels.walk import block_count, block_span, locate, next_segment
+
+    out = np.full(n, -1, np.int64)
+    for i0 in range(0, n, step):
+        m = min(step, n - i0)
+        p, d, q = locate(i0, lp)
+        j = 0
+        while j < m:
+            run, start, count, block, first, p, d, q = next_segment(p, d, q, m - j, lp)
+            if block == 0:
+                out[i0 + j:i0 + j + run] = start + np.arange(run)
+                assert count == run
+            else:
+                assert count == block_count(run, block, first)
+                for b in range(count):
+                    j0, j1 = block_span(b, run, block, first)
+                    assert j0 < j1
+                    out[i0 + j + j0:i0 + j + j1] = start + b
+            j += run
+    return out
+
+
+@pytest.mark.parametrize("shape, gran, axis, bs", CONFIGS)
+def test_the_kernels_walk_is_the_index_map(shape, gran, axis, bs):
+    """The CPU kernels' walk, run from any element (chunks of several lengths), gives every
+    element the scale Layout.scale_index gives it."""
+    from qcore.kernels.params import LayoutParams
+
+    lay = Layout.from_granularity(shape, gran, axis, bs)
+    n = int(np.prod(shape))
+    want = lay.scale_index(np.arange(n))
+    for step in (1, 2, 5, n):
+        got = _walked_scale_indices(LayoutParams.from_layout(lay), n, step)
+        np.testing.assert_array_equal(got, want, err_msg=f"chunks of {step}")

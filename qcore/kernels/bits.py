@@ -173,8 +173,8 @@ def wide_vectors(typingctx):
 
     LLVM's tuning for Intel's AVX-512 cores prefers 256-bit vectors (older cores lowered their
     clock for 512-bit work); our streaming loops then issue twice the instructions and stay
-    short of the memory's speed (onnxruntime's own AVX-512 kernels use 512-bit vectors). On a
-    target without AVX-512 the attribute changes nothing. Call it once at the top of a function whose
+    short of the memory's speed (onnxruntime's own AVX-512 kernels use 512 bits too). On a target
+    without AVX-512 the attribute changes nothing. Call it once at the top of a function whose
     loops should be wide (every function: inlining does not carry it to the caller)."""
     sig = types.void()
 
@@ -275,8 +275,8 @@ int_codes_64 = _int_codes_intrinsic(64)
 int_codes_128 = _int_codes_intrinsic(128)
 
 #: Lanes of the integer kernels' widest step: more independent loads and divisions in flight
-#: per iteration. 256 with AVX-512 (32 registers of 16 lanes); 128 with AVX2, whose 16
-#: registers of 8 lanes spill at 256.
+#: per iteration, as many as the registers hold without spilling (AVX-512: 32 registers of 16
+#: lanes; AVX2: 16 of 8, where 256 lanes spill).
 INT_STEP = 256 if "+avx512f" in _target_features() else 128
 int_codes_step = _int_codes_intrinsic(INT_STEP)
 
@@ -286,7 +286,7 @@ def _float_codes_intrinsic(width: int, fnuz: bool, add: bool):
     encode_with(bits of xs[j + k] / scale (+ zero, when `add`), consts, `fnuz`) (see
     :func:`qcore.kernels.scalar.encode_with`, whose every step it writes out as one vector
     operation: the same IEEE division, addition and 32-bit integer steps per lane, so the same
-    bits). `consts` is encode_consts' tuple of ten int32; xs (float32) and ys (8-bit codes) are
+    bits). `consts` is encode_consts' EncodeConsts (ten int32); xs (float32) and ys (8-bit codes) are
     contiguous 1-D arrays and j + width <= their sizes (not checked)."""
 
     def typer(typingctx, xs, j, ys, scale, zero, consts):
@@ -294,8 +294,8 @@ def _float_codes_intrinsic(width: int, fnuz: bool, add: bool):
                 and xs.layout == "C" and isinstance(ys, types.Array) and ys.ndim == 1
                 and ys.layout == "C" and isinstance(ys.dtype, types.Integer)
                 and ys.dtype.bitwidth == 8 and isinstance(j, types.Integer)
-                and isinstance(consts, types.UniTuple) and consts.count == 10
-                and consts.dtype == types.int32):
+                and isinstance(consts, (types.UniTuple, types.NamedUniTuple))
+                and consts.count == 10 and consts.dtype == types.int32):
             return None
         sig = types.void(xs, j, ys, types.float32, types.float32, consts)
 
@@ -309,6 +309,7 @@ def _float_codes_intrinsic(width: int, fnuz: bool, add: bool):
             def const(value):
                 return ir.Constant(ivec, [value] * width)
 
+            # EncodeConsts' fields, in their order
             (shift, min_normal, offset, over, cap, nan_code, nan_sign, neg_zero, sbit,
              nan_bound) = (_splat(builder, builder.extract_value(consts_v, i), ivec)
                            for i in range(10))

@@ -3,7 +3,7 @@
 Every kernel (CPU and CUDA) takes its configuration as one of three NamedTuples of int64
 (numba types them as ``NamedUniTuple(int64 x n)``: one compiled kernel serves every format and
 granularity, and numba.cuda passes them to a kernel by value). Each is built by one
-``from_plan()`` from the plan :mod:`qcore.ops` validated; the kinds are IntEnums, compared as
+``from_plan()`` from the plan :mod:`qcore.plans` made; the kinds are IntEnums, compared as
 integers inside the kernels.
 
 This module imports nothing from qcore: the plans and formats are read by attribute.

@@ -1,8 +1,18 @@
-"""Scalar conversion rules, written once: bit-level small-float encode/decode and integer saturation.
+"""Scalar conversion rules, written once: the home of every element rule.
+
+- QuantizeLinear's integer code: :func:`int_code` (and :func:`int_code_masked`, the same rule
+  in the form the CPU integer kernels vectorise);
+- the small-float encode: :func:`encode_f32_bits` (:func:`encode_consts` + :func:`encode_with`);
+- one quotient to its code, either family: :func:`quantize_value`;
+- DequantizeLinear's rule: :func:`dequantize_value`;
+- rounding to the precision type and 16-bit conversions (:func:`round_to_precision`,
+  :func:`half_bits`, :func:`f16_to_f32`, :func:`load_x`).
 
 These functions hold all of qcore's element semantics (round-half-to-even, the Cast operator's
 saturation tables, NaN/Inf/-0 conventions). They use only integer and float scalar arithmetic,
-so the same definitions serve the numba CPU kernels and the numba.cuda kernels.
+so the same definitions serve the numba CPU kernels and the numba.cuda kernels. Where a kernel
+needs a hand-written vector version for speed, the rule's docstring names it, and
+tests/test_element_rules.py checks every such copy against the rule on every code.
 
 Float values cross into these functions as IEEE float32 *bit patterns* (uint32); the drivers do the
 reinterpretation (CPU: a chunk buffer viewed as uint32; CUDA: a device-side bit cast).
@@ -11,12 +21,13 @@ reinterpretation (CPU: a chunk buffer viewed as uint32; CUDA: a device-side bit 
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 from numba import njit
 
-from .bits import HAS_F16C, f32_as_u32, f32_via_f16, u32_as_f32
-from .params import NanStyle, PKind, XKind
+from .bits import HAS_F16C, f32_as_u32, f32_via_f16, rint_to_int32, u32_as_f32
+from .params import DXKind, NanStyle, PKind, TKind, XKind
 
 _JIT = {"cache": True, "nogil": True}
 
@@ -25,11 +36,25 @@ _I32 = np.int32
 _U32 = np.uint32
 
 
+class EncodeConsts(NamedTuple):
+    """The loop-invariant constants of :func:`encode_with` for one small float format (each an
+    int32 inside the kernels)."""
+
+    shift: int  # float32 mantissa bits dropped: 23 - mbits
+    min_normal: int  # float32 bits of the target's smallest normal
+    offset: int  # subtracted from the rounded bits to leave the code
+    over: int  # the smallest float32 bits that round past the largest finite code
+    cap: int  # the code overflow becomes (max_code, or the one past it: Inf / NaN)
+    nan_code: int
+    nan_sign: int  # the sign bit a NaN code keeps (0: NaN codes have no sign)
+    neg_zero: int  # the -0 code of an fnuz format (-1: the format has -0)
+    sign_bit: int
+    nan_bound: int  # float32 bits above which the result is NaN
+
+
 @njit(inline="always", **_JIT)
 def encode_consts(ebits, mbits, bias, max_code, has_inf, nan_style, saturate):
-    """The loop-invariant constants of :func:`encode_with` for one small float format, as a
-    tuple of int32: (shift, min_normal, offset, overflow bound, cap, nan code, nan sign bit,
-    -0 code, sign bit, nan bound)."""
+    """The loop-invariant constants of :func:`encode_with` for one small float format."""
     sbit = ebits + mbits
     s = 23 - mbits  # float32 mantissa bits dropped
     min_normal = (128 - bias) << 23  # float32 bits of the target's smallest normal, 2**(1-bias)
@@ -53,8 +78,9 @@ def encode_consts(ebits, mbits, bias, max_code, has_inf, nan_style, saturate):
     nan_sign = 1 << sbit if nan_style == NanStyle.ALL_ONES or nan_style == NanStyle.IEEE else 0
     neg_zero = 1 << sbit if nan_style == NanStyle.NEG_ZERO else -1
     nan_bound = over - 1 if not clamps and has_inf == 0 else 0x7F800000
-    return (_I32(s), _I32(min_normal), _I32(offset), _I32(over), _I32(cap), _I32(nan_code),
-            _I32(nan_sign), _I32(neg_zero), _I32(1 << sbit), _I32(nan_bound))
+    return EncodeConsts(_I32(s), _I32(min_normal), _I32(offset), _I32(over), _I32(cap),
+                        _I32(nan_code), _I32(nan_sign), _I32(neg_zero), _I32(1 << sbit),
+                        _I32(nan_bound))
 
 
 @njit(inline="always", **_JIT)
@@ -70,23 +96,25 @@ def encode_with(b, c, fnuz):
     less M's bits count grid steps above 2**e (the significand, implicit bit included; a
     subnormal's plain count below). Inputs past the overflow bound are clamped to it (they
     round to max_code + 1), then capped (saturate) or replaced (NaN) per the Cast tables.
+
+    Vector copy: :data:`qcore.kernels.bits.FLOAT_CODES` (the same steps as LLVM vector
+    operations, for the CPU small-float kernels; tests/test_element_rules.py).
     """
-    s, min_normal, offset, over, cap, nan_code, nan_sign, neg_zero, sbit, nan_bound = c
-    s = s & _I32(31)  # keeps the shift in 32-bit lanes
+    s = c.shift & _I32(31)  # keeps the shift in 32-bit lanes
     a = _I32(b & _U32(0x7FFFFFFF))
     smask = _I32(_I32(b) >> _I32(31))  # all ones for a negative x
-    ac = a if a < over else over
+    ac = a if a < c.over else c.over
     e = _I32(ac & _I32(0x7F800000))
-    e = e if e > min_normal else min_normal
+    e = e if e > c.min_normal else c.min_normal
     m = _I32(e + _I32(s << _I32(23)))
     k = _I32(f32_as_u32(u32_as_f32(ac) + u32_as_f32(m)))
-    code = _I32(_I32(_I32(k - e) + _I32(e >> s)) - offset)
-    code = code if code < cap else cap
-    r = _I32(code | _I32(sbit & smask))
+    code = _I32(_I32(_I32(k - e) + _I32(e >> s)) - c.offset)
+    code = code if code < c.cap else c.cap
+    r = _I32(code | _I32(c.sign_bit & smask))
     if fnuz:
-        r = _I32(0) if r == neg_zero else r
-    nan = _I32(nan_code | _I32(nan_sign & r))
-    return nan if a > nan_bound else r
+        r = _I32(0) if r == c.neg_zero else r
+    nan = _I32(c.nan_code | _I32(c.nan_sign & r))
+    return nan if a > c.nan_bound else r
 
 
 @njit(inline="always", **_JIT)
@@ -151,11 +179,34 @@ def saturate_int(r, zero_point, lo, hi):
 
 @njit(inline="always", **_JIT)
 def int_code(r, zero_point, lo, hi, wrap):
-    """The stored code of saturate(r + zero_point): the value in two's complement in `bits`
-    bits (wrap = 2**bits), as a non-negative int32, computed in float32 (no 64-bit lanes)."""
+    """The stored code of saturate(r + zero_point), r = rint(x / scale): the value in two's
+    complement in `bits` bits (wrap = 2**bits), as a non-negative int32, computed in float32
+    (no 64-bit lanes). QuantizeLinear's integer rule.
+
+    Copies for speed (tests/test_element_rules.py checks each against this rule on every
+    code): :func:`int_code_masked` (the CPU integer kernels' scalar loops) and the vector steps
+    :data:`qcore.kernels.bits.int_codes_32` / ``_64`` / ``_128`` / ``int_codes_step``."""
     t = saturate_float(r, zero_point, lo, hi)
     t = t + np.float32(wrap) if t < np.float32(0.0) else t
     return np.int32(t)
+
+
+@njit(inline="always", **_JIT)
+def int_code_masked(q, zf, lo, hi, mask):
+    """:func:`int_code` of rint(q), with the two's complement taken as the int32's low bits
+    (`mask` = 2**bits - 1): one AND per vector where adding 2**bits to negatives costs a
+    compare and a blend.
+
+    q is clamped to [lo - zf, hi - zf] before it is rounded: the bounds are integers, so
+    clamping and rounding to an integer commute, and the rounding and the conversion then are
+    one instruction (:func:`~qcore.kernels.bits.rint_to_int32`); the zero point is added in
+    int32. Every value is exact (integers below 2**17). NaN fails both comparisons' first
+    test and becomes lo, as in saturate_float."""
+    a = lo - zf
+    b = hi - zf
+    t = q if q > a else a
+    t = t if t < b else b
+    return np.int32(np.int32(rint_to_int32(t) + np.int32(zf)) & mask)
 
 
 _INLINE = {"inline": "always", **_JIT}
@@ -261,3 +312,46 @@ def half_bits(v, okind):
         r = _I32(top | _I32(0x40)) if a > _I32(0x7F800000) else r
         return _U32(r)
     return _U32(encode_f32_bits(b, 5, 10, 15, F16_MAX_CODE, True, NanStyle.IEEE, False))
+
+
+@njit(**_JIT)
+def quantize_value(q, z, qp):
+    """Code of one quotient q = x / scale (already rounded to the precision type) for the
+    target of `qp` (:class:`~qcore.kernels.params.QuantizeParams`): :func:`int_code` for an
+    integer target; for a small float, the zero point added (and rounded to the precision
+    again) when one was given, then :func:`encode_f32_bits`."""
+    if qp.tkind == TKind.INT:
+        return int_code(np.rint(q), z, qp.lo, qp.hi, qp.mask + 1)
+    if qp.has_zp == 1:
+        q = round_to_precision(q + np.float32(z), qp.pkind)
+    return encode_f32_bits(f32_as_u32(q), qp.ebits, qp.mbits, qp.bias, qp.max_code,
+                           qp.has_inf == 1, qp.nan_style, qp.saturate == 1)
+
+
+@njit(**_INLINE)
+def dequantize_f32(xv, z, s, xkind, tab):
+    """DequantizeLinear's rule to a float32 output: (x - zero_point) * scale in float32.
+
+    The difference is exact in float32 for 8/16-bit integers (DXKind.NUMERIC) and for the
+    values of the decode table `tab` (DXKind.TABLE: sub-byte integers and small floats, by
+    byte); int32's is formed in int64, then rounded once. The product is rounded once."""
+    if xkind == DXKind.NUMERIC:
+        d = np.float32(xv) - np.float32(z)
+    elif xkind == DXKind.TABLE:
+        d = np.float32(tab[np.int64(xv)]) - np.float32(z)
+    else:
+        d = np.float32(np.int64(xv) - np.int64(z))
+    return d * s
+
+
+@njit(**_INLINE)
+def dequantize_value(xv, z, s, xkind, okind, tab):
+    """DequantizeLinear's rule: :func:`dequantize_f32`, then rounded once more (half to even)
+    to a 16-bit output, as the output type's bits (float32, or float16/bfloat16 bits as a
+    float32 holding the uint16). Every CPU dequantize kernel calls this rule, or
+    dequantize_f32 where the output is float32 (tests/test_element_rules.py runs each family
+    on every code)."""
+    v = dequantize_f32(xv, z, s, xkind, tab)
+    if okind == PKind.F32:
+        return v
+    return np.float32(half_bits(v, okind))

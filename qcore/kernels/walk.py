@@ -4,14 +4,49 @@ x is viewed as (pre, dim, post) around the axis and the scales as (scale_pre, sc
 scale_post) (see :mod:`qcore.layout` and :class:`qcore.kernels.params.LayoutParams`). Instead of
 computing a scale index per element, a walker cuts a range of elements into runs whose scales
 are read simply (one scale, consecutive scales, or one scale per `block` elements), so the inner
-loops are plain and vectorise. The CPU kernels and the metrics reductions use this one walk.
+loops are plain and vectorise. The CPU kernels and the metrics reductions use this one walk, and
+within a run the one block walk (:func:`block_count`, :func:`block_span`). The walk is the index
+map of :func:`qcore.layout.Layout.scale_index`, cut into runs; tests/test_layout.py checks the two
+agree on every element.
 """
 
 from __future__ import annotations
 
+from typing import Any, NamedTuple
+
 from numba import njit
 
 _JIT = {"cache": True, "nogil": True, "error_model": "numpy"}
+_INLINE = {"inline": "always", **_JIT}
+
+
+class Run(NamedTuple):
+    """One run of a chunk as a segment function converts it: x and y of the run, its scales
+    and zero points (from the run's first), and how elements map to them: element j has
+    sv[(first + j) // block], or sv[j] when block == 0 (see :func:`next_segment`)."""
+
+    xs: Any
+    ys: Any
+    sv: Any
+    zv: Any
+    block: int
+    first: int
+
+
+@njit(**_INLINE)
+def block_count(n, block, first):
+    """How many blocks of `block` elements n elements touch, the first `first` elements into
+    its block."""
+    return (first + n + block - 1) // block
+
+
+@njit(**_INLINE)
+def block_span(b, n, block, first):
+    """(j0, j1): the elements of block b among n elements that start `first` elements into
+    block 0 (every block of a run is whole but its first and last)."""
+    j0 = b * block - first
+    j1 = j0 + block
+    return (j0 if j0 > 0 else 0), (j1 if j1 < n else n)
 
 
 @njit(**_JIT)

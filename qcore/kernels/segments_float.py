@@ -1,0 +1,220 @@
+"""The other QuantizeLinear segments: float32 x to a small float target (:func:`seg_float`),
+and any x kind, precision and target (:func:`seg_generic`).
+
+Segments convert one run of a chunk (:class:`~qcore.kernels.walk.Run`) block by block through
+the one block walk (:func:`~qcore.kernels.walk.block_span`), and return how many unusable scales
+they found (these check none: their scales are checked before the call). Each loop holds one
+combination of kinds: the kinds are made constants by :func:`by_precision`, the one dispatch
+from a precision read at run time to a loop compiled for it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from .bits import EXPLICIT_VECTORS, FLOAT_CODES, HAS_F16C, f16_bits_as_f32, f32_as_u32, wide_vectors
+from .params import NanStyle, PKind, TKind, XKind
+from .scalar import (
+    bf16_to_f32,
+    encode_consts,
+    encode_with,
+    f16_to_f32,
+    int_code,
+    int_code_masked,
+    load_x,
+    quantize_value,
+    round_to_precision,
+)
+from .walk import block_count, block_span
+
+_JIT = {"cache": True, "nogil": True, "error_model": "numpy"}
+_INLINE = {"inline": "always", **_JIT}
+
+
+@njit(**_INLINE)
+def float_consts(qp):
+    """The encode constants (:class:`~qcore.kernels.scalar.EncodeConsts`) of qp's target."""
+    return encode_consts(qp.ebits, qp.mbits, qp.bias, qp.max_code, qp.has_inf, qp.nan_style,
+                         qp.saturate)
+
+
+@njit(**_INLINE)
+def by_precision(loop, pkind, args):
+    """loop(args, p) with p = `pkind` as a constant (float16, bfloat16, else float32): each
+    call site compiles one loop per precision, each holding only its own rounding."""
+    if pkind == PKind.F16:
+        loop(args, PKind.F16)
+    elif pkind == PKind.BF16:
+        loop(args, PKind.BF16)
+    else:
+        loop(args, PKind.F32)
+
+
+# Bound per compiled copy (see cpu.FLOAT_CASES and qcore.kernels.bound): whether the target has
+# no -0 (NanStyle.NEG_ZERO), whether a zero point is added, and the vector step of that case.
+_FNUZ = False
+_ADD = False
+_FLOAT_CODES = FLOAT_CODES[False, False]
+
+
+def seg_float(run, qp, buf):
+    """float32 x divided in float32 to a small float target, encoded arithmetically
+    (:func:`~qcore.kernels.scalar.encode_with`; 32 at a time by its vector copy where
+    EXPLICIT_VECTORS). A given zero point is added even when 0 (-0 + 0 is +0); without one
+    nothing is added. A template: `_FNUZ`, `_ADD` and `_FLOAT_CODES` are bound per case, so
+    each compiled copy holds only the loops of its case. Takes no scratch."""
+    wide_vectors()
+    xs, ys, sv, zv, block, first = run
+    n = xs.size
+    c = float_consts(qp)
+    if block == 0:
+        for j in range(n):
+            q = xs[j] / sv[j]
+            q = q + np.float32(zv[j]) if _ADD else q
+            ys[j] = encode_with(f32_as_u32(q), c, _FNUZ)
+        return 0
+    for b in range(block_count(n, block, first)):
+        j0, j1 = block_span(b, n, block, first)
+        s0 = sv[b]
+        za = np.float32(zv[b])
+        if EXPLICIT_VECTORS:
+            while j0 + 32 <= j1:
+                _FLOAT_CODES(xs, j0, ys, s0, za, c)
+                j0 += 32
+        for j in range(np.uint64(j0), np.uint64(j1)):
+            q = xs[j] / s0
+            q = q + za if _ADD else q
+            ys[j] = encode_with(f32_as_u32(q), c, _FNUZ)
+    return 0
+
+
+@njit(**_INLINE)
+def _load_as(args, pkind):
+    """v[j] = x[j] as float32, rounded to `pkind` (PKind.F32: not rounded), for
+    args = (xs, v, n, xkind); both kinds constants: one plain loop, decoding and rounding in
+    one pass."""
+    xs, v, n, xkind = args
+    for j in range(np.uint64(0), np.uint64(n)):
+        if xkind == XKind.F16:
+            w = f16_to_f32(xs[j])
+        elif xkind == XKind.BF16:
+            w = bf16_to_f32(xs[j])
+        else:
+            w = np.float32(xs[j])
+        v[j] = w if pkind == PKind.F32 else round_to_precision(w, pkind)
+
+
+@njit(**_INLINE)
+def _load(xs, v, n, xkind, pkind):
+    """v[j] = x[j] as float32, rounded to the precision type: one loop per pair of kinds.
+    A 16-bit x is exact in float32 and in its own type, so only the other 16-bit precision
+    rounds it; int32 is rounded to the precision directly (one rounding)."""
+    if xkind == XKind.F32:
+        by_precision(_load_as, pkind, (xs, v, n, XKind.F32))
+    elif xkind == XKind.F16:
+        by_precision(_load_as, PKind.F32 if pkind == PKind.F16 else pkind, (xs, v, n, XKind.F16))
+    elif xkind == XKind.BF16:
+        by_precision(_load_as, PKind.F32 if pkind == PKind.BF16 else pkind,
+                     (xs, v, n, XKind.BF16))
+    else:
+        for j in range(np.uint64(0), np.uint64(n)):
+            v[j] = load_x(xs[j], xkind, pkind)
+
+
+@njit(**_INLINE)
+def _int_block(args, pkind):
+    """ys[j] = integer code of v[j] / s0 rounded to the precision `pkind`, for
+    args = (v, ys, j0, j1, s0, z0, lo, hi, wrap)."""
+    v, ys, j0, j1, s0, z0, lo, hi, wrap = args
+    for j in range(np.uint64(j0), np.uint64(j1)):
+        ys[j] = int_code(np.rint(round_to_precision(v[j] / s0, pkind)), z0, lo, hi, wrap)
+
+
+@njit(**_INLINE)
+def _float_block(args, pkind):
+    """ys[j] = small float code of v[j] / s0 rounded to the precision (then + za, rounded
+    again, when `add`), for args = (v, ys, j0, j1, s0, za, add, c, fnuz)."""
+    v, ys, j0, j1, s0, za, add, c, fnuz = args
+    if add:
+        for j in range(np.uint64(j0), np.uint64(j1)):
+            q = round_to_precision(v[j] / s0, pkind)
+            q = round_to_precision(q + za, pkind)
+            ys[j] = encode_with(f32_as_u32(q), c, fnuz)
+    else:
+        for j in range(np.uint64(j0), np.uint64(j1)):
+            ys[j] = encode_with(f32_as_u32(round_to_precision(v[j] / s0, pkind)), c, fnuz)
+
+
+@njit(**_INLINE)
+def _half_to_f32(h, xkind):
+    """A float16 or bfloat16 element (its uint16 bits) as float32, exactly (float16 by one
+    vcvtph2ps where the target has F16C; it quiets a signalling NaN, which no integer code
+    can tell apart: every NaN saturates alike)."""
+    if xkind == XKind.BF16:
+        return bf16_to_f32(h)
+    if HAS_F16C:  # (the cast: kernels that compile this for other x types never run it)
+        return f16_bits_as_f32(np.uint16(h))
+    return f16_to_f32(h)
+
+
+@njit(**_INLINE)
+def _int_blocks_half(args, pkind):
+    """Every block of a run of 16-bit x to an integer target, decoding fused into one loop per
+    block (no chunk buffer), for args = (run, lo, hi, mask, xkind). x is exact in float32 and
+    in its own type, so it is rounded to the precision only when that is the other 16-bit
+    type."""
+    run, lo, hi, mask, xkind = args
+    xs, ys, sv, zv, block, first = run
+    n = xs.size
+    for b in range(block_count(n, block, first)):
+        j0, j1 = block_span(b, n, block, first)
+        s0 = sv[b]
+        z0 = np.float32(zv[b])
+        for j in range(np.uint64(j0), np.uint64(j1)):
+            w = _half_to_f32(xs[j], xkind)
+            if pkind != PKind.F32 and pkind != xkind:
+                w = round_to_precision(w, pkind)
+            ys[j] = int_code_masked(round_to_precision(w / s0, pkind), z0, lo, hi, mask)
+
+
+@njit(**_JIT)
+def seg_generic(run, qp, buf):
+    """Any x kind, precision and target: 16-bit x to an integer target in one fused loop per
+    block; otherwise x decoded and rounded to the precision into `buf` (a float32 per element
+    of the run: one chunk), then per block one fused loop (divide, round to the precision,
+    encode), chosen by precision and target family outside the loop."""
+    wide_vectors()
+    xs, ys, sv, zv, block, first = run
+    n = xs.size
+    xkind = qp.xkind
+    pkind = qp.pkind
+    if block == 0:
+        for j in range(n):
+            q = round_to_precision(load_x(xs[j], xkind, pkind) / sv[j], pkind)
+            ys[j] = quantize_value(q, zv[j], qp)
+        return 0
+    is_int = qp.tkind == TKind.INT
+    lo = np.float32(qp.lo)
+    hi = np.float32(qp.hi)
+    if is_int and xkind == XKind.F16:
+        by_precision(_int_blocks_half, pkind, (run, lo, hi, np.int32(qp.mask), XKind.F16))
+        return 0
+    if is_int and xkind == XKind.BF16:
+        by_precision(_int_blocks_half, pkind, (run, lo, hi, np.int32(qp.mask), XKind.BF16))
+        return 0
+    v = buf
+    _load(xs, v, n, xkind, pkind)
+    wrap = np.float32(qp.mask + 1)
+    add = qp.has_zp == 1
+    c = float_consts(qp)
+    fnuz = qp.nan_style == NanStyle.NEG_ZERO
+    for b in range(block_count(n, block, first)):
+        j0, j1 = block_span(b, n, block, first)
+        s0 = sv[b]
+        z0 = np.float32(zv[b])
+        if is_int:
+            by_precision(_int_block, pkind, (v, ys, j0, j1, s0, z0, lo, hi, wrap))
+        else:
+            by_precision(_float_block, pkind, (v, ys, j0, j1, s0, z0, add, c, fnuz))
+    return 0

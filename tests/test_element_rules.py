@@ -1,0 +1,241 @@
+"""Every copy of an element rule against its one home in qcore.kernels.scalar, on every code.
+
+The rules (qcore.kernels.scalar) and the copies written for speed that their docstrings name:
+
+- QuantizeLinear's integer code ``int_code(rint(q), zp, lo, hi, 2**bits)``: ``int_code_masked``
+  (the CPU integer kernels' scalar loops) and the vector steps ``bits.int_codes_32``, ``_64``,
+  ``_128`` and ``int_codes_step``; every target of 8 bits or fewer on every zero point and
+  every quotient that reaches each code (ties and their neighbours), 16-bit targets on a
+  sample of zero points; the rule itself against NumPy's saturate(rint(q) + zp).
+- The small-float encode ``encode_with`` (``encode_f32_bits``): ``bits.FLOAT_CODES`` for each
+  (no -0, zero point added) case, every format on the float32s around each of its codes and
+  rounding midpoints, the specials and every 4099th float32.
+- DequantizeLinear's ``dequantize_value``: every CPU dequantize kernel family (numeric, table,
+  generic, and generic's 256-entry lookup) calls it; each runs here on every code and every
+  zero point of the 8-bit-and-smaller types and every 16-bit code, against the rule run
+  element by element and against NumPy's (x - zp) * scale.
+
+The CUDA kernels' copies are checked against the CPU kernels in tests/test_cuda_sim.py.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+from numba import njit
+
+import qcore
+from qcore import ops
+from qcore.formats import get_format
+from qcore.kernels import bits, scalar
+from qcore.kernels.params import DequantizeParams, NanStyle
+
+INT_TARGETS = ("int2", "uint2", "int4", "uint4", "int8", "uint8", "int16", "uint16")
+FLOAT_TARGETS = ("float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz",
+                 "float4e2m1", "float6e2m3", "float6e3m2")
+SPECIALS = np.array([np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1e10, -1e10, 3e38, -3e38,
+                     16777217.0, -16777217.0, 1e-45, -1e-45, 1e-40], np.float32)
+
+
+# --- integer codes -------------------------------------------------------------------------
+
+
+@njit(cache=True)
+def _int_rule(q, z, lo, hi, wrap, out):
+    for j in range(q.size):
+        out[j] = scalar.int_code(np.rint(q[j]), z, lo, hi, wrap)
+
+
+@njit(cache=True)
+def _int_masked(q, z, lo, hi, mask, out):
+    for j in range(q.size):
+        out[j] = scalar.int_code_masked(q[j], z, lo, hi, mask)
+
+
+def _vector_copy(step, width):
+    @njit
+    def run(q, ys, a, b, zi, mask):
+        for j in range(0, q.size, width):
+            step(q, j, ys, np.float32(1.0), a, b, zi, mask)
+    return run
+
+
+INT_VECTOR_COPIES = {"int_codes_32": _vector_copy(bits.int_codes_32, 32),
+                     "int_codes_64": _vector_copy(bits.int_codes_64, 64),
+                     "int_codes_128": _vector_copy(bits.int_codes_128, 128),
+                     "int_codes_step": _vector_copy(bits.int_codes_step, bits.INT_STEP)}
+
+
+def _quotients(span: int) -> np.ndarray:
+    """Every integer k in [-span, span] and the float32s at and around k +- 0.5 (the ties and
+    their neighbours), then the specials, padded to a multiple of the widest vector step."""
+    k = np.arange(-span, span + 1, dtype=np.float32)
+    half = np.float32(0.5)
+    near = [np.nextafter(half, np.float32(0)), half, np.nextafter(half, np.float32(1))]
+    q = np.concatenate([k, *(k + d for d in near), *(k - d for d in near), SPECIALS])
+    width = max(256, bits.INT_STEP)
+    return np.resize(q, -(-q.size // width) * width).astype(np.float32)
+
+
+@pytest.mark.parametrize("name", INT_TARGETS)
+def test_integer_code_copies_equal_the_rule(name):
+    f = get_format(name)
+    lo, hi, mask = np.float32(f.min), np.float32(f.max), np.int32((1 << f.bits) - 1)
+    q = _quotients(int(f.max - f.min) + 2)
+    storage = np.uint8 if f.bits <= 8 else np.uint16
+    zero_points = np.arange(f.min, f.max + 1) if f.bits <= 8 else np.array(
+        [f.min, f.min + 1, -1, 0, 1, 12345 % (f.max + 1), f.max - 1, f.max])
+    rule = np.empty(q.size, np.int32)
+    other = np.empty(q.size, np.int32)
+    for zp in zero_points:
+        zf = np.float32(zp)
+        _int_rule(q, zf, lo, hi, np.float32(1 << f.bits), rule)
+        with np.errstate(invalid="ignore"):
+            numpy_rule = np.clip(np.rint(q.astype(np.float64)) + zp, f.min, f.max)
+        numpy_rule[np.isnan(q)] = f.min  # NaN into an integer type: the minimum
+        np.testing.assert_array_equal(rule, numpy_rule.astype(np.int64) & int(mask),
+                                      err_msg=f"{name} rule, zero point {zp}")
+        _int_masked(q, zf, lo, hi, mask, other)
+        np.testing.assert_array_equal(other, rule, err_msg=f"{name} int_code_masked, zp {zp}")
+        for copy, run in INT_VECTOR_COPIES.items():
+            ys = np.empty(q.size, storage)
+            run(q, ys, lo - zf, hi - zf, np.int32(zp), mask)
+            np.testing.assert_array_equal(ys, rule.astype(storage),
+                                          err_msg=f"{name} {copy}, zero point {zp}")
+
+
+# --- small-float encode ----------------------------------------------------------------------
+
+
+@njit(cache=True)
+def _encode_rule(q, za, add, c, fnuz, out):
+    for j in range(q.size):
+        v = q[j] + za if add else q[j]
+        out[j] = scalar.encode_with(bits.f32_as_u32(v), c, fnuz)
+
+
+def _float_copy(fnuz, add):
+    step = bits.FLOAT_CODES[fnuz, add]
+
+    @njit
+    def run(q, ys, za, c):
+        for j in range(0, q.size, 32):
+            step(q, j, ys, np.float32(1.0), za, c)
+    return run
+
+
+FLOAT_COPIES = {(fnuz, add): _float_copy(fnuz, add) for fnuz in (False, True)
+                for add in (False, True)}
+
+
+def _float_inputs(dtype) -> np.ndarray:
+    """float32s within 8 ulps of every value of the format and every midpoint between
+    neighbours (and above the largest), both signs, the specials and every 4099th float32."""
+    codes = np.arange(256, dtype=np.uint8).view(dtype).astype(np.float64)
+    v = np.unique(np.abs(codes[np.isfinite(codes)]))
+    step = v[-1] - v[-2]
+    centres = np.concatenate([v, (v[:-1] + v[1:]) / 2, [v[-1] + step / 2, v[-1] + step]])
+    b = centres.astype(np.float32).view(np.uint32).astype(np.int64)
+    near = ((b[:, None] + np.arange(-8, 9)).ravel() & 0x7FFFFFFF).astype(np.uint32)
+    strided = np.arange(0, 1 << 32, 4099, dtype=np.uint64).astype(np.uint32)
+    q = np.concatenate([near, near | np.uint32(0x80000000), strided]).view(np.float32)
+    q = np.concatenate([q, SPECIALS])
+    return np.resize(q, -(-q.size // 32) * 32)
+
+
+@pytest.mark.parametrize("name", FLOAT_TARGETS)
+def test_float_encode_copies_equal_the_rule(name):
+    f = get_format(name)
+    q = _float_inputs(f.dtype)
+    fnuz = f.nan_style == NanStyle.NEG_ZERO
+    rule = np.empty(q.size, np.int32)
+    zero_points = [np.float32(0.0), np.float32(-0.0), np.float32(1.5), np.float32(-3.0)]
+    for saturate in (0, 1):
+        c = scalar.encode_consts(np.int64(f.ebits), np.int64(f.mbits), np.int64(f.bias),
+                                 np.int64(f.max_code), np.int64(f.has_inf),
+                                 np.int64(f.nan_style), np.int64(saturate))
+        assert isinstance(c, scalar.EncodeConsts)
+        c = scalar.EncodeConsts(*(np.int32(v) for v in c))  # int32 inside the kernels
+        for add in (False, True):
+            for za in zero_points if add else zero_points[:1]:
+                _encode_rule(q, za, add, c, fnuz, rule)
+                ys = np.empty(q.size, np.uint8)
+                FLOAT_COPIES[fnuz, add](q, ys, za, c)
+                np.testing.assert_array_equal(
+                    ys, rule.astype(np.uint8),
+                    err_msg=f"{name} FLOAT_CODES, saturate {saturate}, add {add}, zp {za}")
+
+
+# --- dequantize ------------------------------------------------------------------------------
+
+
+@njit(cache=True)
+def _dequantize_rule(x, z, s, xkind, okind, tab, out):
+    for j in range(x.size):
+        out[j] = scalar.dequantize_value(x[j], z[j], s[j], xkind, okind, tab)
+
+
+DQ_TYPES = ("int2", "uint2", "int4", "uint4", "int8", "uint8", "int16", "uint16", "int32",
+            "float8e4m3fn", "float8e5m2fnuz", "float4e2m1", "float6e3m2")
+
+
+def _codes_and_zero_points(f):
+    """(every code, every zero point) for 8-bit-and-smaller types; every code and a few zero
+    points for 16-bit ones, a sample of int32; float8 zero points are 0 only."""
+    if f.name == "int32":
+        codes = np.concatenate([np.arange(-70000, 70000, 7), [2**31 - 1, -2**31, 2**24 + 1]])
+        return codes.astype(np.int32), np.array([-2**31, -5, 0, 3, 2**31 - 1], np.int32)
+    if f.bits <= 8:
+        codes = np.arange(256, dtype=np.uint8)[:1 << f.bits]
+        values = codes.view(f.dtype)
+        if f.is_float and f.bits == 8:
+            return values, np.zeros(1, f.dtype)
+        return values, values[np.isfinite(values.astype(np.float64))]
+    values = np.arange(1 << 16, dtype=np.uint16).view(f.dtype)
+    return values, np.unique(np.array([f.min, f.min + 1, 0, 1, f.max // 2, f.max])).astype(f.dtype)
+
+
+@pytest.mark.parametrize("name", DQ_TYPES)
+@pytest.mark.parametrize("output", ["float", "float16", "bfloat16"])
+def test_every_dequantize_kernel_is_the_rule(name, output):
+    f = get_format(name)
+    codes, zero_points = _codes_and_zero_points(f)
+    nz = zero_points.size
+    scale = np.float32(0.37)
+    # per-axis on the first axis: a scale and zero point per row (the per-block loops); on the
+    # last axis: per element (block 0); per tensor (the segment alone, or 256-entry lookups)
+    x = np.broadcast_to(codes, (nz, codes.size))
+    s = np.full(nz, scale, np.float32)
+    calls = [(np.ascontiguousarray(x), s, zero_points, 0),
+             (np.ascontiguousarray(x.T), s, zero_points, 1)]
+    calls += [(np.tile(codes, 8), scale, zero_points[i], 1) for i in (0, nz // 2, nz - 1)]
+    plan = qcore.plan_dequantize(f.dtype, (1,), np.float32, (), output_dtype=output)
+    dp, table = ops.dequantize_params(plan)
+    assert dp == DequantizeParams.from_plan(plan)
+    for xa, sa, za, axis in calls:
+        got = qcore.dequantize_linear(xa, sa, za, axis=axis, output_dtype=output)
+        out = np.empty(xa.size, np.float32 if output == "float" else np.uint16)
+        zfull = np.broadcast_to(np.expand_dims(np.asarray(za, np.float64), 1 - axis)
+                                if np.ndim(za) else np.float64(za), xa.shape).ravel()
+        sfull = np.full(xa.size, scale, np.float32)
+        flat = np.ascontiguousarray(xa).reshape(-1)
+        if f.bits < 8 or f.is_float:
+            flat = flat.view(np.uint8)
+        _dequantize_rule(flat, np.ascontiguousarray(zfull), sfull, dp.xkind, dp.okind, table,
+                         out)
+        got_bits = got.reshape(-1).view(out.dtype)
+        np.testing.assert_array_equal(got_bits, out, err_msg=f"{name} -> {output}, axis {axis}")
+        # the rule against NumPy: the difference exact (int32: in int64, rounded once), the
+        # product in float32, rounded once to the output type
+        with np.errstate(all="ignore"):
+            if f.name == "int32":
+                d = (flat.astype(np.int64) - zfull.astype(np.int64)).astype(np.float32)
+            else:
+                d = (xa.reshape(-1).astype(np.float64) - zfull).astype(np.float32)
+            want = d * scale
+        out_dtype = {"float": np.float32, "float16": np.float16,
+                     "bfloat16": ml_dtypes.bfloat16}[output]
+        np.testing.assert_array_equal(got.reshape(-1).astype(np.float64),
+                                      want.astype(out_dtype).astype(np.float64),
+                                      err_msg=f"{name} -> {output}, NumPy")
