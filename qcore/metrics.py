@@ -83,8 +83,8 @@ def stores_zero_point(params: QuantParams, opset: int = LATEST_OPSET) -> bool:
 
 def stored_bits(n: int, code_bits: int, n_scales: int, scale_bits: int,
                 zero_point_stored: bool) -> int:
-    """Bits of ``n`` codes, ``n_scales`` scales and, when stored, as many zero points (DESIGN
-    §8; sub-byte packing not rounded up to bytes): the sum every bits figure divides."""
+    """Bits of ``n`` codes, ``n_scales`` scales and, when stored, as many zero points (sub-byte
+    packing not rounded up to bytes): the sum every bits figure divides (docs/semantics.md)."""
     return int(n) * code_bits + int(n_scales) * (scale_bits + (code_bits if zero_point_stored
                                                                else 0))
 

@@ -212,7 +212,7 @@ def dequantize(x, scale, zero_point=None, *, axis=1, block_size=0, output_dtype=
 
 
 def dynamic_quantize(x) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """DynamicQuantizeLinear-11 (DESIGN §1): uint8, scale and zero point from x's range.
+    """DynamicQuantizeLinear-11 : uint8, scale and zero point from x's range.
 
     scale = (max(0, max x) - min(0, min x)) / 255 in float32 (1/255 for an all-zero x, docs/semantics.md);
     zero point = round(clip(-min / scale, 0, 255)); y = saturate(round(x / scale) + zp).

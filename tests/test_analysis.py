@@ -82,7 +82,7 @@ def test_compare_formats_all_and_blocked_mx():
     df = compare_formats(x, None, granularity="blocked", axis=1, block_size=32, method="mx")
     assert len(df) == len(qcore.QUANTIZED_TYPES) and (df["error"] == "").all()
     # MX is symmetric: only unsigned integers store a zero point (their midpoint); signed ones
-    # and floats have zero point 0, which opset >= 21 leaves out (DESIGN.md §8)
+    # and floats have zero point 0, which opset >= 21 leaves out (docs/semantics.md, Definitions)
     is_uint = df["format"].str.startswith("uint")
     expected = df["bits"] + 8 / 32 + np.where(is_uint, df["bits"] / 32, 0)
     assert np.allclose(df["bits_per_element"], expected)

@@ -325,7 +325,7 @@ def test_quantparams_interface():
     assert isinstance(p, QuantParams)
     assert p.kwargs == {"axis": 1, "block_size": 4}
     assert p.format.name == "int4" and p.n_scales == 12
-    assert np.any(p.zero_point != 0)  # an asymmetric one: stored (DESIGN §8)
+    assert np.any(p.zero_point != 0)  # an asymmetric one: stored (docs/semantics.md, Definitions)
     assert metrics.bits_per_element(p, 40) == pytest.approx(4 + (12 * 32 + 12 * 4) / 40)
     lo, hi = p.value_range()
     assert lo.shape == hi.shape == (4, 3)

@@ -2,7 +2,7 @@
 and ``qcore.report`` (and its CLI) show the same bits per element, SQNR, share of elements the
 SQNR covers, clipped share and NaN/Inf counts for the same tensor and settings.
 
-Bits per element are also checked against the rule of DESIGN.md §8 computed here from the
+Bits per element are also checked against the rule of docs/semantics.md, Definitions computed here from the
 parameters' shapes alone: target bits + scales × scale bits / n (+ zero points × target bits / n
 when one is stored: an asymmetric recipe, or an opset before output_dtype)."""
 
@@ -46,7 +46,7 @@ def _n_scales(shape: tuple[int, ...], gran: str) -> int:
 
 
 def _expected_bits(x, target, gran, method, opset) -> float:
-    """DESIGN.md §8 from the shapes: codes, scales, and a zero point per scale where one is
+    """docs/semantics.md, Definitions from the shapes: codes, scales, and a zero point per scale where one is
     stored -- before opset 21 always (only it names the type), from 21 on where it is not 0
     (an absent zero point means 0)."""
     fmt = get_format(target)

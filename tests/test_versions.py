@@ -1,6 +1,6 @@
 """Version gating: every feature is refused before the operator version that introduced it.
 
-The expectations are written here from the ONNX operator documentation (DESIGN §1, the
+The expectations are written here from the ONNX operator documentation (the
 schemas' type constraints and attributes), not read from qcore's version table; the table of
 features is itself checked against ``onnx.defs`` so that it cannot drift from the spec.
 A refusal must be a ``qcore.QuantizationError`` whose message names the version that refused

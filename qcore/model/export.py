@@ -1,4 +1,4 @@
-"""The plan as a QDQ ONNX model (DESIGN §8).
+"""The plan as a QDQ ONNX model (docs/semantics.md, Definitions).
 
 Each planned weight W becomes three initializers — ``W.codes`` (the target type; 2- and 4-bit
 types packed by :func:`qcore.packing.pack`, two or four per byte, low bits first, as ONNX stores

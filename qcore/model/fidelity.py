@@ -3,7 +3,7 @@
 :func:`qdq` applies a report recipe (:mod:`qcore.report.recipes`: its grammar, its choice of
 scales, its opset and zero-point rules) to one weight and keeps everything the export needs.
 :class:`ModelCase` is a model with its inputs and float outputs; :meth:`ModelCase.fidelity`
-runs it with some weights replaced and measures (DESIGN §8), in float64:
+runs it with some weights replaced and measures (docs/semantics.md, Definitions), in float64:
 
 - ``output_sqnr_db`` = 10·log10(Σ y² / Σ (y − ŷ)²) over all outputs, ``max_abs`` = max |y − ŷ|;
 - embeddings (MiniLM): ``cosine_mean`` / ``cosine_min`` of each row with its float self, and
@@ -56,7 +56,7 @@ class Quantized:
     opset: int  # the oldest opset whose Q and DQ express it
     x_hat: np.ndarray  # DequantizeLinear(QuantizeLinear(x)), float32
     tensor_sqnr_db: float
-    bits: int  # codes + scales + stored zero points, in bits (DESIGN §8)
+    bits: int  # codes + scales + stored zero points, in bits (docs/semantics.md, Definitions)
     elements: int
 
     @property
@@ -97,7 +97,7 @@ def qdq(x: np.ndarray, recipe: Recipe | str) -> Quantized:
 
 
 def float_bits(x: np.ndarray) -> int:
-    """Stored bits of a weight left in float (DESIGN §8: float32 counts 32 per element)."""
+    """Stored bits of a weight left in float (docs/semantics.md, Definitions: float32 counts 32 per element)."""
     return int(x.size) * get_format(np.asarray(x).dtype).bits
 
 

@@ -4,7 +4,7 @@ The weights a tool may quantize are the model's float32 initializers of rank >= 
 embedding tables, convolution kernels); biases and norms (rank 1) stay float, as every
 quantization tool leaves them. :class:`Runner` turns those initializers into graph inputs so
 one onnxruntime session runs the model with any replacement weights; its sessions turn
-intra-op spinning off (DESIGN §6: onnxruntime and qcore alternate here), disable graph
+intra-op spinning off (onnxruntime's spinning threads would take the cores qcore's next call needs), disable graph
 optimisations and weight prepacking, so that a float weight fed as an input and the same weight
 computed by a DequantizeLinear node go through the same kernels (bit-for-bit comparisons).
 """

@@ -7,7 +7,7 @@ the errors of different tensors add as independent noises: the mixed model's noi
 SQNR(t, r) the single-tensor output SQNRs. The model is first-order: it ignores correlations
 between the tensors' effects, which is why every plan is run and measured beside its prediction.
 
-**The budget** is bits per weight element (DESIGN §8): Σ_t bits(t, r_t) ≤ budget × Σ_t n_t,
+**The budget** is bits per weight element (docs/semantics.md, Definitions): Σ_t bits(t, r_t) ≤ budget × Σ_t n_t,
 where bits counts codes, scales and stored zero points exactly (integers), and a tensor left in
 float32 counts 32 bits per element (its noise is 0).
 
