@@ -524,18 +524,12 @@ def pack_device(codes, dtype=None):
 
 def unpack_device(packed, dtype, shape):
     """Inverse of :func:`pack_device`: a device array of `dtype` (one element per byte)."""
-    from ..packing import _subbyte_format, packed_size
+    from ..packing import _subbyte_format, unpacked_shape
 
     fmt = _subbyte_format(dtype)
-    shape = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(shape)
-    n = int(np.prod(shape, dtype=np.int64))
     d = _storage_view(_flat_device(as_device_array(packed, "unpack_device"), "unpack_device"),
                       np.uint8)
-    if d.size != packed_size(n, fmt):
-        raise QuantizationError(
-            f"unpack_device: {d.size} bytes cannot hold shape {shape} of {fmt.name}; "
-            f"expected {packed_size(n, fmt)} bytes"
-        )
+    shape, n = unpacked_shape(d.size, fmt, shape, "unpack_device")
     out = cuda.device_array(n, np.uint8)
     if n:
         unpack_kernel[grid(n), THREADS](d, fmt.bits, out)
