@@ -173,7 +173,8 @@ def test_cuda_kernels_compile_for_the_gpu_target(monkeypatch):
 
 
 # ---------------------------------------------------------------------------------------------
-# PTX of the specialised kernels (qcore.kernels.cuda_quantize, cuda_dequantize, cuda_minmax): wide accesses, no division in loops
+# PTX of the specialised kernels (qcore.kernels.cuda_quantize, cuda_dequantize, cuda_minmax):
+# wide accesses, no division in loops
 # ---------------------------------------------------------------------------------------------
 
 _INT_DIVISION = re.compile(r"^\s*(?:@%p\d+\s+)?(div|rem)\.[su](16|32|64)\b")

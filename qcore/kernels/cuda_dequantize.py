@@ -97,7 +97,8 @@ def _dequantize_per_tensor(out4, out1):
 def _dequantize_rows(out4, out1):
     @cuda.jit
     def kernel(x, y, s, z, dp, signed, tab, rp):
-        """The rows and grid of :func:`qcore.kernels.cuda_quantize._quantize_rows`' kernel, four codes per 32-bit load."""
+        """The rows and grid of :func:`qcore.kernels.cuda_quantize._quantize_rows`' kernel,
+        four codes per 32-bit load."""
         xkind = dp.xkind
         okind = dp.okind
         rows, L, d1, inv_d1, bb, inv_b, sb, sp, pmul, bc, inv_bc, zstep, vec = rp
