@@ -70,6 +70,19 @@ def pack(array: np.ndarray) -> np.ndarray:
     return out
 
 
+def unpacked_shape(n_bytes: int, fmt: Format, shape, who: str) -> tuple[tuple[int, ...], int]:
+    """(shape as a tuple, element count) of `n_bytes` packed codes of `fmt` unpacked to
+    `shape`; refused (naming `who`) unless the bytes hold exactly that many codes."""
+    shape = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(shape)
+    n = int(np.prod(shape, dtype=np.int64))
+    if n_bytes != packed_size(n, fmt):
+        raise QuantizationError(
+            f"{who}: {n_bytes} bytes cannot hold shape {shape} of {fmt.name}; "
+            f"expected {packed_size(n, fmt)} bytes"
+        )
+    return shape, n
+
+
 def unpack(packed: np.ndarray | bytes, dtype, shape) -> np.ndarray:
     """Inverse of :func:`pack`: bytes (a uint8 array or a bytes object) in ONNX layout to an
     array of `dtype` and `shape`."""
@@ -77,13 +90,7 @@ def unpack(packed: np.ndarray | bytes, dtype, shape) -> np.ndarray:
     if isinstance(packed, (bytes, bytearray, memoryview)):
         packed = np.frombuffer(packed, np.uint8)
     packed = np.ascontiguousarray(np.asarray(packed, dtype=np.uint8)).reshape(-1)
-    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
-    n = int(np.prod(shape, dtype=np.int64))
-    if packed.size != packed_size(n, fmt):
-        raise QuantizationError(
-            f"unpack: {packed.size} bytes cannot hold shape {shape} of {fmt.name}; "
-            f"expected {packed_size(n, fmt)} bytes"
-        )
+    shape, n = unpacked_shape(packed.size, fmt, shape, "unpack")
     out = np.empty(n, np.uint8)
     if n:
         with parallel_guard():

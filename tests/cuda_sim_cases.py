@@ -660,7 +660,8 @@ def test_available_in_this_process():
 
 
 # ---------------------------------------------------------------------------------------------
-# The specialised kernels (qcore.kernels.cuda_fast): every layout family x target family
+# The specialised kernels (qcore.kernels.cuda_quantize, cuda_dequantize): every layout family
+# x target family
 # ---------------------------------------------------------------------------------------------
 
 # (name, x shape, attributes, scale shape): per-tensor with a tail of n % 4, rows along the

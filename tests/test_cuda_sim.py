@@ -110,11 +110,11 @@ def _gpu_signatures():
                    (t.uint16, t.uint16), (t.int32, t.float32)):
         sigs.append((kk.dequantize_kernel, (arr(xt), arr(f32), arr(f64), arr(yt), lp, dp,
                                             arr(f64))))
-    from qcore.kernels import cuda_fast as cf
+    from qcore.kernels import cuda_minmax
 
     for xt in (t.float32, t.uint16):
-        sigs.append((cf.minmax_kernel, (arr(xt), i64, arr(t.int32), arr(i64))))
-    sigs.append((cf.minmax_init_kernel, (arr(t.int32), arr(i64))))
+        sigs.append((cuda_minmax.minmax_kernel, (arr(xt), i64, arr(t.int32), arr(i64))))
+    sigs.append((cuda_minmax.minmax_init_kernel, (arr(t.int32), arr(i64))))
     sigs.append((kk.pack_kernel, (arr(t.uint8), i64, arr(t.uint8))))
     sigs.append((kk.unpack_kernel, (arr(t.uint8), i64, arr(t.uint8))))
     sigs.append((kk.copy_kernel, (arr(f32), arr(f32))))
@@ -173,7 +173,8 @@ def test_cuda_kernels_compile_for_the_gpu_target(monkeypatch):
 
 
 # ---------------------------------------------------------------------------------------------
-# PTX of the specialised kernels (qcore.kernels.cuda_fast): wide accesses, no division in loops
+# PTX of the specialised kernels (qcore.kernels.cuda_quantize, cuda_dequantize, cuda_minmax):
+# wide accesses, no division in loops
 # ---------------------------------------------------------------------------------------------
 
 _INT_DIVISION = re.compile(r"^\s*(?:@%p\d+\s+)?(div|rem)\.[su](16|32|64)\b")
@@ -185,7 +186,7 @@ def _fast_signatures():
     from numba import types as t
 
     from qcore.kernels import cuda as ck
-    from qcore.kernels import cuda_fast as cf
+    from qcore.kernels import cuda_dequantize, cuda_device, cuda_minmax, cuda_quantize
     from qcore.kernels.params import DequantizeParams, LayoutParams, QuantizeParams
 
     qp = typeof(QuantizeParams(*[0] * len(QuantizeParams._fields)))
@@ -196,7 +197,7 @@ def _fast_signatures():
         return t.Array(ty, 1, "C")
 
     out = []
-    for (layout, family, width), kernel in cf.QUANTIZE_KERNELS.items():
+    for (layout, family, width), kernel in cuda_quantize.QUANTIZE_KERNELS.items():
         y = t.uint8 if width == 1 else t.uint16
         sig = (arr(t.float32), arr(y), arr(t.float32), arr(t.float32), qp)
         sig += (rp,) if layout == "rows" else ()
@@ -204,17 +205,17 @@ def _fast_signatures():
         if family == "fp8-cvt":
             want += ["cvt.rn.satfinite.e4m3x2.f32", "cvt.rn.satfinite.e5m2x2.f32"]
         out.append((f"quantize {layout} {family} {8 * width}-bit", kernel, sig, want))
-    for (layout, okind), kernel in cf.DEQUANTIZE_KERNELS.items():
+    for (layout, okind), kernel in cuda_dequantize.DEQUANTIZE_KERNELS.items():
         y = t.float32 if okind == "f32" else t.uint16
         sig = (arr(t.int8), arr(y), arr(t.float32), arr(t.float64), dp, t.int64,
                arr(t.float64)) + ((rp,) if layout == "rows" else ())
         want = ["ld.global.u32", "st.global.v4.f32" if okind == "f32" else "st.global.u64"]
         out.append((f"dequantize {layout} -> {okind}", kernel, sig, want))
-    out.append(("minmax", cf.minmax_kernel,
+    out.append(("minmax", cuda_minmax.minmax_kernel,
                 (arr(t.float32), t.int64, arr(t.int32), arr(t.int64)),
                 ["ld.global.v4.f32", "shfl.sync.down", "atom.global.min.s32",
                  "atom.global.max.s32", "atom.global.add.u64"]))
-    out.append(("spin", cf.spin_kernel, (t.int64,), ["%globaltimer"]))
+    out.append(("spin", cuda_device.spin_kernel, (t.int64,), ["%globaltimer"]))
     return out
 
 
@@ -300,9 +301,9 @@ def test_row_view_is_the_layout_index_map(shape):
 
 def test_div_exact_is_floor_division():
     """The kernels' division without a division instruction: (n // d, n % d) for n < 2**50."""
-    from qcore.kernels import cuda_fast as cf
+    from qcore.kernels.cuda_device import div_exact
 
-    fn = getattr(cf.div_exact, "py_func", cf.div_exact)
+    fn = getattr(div_exact, "py_func", div_exact)
     rng = np.random.default_rng(0)
     ds = [1, 2, 3, 4, 7, 32, 128, 1000, 4096, 16383, 2**20 + 1, 2**31 - 1]
     ns = [0, 1, 2**24 - 1, 2**24 + 1, 2**31, 2**40 - 1, 2**50 - 1]

@@ -123,6 +123,20 @@ def _time_launch(fn, repeat: int) -> float:
     return statistics.median(times)
 
 
+def _timed_operator(name: str, flat: np.ndarray, d_y, launch, repeat: int,
+                    kernel: str) -> Timing:
+    """The Timing of one operator's launch from flat (on the device) into d_y: the kernel by
+    events, the copies and the launch by wall time (bytes: x read, y written once)."""
+    kernel_s = _time_events(launch, repeat)
+    h_y = np.empty(d_y.size, d_y.dtype)
+    t = Timing(name, int(flat.size), int(flat.nbytes + h_y.nbytes), kernel_s,
+               h2d_s=_time_wall(lambda: cuda.to_device(flat), repeat),
+               d2h_s=_time_wall(lambda: d_y.copy_to_host(h_y), repeat),
+               launch_s=_time_launch(launch, repeat), device=ck.device_name())
+    t.extra["kernel"] = kernel
+    return t
+
+
 def bench_quantize(x: np.ndarray, y_scale, y_zero_point=None, *, repeat: int = 10,
                    name: str | None = None, **attributes) -> Timing:
     """Time QuantizeLinear on the GPU for host array x: the kernel alone (x already on the
@@ -137,19 +151,11 @@ def bench_quantize(x: np.ndarray, y_scale, y_zero_point=None, *, repeat: int = 1
     d_y = cuda.device_array(flat.size, storage)
     args = (d_x, cuda.to_device(call.scale), cuda.to_device(call.zero_point), d_y,
             call.layout_params(), qp)
-    kernel_s = _time_events(lambda: ck.launch_quantize(*args), repeat)
-    h_y = np.empty(flat.size, storage)
     family = ck.quantize_family(args[4], qp)
-    t = Timing(
+    return _timed_operator(
         name or f"QuantizeLinear {plan.x.name}->{plan.target.name} {plan.layout.granularity}",
-        int(flat.size), int(flat.nbytes + h_y.nbytes), kernel_s,
-        h2d_s=_time_wall(lambda: cuda.to_device(flat), repeat),
-        d2h_s=_time_wall(lambda: d_y.copy_to_host(h_y), repeat),
-        launch_s=_time_launch(lambda: ck.launch_quantize(*args), repeat),
-        device=ck.device_name(),
-    )
-    t.extra["kernel"] = " ".join(map(str, family)) if family else "generic"
-    return t
+        flat, d_y, lambda: ck.launch_quantize(*args), repeat,
+        " ".join(map(str, family)) if family else "generic")
 
 
 def bench_dequantize(x: np.ndarray, x_scale, x_zero_point=None, *, repeat: int = 10,
@@ -165,19 +171,11 @@ def bench_dequantize(x: np.ndarray, x_scale, x_zero_point=None, *, repeat: int =
     d_y = cuda.device_array(flat.size, out_dtype)
     args = (cuda.to_device(flat), cuda.to_device(call.scale), cuda.to_device(call.zero_point),
             d_y, call.layout_params(), dp, ck.device_table(table))
-    kernel_s = _time_events(lambda: ck.launch_dequantize(*args), repeat)
-    h_y = np.empty(flat.size, out_dtype)
     family = ck.dequantize_family(args[4], dp, flat.dtype.itemsize)
-    t = Timing(
+    return _timed_operator(
         name or f"DequantizeLinear {plan.x.name}->{plan.output.name} {plan.layout.granularity}",
-        int(flat.size), int(flat.nbytes + h_y.nbytes), kernel_s,
-        h2d_s=_time_wall(lambda: cuda.to_device(flat), repeat),
-        d2h_s=_time_wall(lambda: d_y.copy_to_host(h_y), repeat),
-        launch_s=_time_launch(lambda: ck.launch_dequantize(*args), repeat),
-        device=ck.device_name(),
-    )
-    t.extra["kernel"] = " ".join(family) if family else "generic"
-    return t
+        flat, d_y, lambda: ck.launch_dequantize(*args), repeat,
+        " ".join(family) if family else "generic")
 
 
 def bench_minmax(x: np.ndarray, *, repeat: int = 10,

@@ -21,7 +21,7 @@ from functools import lru_cache
 import numpy as np
 
 from ..errors import QuantizationError
-from . import cuda_fast as cf
+from . import cuda_dequantize, cuda_device, cuda_minmax, cuda_quantize
 from .cuda_kernels import (
     _IMPORT_ERROR,
     _SIM_MAX_BLOCKS,
@@ -225,7 +225,7 @@ def quantize_family(lp, qp) -> tuple[str, str, int] | None:
 
 
 def row_params(lp, z_size: int, aligned: bool = True) -> tuple:
-    """The rows view of a layout for the ``rows`` kernels (see cuda_fast._quantize_rows):
+    """The rows view of a layout for the ``rows`` kernels (see cuda_quantize._quantize_rows):
     x as rows of contiguous elements, where each row's scales start at one index and step
     every Bc columns."""
     if lp.post == 1:  # along the last axis: a row per `pre`, blocks of `block` columns
@@ -346,7 +346,7 @@ def launch_quantize(d_x, d_s, d_z, d_y, lp, qp) -> None:
     if family is None or not _aligned(d_x, 16):
         launch(quantize_kernel, grid(n), THREADS, d_x, d_s, d_z, d_y, lp, qp)
         return
-    kernel = cf.QUANTIZE_KERNELS[family]
+    kernel = cuda_quantize.QUANTIZE_KERNELS[family]
     if family[0] == "per-tensor":
         launch(kernel, grid(n, 4 * THREADS), THREADS, d_x, d_y, d_s, d_z, qp)
     else:
@@ -375,7 +375,7 @@ def launch_dequantize(d_x, d_s, d_z, d_y, lp, dp, d_tab) -> None:
     if family is None or not _aligned(d_x, 4):
         launch(dequantize_kernel, grid(n), THREADS, d_x, d_s, d_z, d_y, lp, dp, d_tab)
         return
-    kernel = cf.DEQUANTIZE_KERNELS[family]
+    kernel = cuda_dequantize.DEQUANTIZE_KERNELS[family]
     signed = int(d_x.dtype == np.int8)
     if family[0] == "per-tensor":
         launch(kernel, grid(n, 4 * THREADS), THREADS, d_x, d_y, d_s, d_z, dp, signed, d_tab)
@@ -392,8 +392,8 @@ def launch_copy(d_src, d_dst) -> None:
 
 
 def launch_spin(seconds: float) -> None:
-    """Keep the GPU busy for about `seconds` (asynchronous; see cuda_fast.spin_kernel)."""
-    launch(cf.spin_kernel, 1, 1, int(seconds * 1e9))
+    """Keep the GPU busy for about `seconds` (asynchronous; see cuda_device.spin_kernel)."""
+    launch(cuda_device.spin_kernel, 1, 1, int(seconds * 1e9))
 
 
 def minmax_buffers(n: int):
@@ -405,9 +405,9 @@ def launch_minmax(d_x, xkind: int, keys, bad) -> None:
     """Launch the one-pass min/max/NaN-count reduction (buffers: :func:`minmax_buffers`): the
     accumulators are reset, then every block folds its share and adds it with one atomic per
     quantity."""
-    launch(cf.minmax_init_kernel, 1, 1, keys, bad)
+    launch(cuda_minmax.minmax_init_kernel, 1, 1, keys, bad)
     per_thread = 4 if xkind == XKind.F32 else 1
-    launch(cf.minmax_kernel, grid(d_x.size, per_thread * REDUCE_THREADS), REDUCE_THREADS,
+    launch(cuda_minmax.minmax_kernel, grid(d_x.size, per_thread * REDUCE_THREADS), REDUCE_THREADS,
            d_x, int(xkind), keys, bad)
 
 
@@ -443,7 +443,7 @@ def minmax(x, xkind) -> tuple[float, float, int]:
     """(min, max, count of NaN/Inf) of x (host or device; float32, or float16/bfloat16 bits).
 
     NaNs are counted and left out of min and max; +-Inf are counted and included. One pass:
-    warp shuffles, then one atomic per block (:func:`qcore.kernels.cuda_fast.minmax_kernel`).
+    warp shuffles, then one atomic per block (:func:`qcore.kernels.cuda_minmax.minmax_kernel`).
     """
     if is_device_array(x):
         d_x = _flat_device(as_device_array(x, "DynamicQuantizeLinear"), "DynamicQuantizeLinear")
@@ -458,7 +458,7 @@ def minmax(x, xkind) -> tuple[float, float, int]:
     if xkind == XKind.F32 and not _aligned(d_x, 16):
         d_x = cuda.to_device(d_x.copy_to_host())  # the vector loads need an aligned start
     launch_minmax(d_x, xkind, keys, bad)
-    lo, hi = cf.key_values(keys.copy_to_host())
+    lo, hi = cuda_minmax.key_values(keys.copy_to_host())
     return float(lo), float(hi), int(bad.copy_to_host()[0])
 
 
@@ -524,18 +524,12 @@ def pack_device(codes, dtype=None):
 
 def unpack_device(packed, dtype, shape):
     """Inverse of :func:`pack_device`: a device array of `dtype` (one element per byte)."""
-    from ..packing import _subbyte_format, packed_size
+    from ..packing import _subbyte_format, unpacked_shape
 
     fmt = _subbyte_format(dtype)
-    shape = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(shape)
-    n = int(np.prod(shape, dtype=np.int64))
     d = _storage_view(_flat_device(as_device_array(packed, "unpack_device"), "unpack_device"),
                       np.uint8)
-    if d.size != packed_size(n, fmt):
-        raise QuantizationError(
-            f"unpack_device: {d.size} bytes cannot hold shape {shape} of {fmt.name}; "
-            f"expected {packed_size(n, fmt)} bytes"
-        )
+    shape, n = unpacked_shape(d.size, fmt, shape, "unpack_device")
     out = cuda.device_array(n, np.uint8)
     if n:
         unpack_kernel[grid(n), THREADS](d, fmt.bits, out)

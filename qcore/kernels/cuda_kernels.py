@@ -1,12 +1,13 @@
 """numba.cuda device code: the CUDA twin of :mod:`qcore.kernels.cpu`'s kernels.
 
 The generic kernels: any layout, any input, precision and target type; one thread per element
-in a grid-stride loop (the common cases run :mod:`qcore.kernels.cuda_fast`'s specialised kernels). Each element finds its scale and zero point
-through the layout's index map (:mod:`qcore.layout`: x as ``(pre, dim, post)``, the scale as
-``(scale_pre, scale_blocks, scale_post)``) and is converted by the *same* scalar functions the CPU
-kernels use (:mod:`qcore.kernels.scalar`; numba compiles those ``@njit`` functions for the
-device when a kernel calls them). This module only moves data and reinterprets bits; it holds
-no element rule of its own.
+in a grid-stride loop (the common cases run the specialised kernels of
+:mod:`qcore.kernels.cuda_quantize` and :mod:`qcore.kernels.cuda_dequantize`). Each element
+finds its scale and zero point through the layout's index map (:mod:`qcore.layout`: x as
+``(pre, dim, post)``, the scale as ``(scale_pre, scale_blocks, scale_post)``) and is converted
+by the *same* scalar functions the CPU kernels use (:mod:`qcore.kernels.scalar`; numba compiles
+those ``@njit`` functions for the device when a kernel calls them). This module only moves data
+and reinterprets bits; it holds no element rule of its own.
 
 Parameters are the CPU path's: the NamedTuples of :mod:`qcore.kernels.params` ``lp`` (layout),
 ``qp`` (quantize) and ``dp`` (dequantize), passed by value, float32 scales, zero points
@@ -16,8 +17,9 @@ the host/device API are :mod:`qcore.kernels.cuda`'s.
 Under the CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``) the same kernels run as Python threads; the
 bit-cast and rint helpers then use NumPy scalars instead of libdevice, launches are small, and
 the simulator's shared-array allocation is made thread-safe (see
-:func:`_install_shared_array_lock`). The kernels specialised by layout and target family, and
-the one-pass min/max, are :mod:`qcore.kernels.cuda_fast`'s.
+:func:`_install_shared_array_lock`). The kernels specialised by layout and target family are
+:mod:`qcore.kernels.cuda_quantize`'s and :mod:`qcore.kernels.cuda_dequantize`'s, the one-pass
+min/max :mod:`qcore.kernels.cuda_minmax`'s.
 """
 
 from __future__ import annotations

@@ -3,38 +3,19 @@
 #   wheels (~10 s) -> the float8 instruction, large tensors and every layout x target family
 #   on the GPU (timeout 70 s) -> python -m qcore.bench.cuda at 4096x4096 and 16384x16384
 #   (timeout 90 s; bench.md, bench.json).
-# Run from the repository root with the wheels in .whl/ (carried: the folder is git-ignored):
+# Run from the repository root with the wheels in .whl/ (carried: the folder is git-ignored;
+# tests/gpu/setup.sh installs them):
 #   bash tests/gpu/bench_only.sh            results under $OUT (default ./gpu_out)
-# The machine has no internet: NumPy 2.3.5 and ml_dtypes come from .whl/ (the image's NumPy
-# 2.5 breaks numba-cuda's import); pytest and pytest-xdist from .whl/test/ only when missing.
 set -u
-OUT=${OUT:-gpu_out}
-mkdir -p "$OUT"
-START=$(date +%s)
-elapsed() { echo "[$(( $(date +%s) - START )) s] $*"; }
+. "$(dirname "$0")/setup.sh"
 
 {
   elapsed "environment"
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv || true
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl
-  if ! python3 -c "import pytest, xdist" 2>/dev/null; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-      --target /tmp/site .whl/test/*.whl
-  fi
+  install_wheels
 } > "$OUT/env.txt" 2>&1
-export PYTHONPATH=/tmp/site:.
-export PYTHONDONTWRITEBYTECODE=1
-export NUMBA_ENABLE_CUDASIM=0
-python3 - >> "$OUT/env.txt" 2>&1 <<'PY'
-import importlib.metadata as md, sys
-print("python", sys.version.split()[0])
-for pkg in ("numpy", "ml_dtypes", "numba", "numba-cuda", "llvmlite", "torch"):
-    try:
-        print(pkg, md.version(pkg))
-    except md.PackageNotFoundError:
-        print(pkg, "-")
-PY
+use_wheels
+print_versions numpy ml_dtypes numba numba-cuda llvmlite torch >> "$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"
 
 elapsed "the specialised kernels' cases on the GPU"

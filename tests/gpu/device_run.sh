@@ -4,42 +4,24 @@
 #   against the CPU, large tensors, every layout x target family) -> the benchmark (4096x4096
 #   and 16384x16384 float32, every case against the copy roofline and torch) -> the rest of
 #   tests/cuda_sim_cases.py on the GPU, in the time left.
-# Run from the repository root with the wheels in .whl/ (carried: the folder is git-ignored):
+# Run from the repository root with the wheels in .whl/ (carried: the folder is git-ignored;
+# tests/gpu/setup.sh installs them):
 #   bash tests/gpu/device_run.sh            results under $OUT (default ./gpu_out)
-# The machine has no internet: NumPy 2.3.5 and ml_dtypes come from .whl/ (the image's NumPy
-# 2.5 breaks numba-cuda's import); pytest and pytest-xdist from .whl/test/ only when missing.
 set -u
-OUT=${OUT:-gpu_out}
-mkdir -p "$OUT"
-START=$(date +%s)
-elapsed() { echo "[$(( $(date +%s) - START )) s] $*"; }
+. "$(dirname "$0")/setup.sh"
 
 {
   elapsed "environment"
   nvidia-smi || true
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv || true
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl
-  if ! python3 -c "import pytest, xdist" 2>/dev/null; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-      --target /tmp/site .whl/test/*.whl
-  fi
+  install_wheels
 } > "$OUT/env.txt" 2>&1
-export PYTHONPATH=/tmp/site:.
-export PYTHONDONTWRITEBYTECODE=1
-export NUMBA_ENABLE_CUDASIM=0
-python3 - >> "$OUT/env.txt" 2>&1 <<'EOF'
-import importlib.metadata as md, sys
-print("python", sys.version.split()[0])
-for pkg in ("numpy", "ml_dtypes", "numba", "numba-cuda", "llvmlite", "torch", "pytest",
-            "pytest-xdist", "cuda-python", "nvidia-cuda-nvcc-cu12", "nvidia-cuda-nvrtc-cu12"):
-    try:
-        print(pkg, md.version(pkg))
-    except md.PackageNotFoundError:
-        print(pkg, "-")
-import numpy, numba
-print("numpy from", numpy.__file__)
-EOF
+use_wheels
+{
+  print_versions numpy ml_dtypes numba numba-cuda llvmlite torch pytest pytest-xdist \
+    cuda-python nvidia-cuda-nvcc-cu12 nvidia-cuda-nvrtc-cu12
+  python3 -c "import numpy, numba; print('numpy from', numpy.__file__)"
+} >> "$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"
 
 # The benchmark module: qcore/bench/cuda.py once moved into the bench package, else

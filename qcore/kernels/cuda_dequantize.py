@@ -1,0 +1,165 @@
+"""DequantizeLinear as numba.cuda kernels specialised by layout family and output type.
+
+8-bit codes in, float32 or a 16-bit float out, on the layout families of
+:mod:`qcore.kernels.cuda_quantize` (per-tensor, rows; same grid and row stepping). Each thread
+reads four codes in one 32-bit load (:func:`qcore.kernels.cuda_device.load_word`) and writes
+four float32 in one 16-byte store (four 16-bit floats in one 64-bit store); the element rule
+is :mod:`qcore.kernels.scalar`'s, decode-table types through their value.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .cuda_device import div_exact, load_word, next_row, pack16, row_first_scale, store4, store_word
+from .cuda_kernels import _IMPORT_ERROR, cuda, device_function, nan_f64_to_f32
+from .params import DXKind
+from .scalar import half_bits
+
+if _IMPORT_ERROR is None:
+    from numba import float32, int64, uint32
+else:  # pragma: no cover - numba without its CUDA target: nothing here runs
+    float32 = int64 = uint32 = np.float32
+
+
+
+@device_function
+def dq_element(code, s, z, xkind, signed, tab):
+    """One 8-bit code (as 0..255) to float32: (x - zp) * scale in float32; decode-table
+    types through their value, NaN codes to the CPU's NaN bits without GPU arithmetic."""
+    if xkind == DXKind.TABLE:
+        w = tab[code]
+        if w != w:
+            return nan_f64_to_f32(w)
+        return float32(float32(w) - float32(z)) * s
+    v = code - 256 if signed and code >= 128 else code
+    return float32(float32(v) - float32(z)) * s
+
+
+@device_function
+def _dq_four(word, s0, s1, s2, s3, z0, z1, z2, z3, xkind, signed, tab):
+    return (dq_element(int64(word & 0xFF), s0, z0, xkind, signed, tab),
+            dq_element(int64((word >> 8) & 0xFF), s1, z1, xkind, signed, tab),
+            dq_element(int64((word >> 16) & 0xFF), s2, z2, xkind, signed, tab),
+            dq_element(int64((word >> 24) & 0xFF), s3, z3, xkind, signed, tab))
+
+
+@device_function
+def _out_f32(y, j, v0, v1, v2, v3, okind):
+    store4(y, j, v0, v1, v2, v3)
+
+
+@device_function
+def _out_half(y, j, v0, v1, v2, v3, okind):
+    store_word(y, j, pack16(int64(half_bits(v0, okind)), int64(half_bits(v1, okind)),
+                            int64(half_bits(v2, okind)), int64(half_bits(v3, okind))))
+
+
+@device_function
+def _one_f32(v, okind):
+    return v
+
+
+@device_function
+def _one_half(v, okind):
+    return half_bits(v, okind)
+
+
+def _dequantize_per_tensor(out4, out1):
+    @cuda.jit
+    def kernel(x, y, s, z, dp, signed, tab):
+        sv = s[0]
+        zv = z[0]
+        xkind = dp.xkind
+        okind = dp.okind
+        n = x.size
+        nv = n >> 2
+        stride = int64(cuda.gridsize(1))
+        j = int64(cuda.grid(1))
+        word = uint32(0)
+        if j < nv:
+            word = load_word(x, j)
+        while j < nv:
+            following = word  # the next step's codes, loaded before these convert
+            if j + stride < nv:
+                following = load_word(x, j + stride)
+            v0, v1, v2, v3 = _dq_four(word, sv, sv, sv, sv, zv, zv, zv, zv, xkind, signed, tab)
+            out4(y, j, v0, v1, v2, v3, okind)
+            word = following
+            j += stride
+        i = (nv << 2) + int64(cuda.grid(1))
+        if i < n:
+            y[i] = out1(dq_element(int64(x[i]), sv, zv, xkind, signed, tab), okind)
+
+    return kernel
+
+
+def _dequantize_rows(out4, out1):
+    @cuda.jit
+    def kernel(x, y, s, z, dp, signed, tab, rp):
+        """The rows and grid of :func:`qcore.kernels.cuda_quantize._quantize_rows`' kernel,
+        four codes per 32-bit load."""
+        xkind = dp.xkind
+        okind = dp.okind
+        rows, L, d1, inv_d1, bb, inv_b, sb, sp, pmul, bc, inv_bc, zstep, vec = rp
+        gy = int64(cuda.gridDim.y)
+        gq, gr = div_exact(gy, d1, inv_d1)
+        cstep = int64(cuda.gridDim.x) * int64(cuda.blockDim.x) * 4
+        c = (int64(cuda.blockIdx.x) * int64(cuda.blockDim.x) + int64(cuda.threadIdx.x)) * 4
+        while c < L:
+            cb, _ = div_exact(c, bc, inv_bc)
+            full = vec == 1 and c + 4 <= L
+            r = int64(cuda.blockIdx.y)
+            p, d = div_exact(r, d1, inv_d1)
+            last = int64(-1)
+            s0 = s1 = s2 = s3 = float32(0)
+            z0 = z1 = z2 = z3 = z[0]
+            word = uint32(0)
+            if full and r < rows:
+                word = load_word(x, (r * L + c) >> 2)
+            while r < rows:
+                base = row_first_scale(p, d, d1, bb, inv_b, sb, sp, pmul)
+                i = r * L + c
+                if full:
+                    following = word  # the next row's codes, loaded before these are converted
+                    if r + gy < rows:
+                        following = load_word(x, ((r + gy) * L + c) >> 2)
+                    si = base + cb
+                    if si != last:
+                        last = si
+                        if bc == 1:
+                            s0, s1, s2, s3 = s[si], s[si + 1], s[si + 2], s[si + 3]
+                            zi = si * zstep
+                            z0, z1, z2, z3 = z[zi], z[zi + zstep], z[zi + 2 * zstep], \
+                                z[zi + 3 * zstep]
+                        else:
+                            s0 = s1 = s2 = s3 = s[si]
+                            z0 = z1 = z2 = z3 = z[si * zstep]
+                    v0, v1, v2, v3 = _dq_four(word, s0, s1, s2, s3, z0, z1, z2, z3, xkind,
+                                              signed, tab)
+                    out4(y, i >> 2, v0, v1, v2, v3, okind)
+                    word = following
+                else:
+                    m = L - c
+                    if m > 4:
+                        m = 4
+                    for e in range(m):
+                        blk, _ = div_exact(c + e, bc, inv_bc)
+                        si = base + blk
+                        y[i + e] = out1(dq_element(int64(x[i + e]), s[si], z[si * zstep],
+                                                   xkind, signed, tab), okind)
+                r, p, d = next_row(r, p, d, gy, gq, gr, d1)
+            c += cstep
+
+    return kernel
+
+
+def _build_dequantize():
+    kernels = {}
+    for okind, (out4, out1) in (("f32", (_out_f32, _one_f32)), ("half", (_out_half, _one_half))):
+        kernels[("per-tensor", okind)] = _dequantize_per_tensor(out4, out1)
+        kernels[("rows", okind)] = _dequantize_rows(out4, out1)
+    return kernels
+
+
+DEQUANTIZE_KERNELS = _build_dequantize()
