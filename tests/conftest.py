@@ -77,6 +77,19 @@ def assert_bits_equal(got, expected, *, where=None, context=""):
                              + "\n".join(rows))
 
 
+def euler_circuit(nodes: list[str]) -> list[str]:
+    """A walk through every ordered pair (a, b), a != b, exactly once (Hierholzer): a tour
+    of the app's pages that arrives at every page from every other one."""
+    out = {n: [m for m in nodes if m != n] for n in nodes}
+    stack, walk = [nodes[0]], []
+    while stack:
+        if out[stack[-1]]:
+            stack.append(out[stack[-1]].pop())
+        else:
+            walk.append(stack.pop())
+    return walk[::-1]
+
+
 @pytest.fixture
 def ref():
     return reference
