@@ -72,9 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default=None, help="run only cases whose name contains this (several: A|B)")
     parser.add_argument("--cpu", metavar="NAME", action="append", default=[],
                         help="also run the qcore side compiled for this LLVM CPU target "
-                             "(NUMBA_CPU_NAME, with that CPU's own features) in a "
-                             "subprocess with its own numba cache; "
-                             "repeatable")
+                             "(NUMBA_CPU_NAME, with that CPU's own features) in a subprocess "
+                             "with its own numba cache; repeatable")
     parser.add_argument("--cpu-time", action="store_true",
                         help="one thread each (qcore and onnxruntime), timed by the thread's "
                              "CPU time: per-element cost on a machine too loaded for wall-clock "
