@@ -25,6 +25,10 @@ cfg = controls.panel(controls.shape_of(x), show_precision=False, prefix="s_")
 clip_tab, block_tab, trip_tab, chain_tab = widgets.tabs(
     ["Clipping range", "Block size", "Repeated round trips", "Chains of formats"], "s_tab")
 
+#: The columns the block-size and chain tables share.
+ERROR_COLUMNS = {"rmse": st.column_config.NumberColumn("RMSE", format="%.4g"),
+                 "clipped_fraction": st.column_config.NumberColumn("clipped", format="%.3g")}
+
 
 def partial(df) -> None:
     """Say so where NaN/Inf produced (saturate off) leave elements out of the SQNR."""
@@ -79,11 +83,9 @@ def block_tab_body() -> None:
     st.caption(f"Blocks along axis {cfg.axis % x.ndim} (length {x.shape[cfg.axis % x.ndim]}), "
                f"calibrated with {controls.METHOD_LABELS[cfg.method]}. Smaller blocks follow "
                "the data more closely but store more scales.")
-    st.dataframe(df, hide_index=True, column_config={
+    st.dataframe(df, hide_index=True, column_config=ERROR_COLUMNS | {
         "sqnr_db": st.column_config.NumberColumn("SQNR (dB)", format="%.2f"),
-        "rmse": st.column_config.NumberColumn("RMSE", format="%.4g"),
         "bits_per_element": st.column_config.NumberColumn("bits / element", format="%.3f"),
-        "clipped_fraction": st.column_config.NumberColumn("clipped", format="%.3g"),
         "sqnr_coverage": st.column_config.NumberColumn("SQNR covers", format="%.4g")})
 
 
@@ -118,12 +120,10 @@ def chain_tab_body() -> None:
     if df is None or not len(df):
         return
     charts.show(charts.chain(df))
-    st.dataframe(df, hide_index=True, column_config={
+    st.dataframe(df, hide_index=True, column_config=ERROR_COLUMNS | {
         "sqnr_db": st.column_config.NumberColumn("SQNR vs x (dB)", format="%.2f"),
         "step_sqnr_db": st.column_config.NumberColumn("SQNR vs step input (dB)", format="%.2f"),
-        "rmse": st.column_config.NumberColumn("RMSE", format="%.4g"),
-        "max_abs_error": st.column_config.NumberColumn("max |error|", format="%.4g"),
-        "clipped_fraction": st.column_config.NumberColumn("clipped", format="%.3g")})
+        "max_abs_error": st.column_config.NumberColumn("max |error|", format="%.4g")})
 
 
 for tab, body in ((clip_tab, clipping_tab), (block_tab, block_tab_body),

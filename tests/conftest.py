@@ -77,6 +77,56 @@ def assert_bits_equal(got, expected, *, where=None, context=""):
                              + "\n".join(rows))
 
 
+def euler_circuit(nodes: list[str]) -> list[str]:
+    """A walk through every ordered pair (a, b), a != b, exactly once (Hierholzer): a tour
+    of the app's pages that arrives at every page from every other one."""
+    out = {n: [m for m in nodes if m != n] for n in nodes}
+    stack, walk = [nodes[0]], []
+    while stack:
+        if out[stack[-1]]:
+            stack.append(out[stack[-1]].pop())
+        else:
+            walk.append(stack.pop())
+    return walk[::-1]
+
+
+
+def open_app_page(page: str, query: dict | None = None, state: dict | None = None):
+    """An AppTest of streamlit_app.py switched to `page` (e.g. "pages/model_report.py") with
+    `state` in its session and `query` in its URL, run once: no exception, and no error box
+    saying the app failed unexpectedly."""
+    from pathlib import Path
+
+    from streamlit.testing.v1 import AppTest
+
+    from app import errors
+
+    at = AppTest.from_file(str(Path(__file__).resolve().parent.parent / "streamlit_app.py"),
+                           default_timeout=300)
+    for k, v in (state or {}).items():
+        at.session_state[k] = v
+    if query:
+        at.query_params.update(query)
+    at.switch_page(page)
+    at.run()
+    assert not at.exception, [e.message for e in at.exception]
+    assert not [e.value for e in at.error if errors.UNEXPECTED in e.value]
+    return at
+
+
+
+def interrupt_report(run_report, *args, after: int, **kwargs) -> None:
+    """Run `run_report(*args, **kwargs)` and stop it as its `after`-th tensor finishes, the way
+    Ctrl-C does (KeyboardInterrupt from the progress callback)."""
+
+    def stop(done, total, el, el_total):
+        if done == after:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_report(*args, progress=stop, **kwargs)
+
+
 @pytest.fixture
 def ref():
     return reference

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import euler_circuit
 from streamlit.testing.v1 import AppTest
 from test_app import APP, _npy, assert_lab_matches, check, shown_metrics
 
@@ -40,18 +41,6 @@ SETTINGS = {
 EXPECTED = {**TENSOR, **{k: v for page in SETTINGS.values() for k, v in page.items()}}
 WIDGET_TYPES = ("selectbox", "number_input", "toggle", "slider", "button_group", "multiselect",
                 "text_input", "select_slider", "radio")
-
-
-def euler_circuit(nodes: list[str]) -> list[str]:
-    """A walk through every ordered pair (a, b), a != b, exactly once (Hierholzer)."""
-    out = {n: [m for m in nodes if m != n] for n in nodes}
-    stack, walk = [nodes[0]], []
-    while stack:
-        if out[stack[-1]]:
-            stack.append(out[stack[-1]].pop())
-        else:
-            walk.append(stack.pop())
-    return walk[::-1]
 
 
 def widgets(at: AppTest) -> dict[str, object]:

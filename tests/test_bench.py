@@ -8,7 +8,9 @@ import os
 
 import pytest
 
+from qcore.bench import cases as bench_cases
 from qcore.bench import cli as bench
+from qcore.bench import timing as bench_timing
 
 
 def test_quick_benchmark_runs_and_writes_json(tmp_path, capsys):
@@ -19,7 +21,7 @@ def test_quick_benchmark_runs_and_writes_json(tmp_path, capsys):
     assert "copy bandwidth" in printed
     data = json.loads(out.read_text())
     names = [c["name"] for c in data["cases"]]
-    assert names == [c.name for c in bench.default_cases(quick=True)]
+    assert names == [c.name for c in bench_cases.default_cases(quick=True)]
     for case in data["cases"]:
         assert case["results"]["qcore"] > 0
         assert case["roofline"] > 0
@@ -28,22 +30,22 @@ def test_quick_benchmark_runs_and_writes_json(tmp_path, capsys):
 def test_every_case_runs_without_peers(capsys):
     assert bench.main(["--size", "8x64", "--no-peers", "--no-warmup"]) == 0
     printed = capsys.readouterr().out
-    for case in bench.default_cases():
+    for case in bench_cases.default_cases():
         assert f"| {case.name} |" in printed
 
 
 def test_peers_are_optional(monkeypatch):
     # a missing peer package only removes its column
-    monkeypatch.setitem(bench.PEERS, "onnxruntime", lambda case, inputs: None)
-    cases, _ = bench.run(bench.default_cases(quick=True)[:2], (8, 64))
+    monkeypatch.setitem(bench_cases.PEERS, "onnxruntime", lambda case, inputs: None)
+    cases, _ = bench_cases.run(bench_cases.default_cases(quick=True)[:2], (8, 64))
     assert all("onnxruntime" not in c.results for c in cases)
     assert all(c.results["qcore"] > 0 for c in cases)
 
 
 def test_inputs_are_shared_and_valid():
-    for case in bench.default_cases():
-        inputs = bench.make_inputs(case, (8, 64))
-        fn = bench.qcore_impl(case, inputs)
+    for case in bench_cases.default_cases():
+        inputs = bench_cases.make_inputs(case, (8, 64))
+        fn = bench_cases.qcore_impl(case, inputs)
         fn()  # every case is a valid qcore call
 
 
@@ -158,17 +160,17 @@ def test_named_cpu_features_come_from_llvm():
 
 
 def test_targets_are_judged_against_the_same_run():
-    case = bench.Case("Q int8 per-tensor", "quantize", "int8")
+    case = bench_cases.Case("Q int8 per-tensor", "quantize", "int8")
     case.results = {"qcore": 1.0e9, "onnxruntime": 1.0e9}
-    assert bench.target_verdicts(case, [case]) == ["≥0.9× onnxruntime: met"]
+    assert bench_cases.target_verdicts(case, [case]) == ["≥0.9× onnxruntime: met"]
     case.results["onnxruntime"] = 2.0e9
-    assert bench.target_verdicts(case, [case]) == ["≥0.9× onnxruntime: NOT met"]
-    f16 = bench.Case("Q int8 per-tensor, float16 x", "quantize", "int8", x_dtype="float16")
+    assert bench_cases.target_verdicts(case, [case]) == ["≥0.9× onnxruntime: NOT met"]
+    f16 = bench_cases.Case("Q int8 per-tensor, float16 x", "quantize", "int8", x_dtype="float16")
     f16.results = {"qcore": 0.6e9}
-    assert bench.target_verdicts(f16, [case, f16]) == ["≥0.5× the float32 case: met"]
-    f8 = bench.Case("Q float8e4m3fn saturate", "quantize", "float8e4m3fn")
+    assert bench_cases.target_verdicts(f16, [case, f16]) == ["≥0.5× the float32 case: met"]
+    f8 = bench_cases.Case("Q float8e4m3fn saturate", "quantize", "float8e4m3fn")
     f8.results = {"qcore": 1e9}
-    assert bench.target_verdicts(f8, [f8]) == ["≥10× onnxruntime: not measured",
+    assert bench_cases.target_verdicts(f8, [f8]) == ["≥10× onnxruntime: not measured",
                                                "≥20× ml_dtypes: not measured"]
 
 
@@ -318,13 +320,13 @@ def test_cold_app_flag_runs_the_apps_browser_timing(monkeypatch, tmp_path):
 def test_cpu_time_mode_runs_one_thread_by_thread_cpu_time(capsys, monkeypatch):
     import numba
 
-    monkeypatch.setattr(bench, "CLOCK", bench.CLOCK)
-    monkeypatch.setattr(bench, "ORT_THREADS", bench.ORT_THREADS)
+    monkeypatch.setattr(bench_timing, "CLOCK", bench_timing.CLOCK)
+    monkeypatch.setattr(bench_timing, "ORT_THREADS", bench_timing.ORT_THREADS)
     before = numba.get_num_threads()
     try:
         assert bench.main(["--cpu-time", "--size", "8x64", "--no-warmup", "--only",
                            "Q int8 per-tensor"]) == 0
-        assert numba.get_num_threads() == 1 and bench.ORT_THREADS == 1
+        assert numba.get_num_threads() == 1 and bench_timing.ORT_THREADS == 1
     finally:
         numba.set_num_threads(before)
     assert "CPU time of one thread" in capsys.readouterr().out
@@ -354,7 +356,7 @@ def test_markdown_names_the_host_versions_and_the_exact_command(tmp_path, capsys
     assert ("- command: `NUMBA_CACHE_DIR='/tmp/a cache' python -m qcore.bench --quick --size "
             f"8x64 --no-warmup --only 'int8 per-tensor' --markdown {out}`") in text
     rows = [line for line in text.splitlines() if line.startswith("| ")]
-    wanted = [c.name for c in bench.default_cases(quick=True) if "int8 per-tensor" in c.name.lower()]
+    wanted = [c.name for c in bench_cases.default_cases(quick=True) if "int8 per-tensor" in c.name.lower()]
     assert [r.split(" | ")[0][2:] for r in rows[1:]] == wanted  # a header, then one row a case
 
 
@@ -368,5 +370,7 @@ def test_markdown_alone_replaces_the_report_on_stdout(capsys):
 
 def test_command_line_shows_the_code_changing_variables():
     env = {"NUMBA_CPU_NAME": "haswell", "NUMBA_CPU_FEATURES": "", "HOME": "/root"}
-    assert (bench.command_line(["--quick"], env)
+    from qcore.bench.table import command_line
+
+    assert (command_line(["--quick"], env)
             == "NUMBA_CPU_NAME=haswell NUMBA_CPU_FEATURES= python -m qcore.bench --quick")

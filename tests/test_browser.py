@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import euler_circuit
 
 from app import bench_browser as bench_app
 from app.bench_browser import ARGS, CHROMIUM
@@ -228,18 +229,6 @@ PICKER_PAGES = ("quantize_lab", "format_compare", "round_trip_sweeps", "dynamic_
 #: The tensor and the Quantize Lab settings chosen at the start (all non-default).
 CHOSEN = {"dist": "laplace", "rows": "96", "cols": "160", "seed": "5", "target": "int4",
           "opset": "23", "gran": "blocked", "block": "16"}
-
-
-def euler_circuit(nodes: list[str]) -> list[str]:
-    """A walk through every ordered pair of distinct nodes exactly once (Hierholzer)."""
-    out = {n: [m for m in nodes if m != n] for n in nodes}
-    stack, walk = [nodes[0]], []
-    while stack:
-        if out[stack[-1]]:
-            stack.append(out[stack[-1]].pop())
-        else:
-            walk.append(stack.pop())
-    return walk[::-1]
 
 
 def go_to(page, name: str) -> None:

@@ -328,20 +328,22 @@ def test_unknown_operator_and_version_objects():
 # Odd but valid input: works and matches the reference
 
 
-def _q_both(x, scale, zp=None, **kw):
-    got = qcore.quantize_linear(x, scale, zp, opset=21, **kw)
-    ref = reference("QuantizeLinear", 21, np.asarray(x), np.asarray(scale),
+def _both(op, x, scale, zp=None, **kw):
+    """qcore's opset-21 `op` on the inputs, checked bit for bit against the reference."""
+    call = qcore.quantize_linear if op == "QuantizeLinear" else qcore.dequantize_linear
+    got = call(x, scale, zp, opset=21, **kw)
+    ref = reference(op, 21, np.asarray(x), np.asarray(scale),
                     None if zp is None else np.asarray(zp), **kw)
     assert_bits_equal(got, ref)
     return got
+
+
+def _q_both(x, scale, zp=None, **kw):
+    return _both("QuantizeLinear", x, scale, zp, **kw)
 
 
 def _dq_both(x, scale, zp=None, **kw):
-    got = qcore.dequantize_linear(x, scale, zp, opset=21, **kw)
-    ref = reference("DequantizeLinear", 21, np.asarray(x), np.asarray(scale),
-                    None if zp is None else np.asarray(zp), **kw)
-    assert_bits_equal(got, ref)
-    return got
+    return _both("DequantizeLinear", x, scale, zp, **kw)
 
 
 @pytest.mark.parametrize("shape,scale_shape,kw", [

@@ -16,27 +16,10 @@ from qcore.kernels.scalar import f16_to_f32, half_bits, round_f16_portable, roun
 
 
 @njit(cache=True)
-def _widen(h, out):
-    for j in range(h.size):
-        out[j] = f16_to_f32(h[j])
-
-
-@njit(cache=True)
-def _round(v, out, pkind):
+def _each(fn, v, out, *extra):
+    """out[j] = fn(v[j], *extra): a scalar rule of the kernels over an array, compiled."""
     for j in range(v.size):
-        out[j] = round_to_precision(v[j], pkind)
-
-
-@njit(cache=True)
-def _round_portable(v, out):
-    for j in range(v.size):
-        out[j] = round_f16_portable(v[j])
-
-
-@njit(cache=True)
-def _half_bits(v, out, okind):
-    for j in range(v.size):
-        out[j] = half_bits(v[j], okind)
+        out[j] = fn(v[j], *extra)
 
 
 def _sample() -> np.ndarray:
@@ -60,7 +43,7 @@ def _same(ours: np.ndarray, ref: np.ndarray) -> None:
 def test_float16_widening_is_exact_for_every_pattern():
     h = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
     out = np.empty(h.size, np.float32)
-    _widen(h, out)
+    _each(f16_to_f32, h, out)
     ref = h.view(np.float16).astype(np.float32)
     assert (out.view(np.uint32) == ref.view(np.uint32)).all()  # NaN payloads included
 
@@ -70,9 +53,9 @@ def test_rounding_to_float16(rule):
     v = _sample().view(np.float32)
     out = np.empty(v.size, np.float32)
     if rule == "portable":
-        _round_portable(v, out)
+        _each(round_f16_portable, v, out)
     else:
-        _round(v, out, int(PKind.F16))
+        _each(round_to_precision, v, out, int(PKind.F16))
     with np.errstate(all="ignore"):
         _same(out, v.astype(np.float16))
 
@@ -80,7 +63,7 @@ def test_rounding_to_float16(rule):
 def test_rounding_to_bfloat16():
     v = _sample().view(np.float32)
     out = np.empty(v.size, np.float32)
-    _round(v, out, int(PKind.BF16))
+    _each(round_to_precision, v, out, int(PKind.BF16))
     _same(out, v.astype(ml_dtypes.bfloat16))
 
 
@@ -88,7 +71,7 @@ def test_rounding_to_bfloat16():
 def test_half_bits(okind):
     v = _sample().view(np.float32)
     out = np.empty(v.size, np.uint32)
-    _half_bits(v, out, int(okind))
+    _each(half_bits, v, out, int(okind))
     dtype = np.float16 if okind == PKind.F16 else ml_dtypes.bfloat16
     with np.errstate(all="ignore"):
         _same(out.astype(np.uint16).view(dtype), v.astype(dtype))

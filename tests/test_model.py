@@ -328,14 +328,19 @@ def test_cli_table_plan_export_and_errors(tmp_path, capsys):
     assert "--budget" in error([str(model), "--plan", str(tmp_path / "x.json")])
 
 
+def python_here(code: str, timeout: float) -> subprocess.CompletedProcess:
+    """`code` run by a fresh interpreter in the checkout (its qcore first on the path)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                          cwd=ROOT, timeout=timeout)
+
+
 def test_import_without_the_extras_names_the_extra():
     code = ("import sys\nfor m in ('onnx', 'onnxruntime', 'tokenizers'):\n    sys.modules[m] = None\n"
             "import qcore.model, qcore.model.graph, qcore.model.plan, qcore.model.fidelity\n"
             "try:\n    qcore.model.graph.load_model('pyproject.toml')\nexcept ImportError as e:\n"
             "    assert 'qcore[model]' in str(e), e\nelse:\n    raise SystemExit('no error')\n")
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                          cwd=ROOT, timeout=120)
+    proc = python_here(code, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
 
 
@@ -381,9 +386,7 @@ def test_minilm_cli_without_torch(tmp_path):
         "try:\n    runpy.run_module('qcore.model', run_name='__main__')\n"
         "except SystemExit as e:\n    assert not e.code, e.code\n"
         "assert 'torch' not in sys.modules, 'torch was imported'\n")
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                          cwd=ROOT, timeout=600)
+    proc = python_here(code, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "bit for bit" in proc.stdout, proc.stdout
     js = json.load(open(tmp_path / "p.json"))

@@ -2,32 +2,22 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 pytest.importorskip("onnxruntime")
 onnx = pytest.importorskip("onnx")
 
+from conftest import open_app_page  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-from app import errors  # noqa: E402
 from qcore.model import cases, plan, sensitivity  # noqa: E402
 from qcore.report.models import installed_models  # noqa: E402
 from tests.test_model import tiny_model  # noqa: E402
 
-APP = str(Path(__file__).resolve().parent.parent / "streamlit_app.py")
-
 
 def open_page(query: dict) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=300)
-    at.query_params.update(query)
-    at.switch_page("pages/model_fidelity.py")
-    at.run()
-    assert not at.exception, [e.message for e in at.exception]
-    assert not [e.value for e in at.error if errors.UNEXPECTED in e.value]
-    return at
+    return open_app_page("pages/model_fidelity.py", query)
 
 
 def metrics(at: AppTest) -> dict:

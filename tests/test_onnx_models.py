@@ -73,7 +73,7 @@ def test_onnxruntime_runs_a_model_with_output_types():
 def test_the_benchmark_peer_builds_its_model_here_and_agrees_with_qcore(name, monkeypatch):
     pytest.importorskip("onnxruntime")
     from qcore import onnx_models
-    from qcore.bench import cli as bench
+    from qcore.bench import cases as bench
 
     built = []
     monkeypatch.setattr(onnx_models, "node_model",

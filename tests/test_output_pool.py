@@ -72,7 +72,7 @@ def test_blocked_integer_call_allocates_little_beyond_its_output(axis):
     the kernel checks the scales): under 1% beyond the output, where zero points converted to
     float32 would be 25% on the last axis and 12.5% on the first. Each worker's fixed 4 KiB of
     scratch included."""
-    from qcore.bench.cli import extra_memory_ratio
+    from qcore.bench.timing import extra_memory_ratio
 
     rng = np.random.default_rng(0)
     x = rng.standard_normal((1024, 1024)).astype(np.float32)

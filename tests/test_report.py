@@ -13,6 +13,7 @@ import ml_dtypes
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import interrupt_report
 
 from qcore.io import TensorFileError
 from qcore.report import (
@@ -312,12 +313,7 @@ def test_interrupted_run_resumes_without_recomputing(tmp_path):
     full = run_report(index, recipes).rows
     out = tmp_path / "r.csv"
 
-    def stop_after_three(done, total, el, el_total):
-        if done == 3:
-            raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        run_report(index, recipes, out=out, progress=stop_after_three)
+    interrupt_report(run_report, index, recipes, out=out, after=3)
     journal = tmp_path / "r.csv.partial.csv"
     assert journal.exists() and not out.exists()
     assert len(read_rows(journal)) == 3 * len(recipes)

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import interrupt_report
 
 from qcore.reductions import PARALLEL_THRESHOLD
 from qcore.report import run_report, sliced
@@ -58,12 +59,7 @@ def test_resumed_rows_are_the_uninterrupted_ones(big, tmp_path):
     path, one = big
     out = tmp_path / "r.csv"
 
-    def stop(done, total, el, el_total):
-        if done == 1:
-            raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        run_report(path, DEFAULT_RECIPES, out=out, progress=stop)
+    interrupt_report(run_report, path, DEFAULT_RECIPES, out=out, after=1)
     resumed = run_report(path, DEFAULT_RECIPES, out=out, resume=True, threads=2)
     assert resumed.resumed == 1
     pd.testing.assert_frame_equal(resumed.rows, one, check_exact=True)

@@ -2,30 +2,17 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from conftest import open_app_page
 from streamlit.testing.v1 import AppTest
 
-from app import errors
 from qcore import datasets
 from qcore.report import DEFAULT_RECIPES, run_report, summarize
 from qcore.report.synthetic import write_checkpoint
 
-APP = str(Path(__file__).resolve().parent.parent / "streamlit_app.py")
-
 
 def open_page(query: dict | None = None, state: dict | None = None) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=300)
-    for k, v in (state or {}).items():
-        at.session_state[k] = v
-    if query:
-        at.query_params.update(query)
-    at.switch_page("pages/model_report.py")
-    at.run()
-    assert not at.exception, [e.message for e in at.exception]
-    assert not [e.value for e in at.error if errors.UNEXPECTED in e.value]
-    return at
+    return open_app_page("pages/model_report.py", query, state)
 
 
 def charts(at: AppTest) -> int:

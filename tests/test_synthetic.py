@@ -15,17 +15,8 @@ N = 1_000_000
 
 
 def test_the_nine_distributions():
-    assert DISTRIBUTIONS == (
-        "normal",
-        "laplace",
-        "uniform",
-        "student_t",
-        "lognormal",
-        "bimodal",
-        "outliers",
-        "sparse",
-        "outlier_channel",
-    )
+    assert DISTRIBUTIONS == ("normal", "laplace", "uniform", "student_t", "lognormal",
+                             "bimodal", "outliers", "sparse", "outlier_channel")
     assert set(DEFAULTS) == set(DISTRIBUTIONS)
     assert defaults("student_t") == {"df": 3.0, "scale": 1.0}
     assert defaults("outliers") == {"fraction": 0.001, "magnitude": 50.0, "std": 1.0}
