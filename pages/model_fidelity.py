@@ -29,7 +29,7 @@ CURVE_POINTS = 5  # plans drawn on the bits-vs-fidelity chart
 
 st.title("Model Fidelity")
 st.markdown("Every weight through `QuantizeLinear → DequantizeLinear`, the model run in "
-            "onnxruntime and compared with its float self (output SQNR, docs/semantics.md, Definitions) — the same "
+            "onnxruntime and compared with its float self (output SQNR = 10·log10(Σ y² / Σ (y − ŷ)²) over every output) — the same "
             "numbers as `python -m qcore.model`. Which tensors does the model feel, and what is "
             "the best recipe per tensor under a bits budget?")
 
