@@ -29,6 +29,7 @@ from ..metrics import error_metrics
 from ..ops import dequantize_linear, quantize_linear
 from ..report.recipes import (
     Recipe,
+    asks_zero_point,
     granularity_for,
     parse_recipe,
     required_opset,
@@ -74,11 +75,9 @@ def qdq(x: np.ndarray, recipe: Recipe | str) -> Quantized:
                            block_size=block or 32)
     fmt = params.format
     sshape = tuple(np.shape(params.scale))
-    zp_asym = params.zero_point is not None and not (
-        fmt.signed and not np.any(np.asarray(params.zero_point).astype(np.int64)))
     kw = params.kwargs
-    opset = required_opset(fmt.name, params.scale_format.name, tuple(x.shape), sshape, zp_asym,
-                           kw["axis"], kw["block_size"])
+    opset = required_opset(fmt.name, params.scale_format.name, tuple(x.shape), sshape,
+                           asks_zero_point(params), kw["axis"], kw["block_size"])
     stored = stores_zero_point(params, opset)
     zp = None
     if stored:

@@ -18,9 +18,9 @@ names (``mxfp8``, ``mxfp8e5m2``, ``mxfp6``, ``mxfp6e3m2``, ``mxfp4``, ``mxint8``
 
 Every recipe runs through ``qcore.quantize_linear`` / ``qcore.dequantize_linear`` at the oldest
 opset whose operator versions express it (derived from ``qcore.versions``; recorded in each row).
-A zero point is stored when the recipe is asymmetric, or when the opset predates
-``output_dtype`` (21) so that only a zero point can name the output type; symmetric signed
-recipes at opset >= 21 store none. Bits per element count the target's bits plus every scale
+A zero point is stored when it is not all zero, or when the opset predates ``output_dtype``
+(21) so that only a zero point can name the output type (:func:`qcore.metrics.stores_zero_point`,
+the one rule every page shares); symmetric recipes at opset >= 21 store none. Bits per element count the target's bits plus every scale
 and stored zero point amortised over the tensor; bytes are the packed storage (sub-byte types
 packed as ONNX stores them) plus scales and zero points.
 """
@@ -39,6 +39,7 @@ from ..formats import INT, QUANTIZED_TYPES, get_format
 from ..layout import BLOCKED, PER_AXIS, PER_TENSOR
 from .sliced import (  # noqa: F401 - what a recipe is on a shape, re-exported here
     ArrayReader,
+    asks_zero_point,
     granularity_for,
     recipe_rows,
     required_opset,

@@ -53,8 +53,8 @@ from ..versions import LATEST_OPSET, QUANTIZE, versions
 from .sources import TensorReader
 from .stats import CHUNK, chunk_rows, stats_of_rows
 
-__all__ = ["SLICE", "ArrayReader", "granularity_for", "recipe_rows", "required_opset",
-           "row_slices", "stores_zero_point", "tensor_statistics"]
+__all__ = ["SLICE", "ArrayReader", "asks_zero_point", "granularity_for", "recipe_rows",
+           "required_opset", "row_slices", "stores_zero_point", "tensor_statistics"]
 
 #: Elements per slice (a multiple of the statistics CHUNK): 16 MiB of float32.
 SLICE = 1 << 22
@@ -81,6 +81,15 @@ def stores_zero_point(params: QuantParams, opset: int) -> bool:
     """Whether the ONNX graph for these parameters carries a zero point: the one rule,
     :func:`qcore.metrics.stores_zero_point`."""
     return metrics.stores_zero_point(params, opset)
+
+
+def asks_zero_point(params: QuantParams) -> bool:
+    """Whether the operators must be given these parameters' zero point to express them (the
+    ``zero_point`` of :func:`required_opset`): any but a signed target's all-zero one, which
+    the absent zero point of opset >= 21 already means."""
+    zp = params.zero_point
+    return zp is not None and not (params.format.signed
+                                   and not np.any(np.asarray(zp).astype(np.int64)))
 
 
 @functools.lru_cache(maxsize=512)
@@ -195,8 +204,7 @@ def _add(s: _Sums, x: np.ndarray, recipe: Any, shape: tuple[int, ...], lo: float
         s.scales += int(np.asarray(params.scale).size)
         s.scale_shape = (shape[0],) + sshape[1:] if len(shape) >= 2 else sshape
     if zp is not None:  # as recipes.run_recipe and recipes.stores_zero_point judge one array
-        zeros = not np.any(np.asarray(zp).astype(np.int64))
-        s.asymmetric |= not (fmt.signed and zeros)
+        s.asymmetric |= asks_zero_point(params)
         s.nonzero_zero_point |= bool(np.any(np.asarray(zp).astype(np.float64) != 0))
     if first_slice or s.params is None:
         s.params = params
