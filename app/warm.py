@@ -282,12 +282,34 @@ def _warm_in_background() -> None:
 
 
 def warm_lab() -> None:
-    """Home's example and the Quantize Lab's default view on a small tensor: the kernel
-    specialisations of the default 1024x1024 view."""
+    """Home's example and the Quantize Lab's default view on a small tensor (the kernel
+    specialisations of the default 1024x1024 view), then the kernels every other setting of the
+    Lab shares, whatever its target: the per-group error statistics of any granularity but
+    per-tensor, the step table's kernels at each scale type and for small float targets, and
+    int8's parallel dequantize (the block-size sweep's clipping bounds dequantize a code per
+    scale, millions of them at a block size of 1)."""
+    import numpy as np
+
+    import qcore
+    from qcore import calibration, metrics
+    from qcore.config import PARALLEL_THRESHOLD
+
     from . import compute, controls, tensors
 
     compute.home_example.__wrapped__(0.25, 0.0, "int4")  # not st.cache_data's wrappers
-    compute.lab.__wrapped__(tensors.TensorSpec(rows=64, cols=64), controls.QuantConfig())
+    small = tensors.TensorSpec(rows=64, cols=64)
+    compute.lab.__wrapped__(small, controls.QuantConfig())
+    x = tensors.load(small)
+    p = calibration.choose_params(x, "int8", granularity=qcore.BLOCKED, axis=1, block_size=32)
+    metrics.group_errors(x, x, p, x.shape)
+    metrics.error_metrics(x, x, params=p)
+    for target, scale_dtype in (("int8", "float16"), ("int8", "bfloat16"),
+                                ("float8e4m3fn", "float")):
+        p = calibration.choose_params(x, target, scale_dtype=scale_dtype)
+        y = np.zeros(x.shape, qcore.get_format(target).dtype)
+        metrics.walkthrough(x, p, target, [0], y=y, x_hat=x)
+    qcore.dequantize_linear(np.zeros(PARALLEL_THRESHOLD, np.int8), np.ones(2, np.float32),
+                            axis=0, block_size=PARALLEL_THRESHOLD // 2)
 
 
 def _start_when_quiet() -> None:

@@ -14,21 +14,52 @@ import numpy as np
 
 from .concurrency import parallel_guard
 from .kernels import cpu
-from .kernels.params import DequantizeParams, LayoutParams, PKind, QuantizeParams, TKind
+from .kernels.params import (
+    DequantizeParams,
+    DXKind,
+    LayoutParams,
+    PKind,
+    QuantizeParams,
+    TKind,
+    XKind,
+)
 
 #: What each family is called with: (x dtypes, y dtypes)
 _QUANTIZE_INT_F32 = ((np.float32,), (np.uint8, np.uint16))
-_QUANTIZE_GENERIC = ((np.float32, np.uint16, np.int32), (np.uint8, np.uint16))
 _DEQUANTIZE_NUMERIC = ((np.int8, np.uint8, np.int16, np.uint16), (np.float32,))
-_DEQUANTIZE_GENERIC = ((np.int8, np.uint8, np.int16, np.uint16, np.int32),
-                       (np.float32, np.uint16))
 FAMILY_TYPES = {"quantize int": _QUANTIZE_INT_F32, "quantize int blocks": _QUANTIZE_INT_F32,
                 **{family: ((np.float32,), (np.uint8,))
                    for family in cpu.FAMILIES if family.startswith("quantize float")},
-                "quantize generic": _QUANTIZE_GENERIC,
                 "dequantize numeric": _DEQUANTIZE_NUMERIC,
-                "dequantize table": ((np.uint8,), (np.float32,)),
-                "dequantize generic": _DEQUANTIZE_GENERIC}
+                "dequantize table": ((np.uint8,), (np.float32,))}
+#: x as each kind travels to the kernels (16-bit floats as their bits)
+_X_DTYPES = {XKind.F32: np.float32, XKind.F16: np.uint16, XKind.BF16: np.uint16,
+             XKind.I32: np.int32}
+_DX_DTYPES = {DXKind.NUMERIC: (np.int8, np.uint8, np.int16, np.uint16), DXKind.TABLE: (np.uint8,),
+              DXKind.I32: (np.int32,)}
+
+
+def _calls(qp: QuantizeParams, dp: DequantizeParams) -> list[tuple[str, cpu.Family, tuple,
+                                                                    tuple, object]]:
+    """(label, kernels, x dtypes, y dtypes, params) for every family and generic copy."""
+    calls = []
+    for name, (xts, yts) in FAMILY_TYPES.items():
+        calls.append((name, cpu.FAMILIES[name], xts, yts,
+                      qp if name.startswith("quantize") else dp))
+    for key, kernels in cpu.GENERIC.items():
+        name, *kinds = key
+        label = f"{name} {'/'.join(k.name.lower() for k in kinds)}"
+        if name == cpu.FamilyName.QUANTIZE_GENERIC:
+            x, p, t = kinds
+            yts = (np.uint8, np.uint16) if t == TKind.INT else (np.uint8,)
+            calls.append((label, kernels, (_X_DTYPES[x],), yts,
+                          qp._replace(xkind=int(x), pkind=int(p), tkind=int(t))))
+        else:
+            x, o = kinds
+            yts = (np.float32,) if o == PKind.F32 else (np.uint16,)
+            calls.append((label, kernels, _DX_DTYPES[x], yts,
+                          dp._replace(xkind=int(x), okind=int(o))))
+    return calls
 
 
 def _jobs() -> list[tuple[str, Callable[[], None]]]:
@@ -45,9 +76,10 @@ def _jobs() -> list[tuple[str, Callable[[], None]]]:
     table = cpu._readonly(np.zeros(256, np.float64))
     enc = cpu._readonly(np.zeros(1 << 17, np.uint8))
     jobs = []
-    for family, (xts, yts) in FAMILY_TYPES.items():
-        params, tab, z = (qp, enc, zq) if family.startswith("quantize") else (dp, table, zd)
-        for kernel, label in zip(cpu.FAMILIES[family], ("parallel", "serial")):
+    for family, kernels, xts, yts, params in _calls(qp, dp):
+        quantize = family.startswith("quantize")
+        tab, z = (enc, zq) if quantize else (table, zd)
+        for kernel, label in zip(kernels, ("parallel", "serial")):
             for xt in xts:
                 for yt in yts:
                     zs = [z]

@@ -130,7 +130,7 @@ def test_parallel_and_serial_kernels_have_their_own_cache_entries():
     # starts a thread). Each variant is compiled from a renamed copy.
     from qcore import reductions
 
-    pairs = [family[:2] for family in cpu.FAMILIES.values()] + [
+    pairs = [family[:2] for family in (*cpu.FAMILIES.values(), *cpu.GENERIC.values())] + [
         (reductions._error_par, reductions._error_ser),
         (reductions._histogram_par, reductions._histogram_ser),
         (reductions._group_sse_par, reductions._group_sse_ser),
@@ -163,7 +163,7 @@ def test_warmup_compiles_every_kernel_family():
     # family's parallel and serial kernel holds compiled code, a new family included
     seen = []
     timings = qcore.warmup(progress=lambda done, total, label: seen.append((done, total)))
-    for family, kernels in cpu.FAMILIES.items():
+    for family, kernels in (*cpu.FAMILIES.items(), *cpu.GENERIC.items()):
         for kernel in (kernels.parallel, kernels.serial):
             assert kernel.signatures, f"{family}: {kernel.py_func.__qualname__} not compiled"
     assert seen and seen[-1][0] == seen[-1][1] == len(seen)
@@ -263,9 +263,9 @@ _SPECIALS = np.array([np.inf, -np.inf, np.nan, -0.0, 0.0, 1e-40, -3e38, 3e38, 44
 def test_per_tensor_call_by_its_segment_equals_the_serial_driver(x_dtype, target, n,
                                                                  monkeypatch):
     """A per-tensor call below the parallel threshold runs its family's segment directly, in
-    one run (no driver to compile on a cold start; the generic family up to one chunk); the
-    serial driver, chunk by chunk, must give the same bits, and the same refusal of an
-    unusable scale."""
+    one run (no driver to compile on a cold start; the generic family with scratch for the
+    whole run); the serial driver, chunk by chunk, must give the same bits, and the same
+    refusal of an unusable scale."""
     rng = np.random.default_rng(n)
     x = (rng.standard_normal(n) * 30).astype(np.float32)
     x[: min(n, _SPECIALS.size)] = _SPECIALS[: min(n, _SPECIALS.size)]

@@ -83,19 +83,57 @@ def _families() -> dict[FamilyName, Family]:
     for (fnuz, add), name in FLOAT_CASES.items():
         q[name] = family(float_segment(fnuz, add), name.value.replace(" ", "_"))
     return {**q,
-            FamilyName.QUANTIZE_GENERIC: family(segments_float.seg_generic, "quantize_generic",
-                                                CHUNK, CHUNK),
             FamilyName.DEQUANTIZE_NUMERIC: family(segments_dequantize.seg_numeric,
                                                   "dequantize_numeric", reads_table=True),
             FamilyName.DEQUANTIZE_TABLE: family(segments_dequantize.seg_table,
                                                 "dequantize_table", reads_table=True),
-            FamilyName.DEQUANTIZE_GENERIC: family(segments_dequantize.seg_generic,
-                                                  "dequantize_generic", reads_table=True),
             FamilyName.MINMAX: MINMAX}
 
 
-#: Every kernel as (parallel, serial, ...), by family (for dispatch, the warm-up and tests).
+#: Every kernel as (parallel, serial, ...), by family (for dispatch, the warm-up and tests);
+#: the two generic families are in :data:`GENERIC`.
 FAMILIES: dict[FamilyName, Family] = _families()
+
+
+def _generic_quantize(x: XKind, p: PKind, t: TKind) -> Family:
+    """seg_generic compiled for one (x kind, precision, target family) (see
+    :func:`qcore.kernels.bound`): a 16-bit x is exact in its own type, so it loads unrounded
+    (float32) where the precision is that type."""
+    load = PKind.F32 if x in (XKind.F16, XKind.BF16) and int(p) == int(x) else p
+    name = f"generic_{x.name}_{p.name}_{t.name}".lower()
+    segment = bound(segments_float.seg_generic, "_seg_" + name, _JIT, _XKIND=x, _PKIND=p,
+                    _TKIND=t, _LOAD_PKIND=load)
+    return family(segment, "quantize_" + name, CHUNK, per_element=True)
+
+
+def _generic_dequantize(x: DXKind, o: PKind) -> Family:
+    """segments_dequantize.seg_generic compiled for one (x kind, output kind)."""
+    name = f"generic_{x.name}_{o.name}".lower()
+    segment = bound(segments_dequantize.seg_generic, "_seg_dequantize_" + name, _JIT,
+                    _DXKIND=x, _OKIND=o)
+    return family(segment, "dequantize_" + name, reads_table=True)
+
+
+#: The generic families, one compiled copy per combination of kinds (a first call compiles
+#: the loops of its own combination only): (QUANTIZE_GENERIC, x kind, precision, target
+#: family) and (DEQUANTIZE_GENERIC, x kind, output kind), every combination the specialised
+#: families above do not take.
+GENERIC: dict[tuple[FamilyName, int, ...], Family] = {
+    **{(FamilyName.QUANTIZE_GENERIC, x, p, t): _generic_quantize(x, p, t)
+       for x in XKind for p in PKind for t in TKind if (x, p) != (XKind.F32, PKind.F32)},
+    **{(FamilyName.DEQUANTIZE_GENERIC, x, o): _generic_dequantize(x, o)
+       for x in DXKind for o in PKind if (o != PKind.F32 or x == DXKind.I32)}}
+
+
+def kernels_for(name: FamilyName, params) -> Family:
+    """The kernels of family `name` for these parameters (a generic family's copy for their
+    kinds)."""
+    if name == FamilyName.QUANTIZE_GENERIC:
+        return GENERIC[name, params.xkind, params.pkind, params.tkind]
+    if name == FamilyName.DEQUANTIZE_GENERIC:
+        return GENERIC[name, params.xkind, params.okind]
+    return FAMILIES[name]
+
 
 #: The quantize kernels' table argument (the drivers are shared with dequantize, whose decode
 #: tables it carries): small floats are encoded arithmetically, so quantize has no table.
@@ -111,24 +149,23 @@ BANDWIDTH_BOUND = frozenset({FamilyName.QUANTIZE_INT, FamilyName.DEQUANTIZE_NUME
                              FamilyName.MINMAX})
 
 #: Whether a per-tensor call below the parallel threshold runs its family's segment alone, in
-#: one run (up to the family's max_run): chunks add nothing to one serial stream, and a cold
+#: one run: chunks add nothing to one serial stream, and a cold
 #: start then compiles no driver. False: the drivers always (the tests compare the two).
 DIRECT = True
 
 
-def _launch(name: FamilyName, args: tuple, n: int, bandwidth_bound: bool,
+def _launch(kernels: Family, args: tuple, n: int, bandwidth_bound: bool,
             uniform: bool = False) -> tuple:
-    """Run the kernel of family `name` for n elements: serial below the parallel threshold,
+    """Run `kernels` (a family's) for n elements: serial below the parallel threshold,
     else parallel on numba's threads (when `bandwidth_bound`: on the cores other processes
     leave free; one means the serial kernel); a per-tensor call (`uniform`) below the
     threshold by the segment alone, in one run (see DIRECT). Returns the kernel's result (the
     quantize and dequantize drivers: how many unusable scales they read) and each worker's
     (chunks done, unusable scales read) (a direct run counts as one chunk)."""
-    kernels = FAMILIES[name]
-    if (uniform and DIRECT and kernels.segment is not None and n < PARALLEL_THRESHOLD
-            and (not kernels.max_run or n <= kernels.max_run)):
+    if uniform and DIRECT and kernels.segment is not None and n < PARALLEL_THRESHOLD:
         x, s, z, y, _, params, table = args
-        work = table if kernels.reads_table else np.empty(kernels.buffer, np.float32)
+        size = max(kernels.buffer, n) if kernels.per_element else kernels.buffer
+        work = table if kernels.reads_table else np.empty(size, np.float32)
         bad = kernels.segment(Run(x, y, s, z, n, 0), params, work) if n else 0
         return bad, np.array([[1 if n else 0, bad]], np.int64)
     workers = threads = 1
@@ -204,16 +241,17 @@ def quantize(x, s, z, y, lp, qp) -> int:
     target's codes where :func:`reads_codes`), y codes. Returns how many scales the kernel
     found not positive and finite (always 0 where it does not check them)."""
     name = quantize_family(qp, lp)
-    bad, _ = _launch(name, (readonly(x), readonly(s), readonly(z), y, lp, qp, _NO_TABLE),
-                     x.size, _bandwidth_bound(name, lp), lp.uniform == 1)
+    args = (readonly(x), readonly(s), readonly(z), y, lp, qp, _NO_TABLE)
+    bad, _ = _launch(kernels_for(name, qp), args, x.size, _bandwidth_bound(name, lp),
+                     lp.uniform == 1)
     return bad
 
 
 def dequantize(x, s, z, y, lp, dp, tab) -> None:
     """Run the dequantize kernel: x flat codes, y float32 or 16-bit float bits."""
     name = dequantize_family(dp, dp.okind == PKind.F32)
-    _launch(name, (readonly(x), readonly(s), readonly(z), y, lp, dp, readonly(tab)),
-            x.size, _bandwidth_bound(name, lp), lp.uniform == 1)
+    args = (readonly(x), readonly(s), readonly(z), y, lp, dp, readonly(tab))
+    _launch(kernels_for(name, dp), args, x.size, _bandwidth_bound(name, lp), lp.uniform == 1)
 
 
 def minmax(x, xkind) -> tuple[float, float, int]:
@@ -221,5 +259,5 @@ def minmax(x, xkind) -> tuple[float, float, int]:
     float32; `xkind` keeps the signature of the CUDA backend, which also reads 16-bit floats)."""
     nchunks = (x.size + CHUNK - 1) // CHUNK
     out = np.empty((nchunks, 3), np.float32)
-    _launch(FamilyName.MINMAX, (readonly(x), out), x.size, True)
+    _launch(FAMILIES[FamilyName.MINMAX], (readonly(x), out), x.size, True)
     return float(out[:, 0].min()), float(out[:, 1].max()), int(out[:, 2].sum())

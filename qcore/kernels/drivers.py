@@ -110,20 +110,20 @@ def _driver(x, s, z, y, lp, params, table, tally):
 
 class Family(NamedTuple):
     """A kernel family: its parallel and serial drivers, the segment function they call on each
-    run of a chunk, how many float32s of scratch the segment takes, the longest run it
-    converts in one call (0: any length; the generic quantize segment's scratch holds a float32
-    per element of its run, so one chunk), and whether its segments' work argument is the
-    decode table (else the scratch buffer). minmax has no segment."""
+    run of a chunk, how many float32s of scratch the segment takes, whether that scratch holds
+    a float32 per element of the run (the generic quantize segment's: the drivers' runs are at
+    most a chunk, a direct call's the whole of x), and whether its segments' work argument is
+    the decode table (else the scratch buffer). minmax has no segment."""
 
     parallel: Any
     serial: Any
     segment: Any = None
     buffer: int = 0
-    max_run: int = 0
+    per_element: bool = False
     reads_table: bool = False
 
 
-def family(segment, name: str, buffer: int = 0, max_run: int = 0,
+def family(segment, name: str, buffer: int = 0, per_element: bool = False,
            reads_table: bool = False) -> Family:
     """The drivers bound to one segment function: each its own small kernel, compiled (or
     cache-loaded) only when first called."""
@@ -132,7 +132,7 @@ def family(segment, name: str, buffer: int = 0, max_run: int = 0,
                               _WORK=work)
                         for suffix, flags in (("_parallel", {"parallel": True, **_JIT}),
                                               ("_serial", _JIT)))
-    return Family(parallel, serial, segment, buffer, max_run, reads_table)
+    return Family(parallel, serial, segment, buffer, per_element, reads_table)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -344,7 +344,7 @@ def dequantize_f32(xv, z, s, xkind, tab):
     return d * s
 
 
-@njit(**_INLINE)
+@njit(**_JIT)
 def dequantize_value(xv, z, s, xkind, okind, tab):
     """DequantizeLinear's rule: :func:`dequantize_f32`, then rounded once more (half to even)
     to a 16-bit output, as the output type's bits (float32, or float16/bfloat16 bits as a

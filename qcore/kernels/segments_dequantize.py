@@ -67,11 +67,17 @@ def seg_table(run, dp, tab):
     return 0
 
 
-@njit(**_JIT)
+# Bound per compiled copy of seg_generic (see cpu.generic_family): how x is read and the
+# output type.
+_DXKIND = DXKind.I32
+_OKIND = PKind.F32
+
+
 def seg_generic(run, dp, tab):
     """Decode tables (sub-byte integers, small floats), int32 and 16-bit outputs. A long run of
     bytes with one scale and one zero point looks each byte's result up in a table of the
-    256 made first."""
+    256 made first. A template: the kinds are bound per compiled copy (`_DXKIND`, `_OKIND`),
+    so a first call compiles one combination's loops."""
     wide_vectors()
     xs, ys, sv, zv, block, first = run
     n = xs.size
@@ -79,10 +85,10 @@ def seg_generic(run, dp, tab):
         out = np.empty(256, ys.dtype)
         every = np.arange(256).astype(np.uint8).view(xs.dtype)  # each byte as x's type
         for code in range(256):
-            out[code] = dequantize_value(every[code], zv[0], sv[0], dp.xkind, dp.okind, tab)
+            out[code] = dequantize_value(every[code], zv[0], sv[0], _DXKIND, _OKIND, tab)
         codes = xs.view(np.uint8)
         for j in range(n):
             ys[j] = out[codes[j]]
         return 0
-    _dequantize_run(dequantize_value, run, dp.xkind, dp.okind, tab)
+    _dequantize_run(dequantize_value, run, _DXKIND, _OKIND, tab)
     return 0

@@ -3,9 +3,9 @@ and any x kind, precision and target (:func:`seg_generic`).
 
 Segments convert one run of a chunk (:class:`~qcore.kernels.walk.Run`) block by block through
 the one block walk (:func:`~qcore.kernels.walk.block_span`), and return how many unusable scales
-they found (these check none: their scales are checked before the call). Each loop holds one
-combination of kinds: the kinds are made constants by :func:`by_precision`, the one dispatch
-from a precision read at run time to a loop compiled for it.
+they found (these check none: their scales are checked before the call). Both are templates
+compiled once per case (:func:`qcore.kernels.bound`), so each loop holds one combination of
+kinds and a first call compiles only its own.
 """
 
 from __future__ import annotations
@@ -37,18 +37,6 @@ def float_consts(qp):
     """The encode constants (:class:`~qcore.kernels.scalar.EncodeConsts`) of qp's target."""
     return encode_consts(qp.ebits, qp.mbits, qp.bias, qp.max_code, qp.has_inf, qp.nan_style,
                          qp.saturate)
-
-
-@njit(**_INLINE)
-def by_precision(loop, pkind, args):
-    """loop(args, p) with p = `pkind` as a constant (float16, bfloat16, else float32): each
-    call site compiles one loop per precision, each holding only its own rounding."""
-    if pkind == PKind.F16:
-        loop(args, PKind.F16)
-    elif pkind == PKind.BF16:
-        loop(args, PKind.BF16)
-    else:
-        loop(args, PKind.F32)
 
 
 # Bound per compiled copy (see cpu.FLOAT_CASES and qcore.kernels.bound): whether the target has
@@ -103,23 +91,6 @@ def _load_as(args, pkind):
         else:
             w = np.float32(xs[j])
         v[j] = w if pkind == PKind.F32 else round_to_precision(w, pkind)
-
-
-@njit(**_INLINE)
-def _load(xs, v, n, xkind, pkind):
-    """v[j] = x[j] as float32, rounded to the precision type: one loop per pair of kinds.
-    A 16-bit x is exact in float32 and in its own type, so only the other 16-bit precision
-    rounds it; int32 is rounded to the precision directly (one rounding)."""
-    if xkind == XKind.F32:
-        by_precision(_load_as, pkind, (xs, v, n, XKind.F32))
-    elif xkind == XKind.F16:
-        by_precision(_load_as, PKind.F32 if pkind == PKind.F16 else pkind, (xs, v, n, XKind.F16))
-    elif xkind == XKind.BF16:
-        by_precision(_load_as, PKind.F32 if pkind == PKind.BF16 else pkind,
-                     (xs, v, n, XKind.BF16))
-    else:
-        for j in range(np.uint64(0), np.uint64(n)):
-            v[j] = load_x(xs[j], xkind, pkind)
 
 
 @njit(**_INLINE)
@@ -178,43 +149,57 @@ def _int_blocks_half(args, pkind):
             ys[j] = int_code_masked(round_to_precision(w / s0, pkind), z0, lo, hi, mask)
 
 
-@njit(**_JIT)
+# Bound per compiled copy of seg_generic (see cpu.generic_family): x's kind, the precision,
+# the target family, and the precision x is loaded at (float32 where x is a 16-bit type and the
+# precision its own: such an x is exact in it).
+_XKIND = XKind.F16
+_PKIND = PKind.F32
+_TKIND = TKind.INT
+_LOAD_PKIND = PKind.F32
+
+
 def seg_generic(run, qp, buf):
     """Any x kind, precision and target: 16-bit x to an integer target in one fused loop per
     block; otherwise x decoded and rounded to the precision into `buf` (a float32 per element
     of the run: one chunk), then per block one fused loop (divide, round to the precision,
-    encode), chosen by precision and target family outside the loop."""
+    encode). A template: the kinds are bound per compiled copy (`_XKIND`, `_PKIND`, `_TKIND`,
+    `_LOAD_PKIND`), so numba drops the other combinations' branches before compiling and a
+    first call compiles the loops of one combination only."""
     wide_vectors()
     xs, ys, sv, zv, block, first = run
     n = xs.size
-    xkind = qp.xkind
-    pkind = qp.pkind
-    if block == 0:
-        for j in range(n):
-            q = round_to_precision(load_x(xs[j], xkind, pkind) / sv[j], pkind)
-            ys[j] = quantize_value(q, zv[j], qp)
-        return 0
-    is_int = qp.tkind == TKind.INT
     lo = np.float32(qp.lo)
     hi = np.float32(qp.hi)
-    if is_int and xkind == XKind.F16:
-        by_precision(_int_blocks_half, pkind, (run, lo, hi, np.int32(qp.mask), XKind.F16))
+    if block == 0:
+        if _TKIND == TKind.INT:
+            wrap = np.float32(qp.mask + 1)
+            for j in range(n):
+                q = round_to_precision(load_x(xs[j], _XKIND, _PKIND) / sv[j], _PKIND)
+                ys[j] = int_code(np.rint(q), zv[j], lo, hi, wrap)
+        else:
+            for j in range(n):
+                q = round_to_precision(load_x(xs[j], _XKIND, _PKIND) / sv[j], _PKIND)
+                ys[j] = quantize_value(q, zv[j], qp)
         return 0
-    if is_int and xkind == XKind.BF16:
-        by_precision(_int_blocks_half, pkind, (run, lo, hi, np.int32(qp.mask), XKind.BF16))
+    if _TKIND == TKind.INT and _XKIND != XKind.F32 and _XKIND != XKind.I32:
+        _int_blocks_half((run, lo, hi, np.int32(qp.mask), _XKIND), _PKIND)
         return 0
     v = buf
-    _load(xs, v, n, xkind, pkind)
-    wrap = np.float32(qp.mask + 1)
-    add = qp.has_zp == 1
-    c = float_consts(qp)
-    fnuz = qp.nan_style == NanStyle.NEG_ZERO
-    for b in range(block_count(n, block, first)):
-        j0, j1 = block_span(b, n, block, first)
-        s0 = sv[b]
-        z0 = np.float32(zv[b])
-        if is_int:
-            by_precision(_int_block, pkind, (v, ys, j0, j1, s0, z0, lo, hi, wrap))
-        else:
-            by_precision(_float_block, pkind, (v, ys, j0, j1, s0, z0, add, c, fnuz))
+    if _XKIND == XKind.I32:
+        for j in range(np.uint64(0), np.uint64(n)):
+            v[j] = load_x(xs[j], _XKIND, _PKIND)
+    else:
+        _load_as((xs, v, n, _XKIND), _LOAD_PKIND)
+    if _TKIND == TKind.INT:
+        wrap = np.float32(qp.mask + 1)
+        for b in range(block_count(n, block, first)):
+            j0, j1 = block_span(b, n, block, first)
+            _int_block((v, ys, j0, j1, sv[b], np.float32(zv[b]), lo, hi, wrap), _PKIND)
+    else:
+        add = qp.has_zp == 1
+        c = float_consts(qp)
+        fnuz = qp.nan_style == NanStyle.NEG_ZERO
+        for b in range(block_count(n, block, first)):
+            j0, j1 = block_span(b, n, block, first)
+            _float_block((v, ys, j0, j1, sv[b], np.float32(zv[b]), add, c, fnuz), _PKIND)
     return 0
