@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from . import renamed
 from .bits import EXPLICIT_VECTORS, FLOAT_CODES, HAS_F16C, f16_bits_as_f32, f32_as_u32, wide_vectors
 from .params import NanStyle, PKind, TKind, XKind
 from .scalar import (
@@ -30,6 +31,11 @@ from .walk import block_count, block_span
 
 _JIT = {"cache": True, "nogil": True, "error_model": "numpy"}
 _INLINE = {"inline": "always", **_JIT}
+
+#: round_to_precision as a call, for the generic loops: compiled once, and inlined by LLVM
+#: with the loop's precision folded in. numba's own inlining copies a function's IR into every
+#: call site and types each copy, which made the generic copies slow to compile.
+_round = njit(**_JIT)(renamed(round_to_precision.py_func, "_called"))
 
 
 @njit(**_INLINE)
@@ -90,7 +96,7 @@ def _load_as(args, pkind):
             w = bf16_to_f32(xs[j])
         else:
             w = np.float32(xs[j])
-        v[j] = w if pkind == PKind.F32 else round_to_precision(w, pkind)
+        v[j] = w if pkind == PKind.F32 else _round(w, pkind)
 
 
 @njit(**_INLINE)
@@ -99,7 +105,7 @@ def _int_block(args, pkind):
     args = (v, ys, j0, j1, s0, z0, lo, hi, wrap)."""
     v, ys, j0, j1, s0, z0, lo, hi, wrap = args
     for j in range(np.uint64(j0), np.uint64(j1)):
-        ys[j] = int_code(np.rint(round_to_precision(v[j] / s0, pkind)), z0, lo, hi, wrap)
+        ys[j] = int_code(np.rint(_round(v[j] / s0, pkind)), z0, lo, hi, wrap)
 
 
 @njit(**_INLINE)
@@ -109,12 +115,12 @@ def _float_block(args, pkind):
     v, ys, j0, j1, s0, za, add, c, fnuz = args
     if add:
         for j in range(np.uint64(j0), np.uint64(j1)):
-            q = round_to_precision(v[j] / s0, pkind)
-            q = round_to_precision(q + za, pkind)
+            q = _round(v[j] / s0, pkind)
+            q = _round(q + za, pkind)
             ys[j] = encode_with(f32_as_u32(q), c, fnuz)
     else:
         for j in range(np.uint64(j0), np.uint64(j1)):
-            ys[j] = encode_with(f32_as_u32(round_to_precision(v[j] / s0, pkind)), c, fnuz)
+            ys[j] = encode_with(f32_as_u32(_round(v[j] / s0, pkind)), c, fnuz)
 
 
 @njit(**_INLINE)
@@ -145,8 +151,8 @@ def _int_blocks_half(args, pkind):
         for j in range(np.uint64(j0), np.uint64(j1)):
             w = _half_to_f32(xs[j], xkind)
             if pkind != PKind.F32 and pkind != xkind:
-                w = round_to_precision(w, pkind)
-            ys[j] = int_code_masked(round_to_precision(w / s0, pkind), z0, lo, hi, mask)
+                w = _round(w, pkind)
+            ys[j] = int_code_masked(_round(w / s0, pkind), z0, lo, hi, mask)
 
 
 # Bound per compiled copy of seg_generic (see cpu.generic_family): x's kind, the precision,
@@ -174,11 +180,11 @@ def seg_generic(run, qp, buf):
         if _TKIND == TKind.INT:
             wrap = np.float32(qp.mask + 1)
             for j in range(n):
-                q = round_to_precision(load_x(xs[j], _XKIND, _PKIND) / sv[j], _PKIND)
+                q = _round(load_x(xs[j], _XKIND, _PKIND) / sv[j], _PKIND)
                 ys[j] = int_code(np.rint(q), zv[j], lo, hi, wrap)
         else:
             for j in range(n):
-                q = round_to_precision(load_x(xs[j], _XKIND, _PKIND) / sv[j], _PKIND)
+                q = _round(load_x(xs[j], _XKIND, _PKIND) / sv[j], _PKIND)
                 ys[j] = quantize_value(q, zv[j], qp)
         return 0
     if _TKIND == TKind.INT and _XKIND != XKind.F32 and _XKIND != XKind.I32:
