@@ -285,14 +285,16 @@ def warm_lab() -> None:
     """Home's example and the Quantize Lab's default view on a small tensor (the kernel
     specialisations of the default 1024x1024 view), then the kernels every other setting of the
     Lab shares, whatever its target: the per-group error statistics of any granularity but
-    per-tensor, the step table's kernels at each scale type and for small float targets, and
-    int8's parallel dequantize (the block-size sweep's clipping bounds dequantize a code per
+    per-tensor, the step table's kernels at each scale type and for small float targets, the
+    element rules of the 16-bit scale types (:func:`qcore.warmup.shared_rules`), and int8's
+    parallel dequantize (the block-size sweep's clipping bounds dequantize a code per
     scale, millions of them at a block size of 1)."""
     import numpy as np
 
     import qcore
     from qcore import calibration, metrics
     from qcore.config import PARALLEL_THRESHOLD
+    from qcore.warmup import shared_rules
 
     from . import compute, controls, tensors
 
@@ -308,6 +310,7 @@ def warm_lab() -> None:
         p = calibration.choose_params(x, target, scale_dtype=scale_dtype)
         y = np.zeros(x.shape, qcore.get_format(target).dtype)
         metrics.walkthrough(x, p, target, [0], y=y, x_hat=x)
+    shared_rules()
     qcore.dequantize_linear(np.zeros(PARALLEL_THRESHOLD, np.int8), np.ones(2, np.float32),
                             axis=0, block_size=PARALLEL_THRESHOLD // 2)
 

@@ -131,3 +131,20 @@ def warmup(progress: Callable[[int, int, str], None] | None = None) -> dict[str,
         if progress is not None:
             progress(i + 1, len(jobs), label)
     return timings
+
+
+def shared_rules() -> None:
+    """Compile the element rules every generic kernel copy calls (once per argument type,
+    shared by every copy, so a server can pay for them before a first 16-bit scale or 16-bit
+    x): loading x at a precision, rounding to it, and dequantizing to a 16-bit output from the
+    8-bit and table codes."""
+    from .kernels import scalar, segments_float
+
+    for xv in (np.float32(0), np.uint16(0)):
+        for x in (XKind.F32, XKind.F16):
+            scalar.load_x(xv, x, PKind.F16)
+    segments_float._round(np.float32(0), PKind.F16)
+    table = cpu._readonly(np.zeros(256, np.float64))
+    for xv in (np.int8(0), np.uint8(0)):
+        for x in (DXKind.NUMERIC, DXKind.TABLE):
+            scalar.dequantize_value(xv, np.float64(0), np.float32(1), x, PKind.F16, table)

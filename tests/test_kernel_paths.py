@@ -255,6 +255,39 @@ _SPECIALS = np.array([np.inf, -np.inf, np.nan, -0.0, 0.0, 1e-40, -3e38, 3e38, 44
                       6.5, 0.25, 1e30, -1e-45, 65504.0, 2.5], np.float32)
 
 
+@pytest.mark.parametrize("x_dtype", [np.float32, ml_dtypes.bfloat16])
+@pytest.mark.parametrize("target", [np.int8, np.uint16, ml_dtypes.uint4, ml_dtypes.float8_e4m3fn,
+                                    ml_dtypes.float8_e5m2fnuz])
+@pytest.mark.parametrize("shape, axis, block", [((300, 256), 1, 32), ((70, 1024), 1, 128),
+                                                ((3000, 40), 0, 0), ((4, 70, 300), 0, 2),
+                                                ((700, 96), 1, 1)])
+def test_one_run_call_by_its_segment_equals_the_serial_driver(x_dtype, target, shape, axis,
+                                                              block, monkeypatch):
+    """Blocked and per-axis calls whose elements map to their scales as one run of blocks run
+    their family's segment directly on the whole of x (the scratch sized for it: a zero point
+    per block, many more than a chunk's); the serial driver must give the same bits."""
+    rng = np.random.default_rng(block + axis)
+    x = (rng.standard_normal(shape) * 30).astype(np.float32)
+    x.reshape(-1)[::97] = np.resize(_SPECIALS, x.reshape(-1)[::97].size)
+    with np.errstate(over="ignore"):
+        x = x.astype(x_dtype)
+    sshape = list(shape)
+    if block:
+        sshape[axis] = -(-shape[axis] // block)
+    else:
+        sshape = [shape[axis]]
+    scale = rng.uniform(0.25, 2.0, sshape).astype(x_dtype)
+    zero = np.full(sshape, 3 if np.dtype(target).kind in "iu" else 0, target)
+    kwargs = {"axis": axis, "block_size": block}
+    results = []
+    for direct in (True, False):
+        monkeypatch.setattr(cpu, "DIRECT", direct)
+        y = qcore.quantize_linear(x, scale, zero, **kwargs)
+        results.append((y, qcore.dequantize_linear(y, scale, zero, **kwargs)))
+    assert_bits_equal(results[0][0], results[1][0], context="quantize")
+    assert_bits_equal(results[0][1], results[1][1], context="dequantize")
+
+
 @pytest.mark.parametrize("x_dtype", [np.float32, np.float16, ml_dtypes.bfloat16])
 @pytest.mark.parametrize("target", [np.int8, ml_dtypes.uint4, np.int16,
                                     ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2fnuz,

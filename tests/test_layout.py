@@ -169,3 +169,24 @@ def test_the_kernels_walk_is_the_index_map(shape, gran, axis, bs):
     for step in (1, 2, 5, n):
         got = _walked_scale_indices(LayoutParams.from_layout(lay), n, step)
         np.testing.assert_array_equal(got, want, err_msg=f"chunks of {step}")
+
+
+@pytest.mark.parametrize("shape, gran, axis, bs", CONFIGS)
+def test_one_run_of_blocks_is_the_index_map_where_claimed(shape, gran, axis, bs):
+    """Where single_run_block says x is one run of blocks of B elements (the kernels then
+    convert it in one call of a segment), element j's scale is j // B by Layout.scale_index;
+    and it says so for every per-tensor layout and every blocked layout on the last axis whose
+    length is a multiple of the block."""
+    from qcore.kernels.params import LayoutParams
+    from qcore.kernels.walk import single_run_block
+
+    lay = Layout.from_granularity(shape, gran, axis, bs)
+    n = int(np.prod(shape))
+    block = single_run_block(LayoutParams.from_layout(lay), n)
+    want = lay.scale_index(np.arange(n))
+    if block:
+        np.testing.assert_array_equal(np.arange(n) // block, want)
+    last = lay.post == 1
+    if gran == PER_TENSOR or (gran == BLOCKED and last and shape[axis] % bs == 0
+                              and lay.n_scales > 1):
+        assert block, "a layout that is one run of blocks is not taken as one"

@@ -159,7 +159,7 @@ def test_every_chunk_is_done_once_by_the_workers_that_drew_it(monkeypatch):
     n = 40 * cpu.CHUNK + 123
     x = np.linspace(-3, 3, n, dtype=np.float32)
     out = np.empty((-(-n // cpu.CHUNK), 3), np.float32)
-    _, tally = cpu._launch("minmax", (cpu._readonly(x), out), n, True)
+    _, tally = cpu._launch(cpu.FAMILIES["minmax"], (cpu._readonly(x), out), n, True)
     assert tally.shape[0] == numba.get_num_threads()
     assert tally[:, 0].sum() == out.shape[0]
     assert out[:, 0].min() == -3 and out[:, 1].max() == 3 and out[:, 2].sum() == 0

@@ -31,7 +31,7 @@ from .bits import FLOAT_CODES
 from .drivers import MINMAX, Family, family
 from .params import DXKind, NanStyle, PKind, QuantizeParams, TKind, XKind
 from .pool import new_output, readonly, release_outputs
-from .walk import Run, per_element_scales
+from .walk import Run, per_element_scales, single_run_block
 
 __all__ = ["CHUNK", "PARALLEL_THRESHOLD", "FAMILIES", "FamilyName", "dequantize", "minmax",
            "new_output", "quantize", "release_outputs"]
@@ -102,7 +102,8 @@ def _generic_quantize(x: XKind, p: PKind, t: TKind) -> Family:
     load = PKind.F32 if x in (XKind.F16, XKind.BF16) and int(p) == int(x) else p
     name = f"generic_{x.name}_{p.name}_{t.name}".lower()
     segment = bound(segments_float.seg_generic, "_seg_" + name, _JIT, _XKIND=x, _PKIND=p,
-                    _TKIND=t, _LOAD_PKIND=load)
+                    _LOAD_PKIND=load, _INT_TARGET=t == TKind.INT,
+                    _HALF_X=x in (XKind.F16, XKind.BF16), _INT32_X=x == XKind.I32)
     return family(segment, "quantize_" + name, CHUNK, per_element=True)
 
 
@@ -148,26 +149,31 @@ _NO_TABLE.flags.writeable = False
 BANDWIDTH_BOUND = frozenset({FamilyName.QUANTIZE_INT, FamilyName.DEQUANTIZE_NUMERIC,
                              FamilyName.MINMAX})
 
-#: Whether a per-tensor call below the parallel threshold runs its family's segment alone, in
-#: one run: chunks add nothing to one serial stream, and a cold
-#: start then compiles no driver. False: the drivers always (the tests compare the two).
+#: Whether a call below the parallel threshold whose elements map to their scales as one run
+#: of equal blocks (:func:`~qcore.kernels.walk.single_run_block`: per tensor, and the common
+#: blocked and per-axis layouts) runs its family's segment alone, in that one run: chunks add
+#: nothing to one serial stream, and a cold start then compiles no driver. False: the drivers
+#: always (the tests compare the two).
 DIRECT = True
 
 
-def _launch(kernels: Family, args: tuple, n: int, bandwidth_bound: bool,
-            uniform: bool = False) -> tuple:
+def _launch(kernels: Family, args: tuple, n: int, bandwidth_bound: bool) -> tuple:
     """Run `kernels` (a family's) for n elements: serial below the parallel threshold,
     else parallel on numba's threads (when `bandwidth_bound`: on the cores other processes
-    leave free; one means the serial kernel); a per-tensor call (`uniform`) below the
-    threshold by the segment alone, in one run (see DIRECT). Returns the kernel's result (the
-    quantize and dequantize drivers: how many unusable scales they read) and each worker's
-    (chunks done, unusable scales read) (a direct run counts as one chunk)."""
-    if uniform and DIRECT and kernels.segment is not None and n < PARALLEL_THRESHOLD:
-        x, s, z, y, _, params, table = args
-        size = max(kernels.buffer, n) if kernels.per_element else kernels.buffer
-        work = table if kernels.reads_table else np.empty(size, np.float32)
-        bad = kernels.segment(Run(x, y, s, z, n, 0), params, work) if n else 0
-        return bad, np.array([[1 if n else 0, bad]], np.int64)
+    leave free; one means the serial kernel); below the threshold by the segment alone where
+    x is one run (see DIRECT). Returns the kernel's result (the quantize and dequantize
+    drivers: how many unusable scales they read) and each worker's (chunks done, unusable
+    scales read) (a direct run counts as one chunk)."""
+    if DIRECT and kernels.segment is not None and n < PARALLEL_THRESHOLD:
+        x, s, z, y, lp, params, table = args
+        block = single_run_block(lp, n)
+        if block:
+            # scratch for one run of n: a float32 per element, or a zero point per block
+            need = n if kernels.per_element else -(-n // block) + 2
+            work = table if kernels.reads_table else np.empty(max(kernels.buffer, need),
+                                                               np.float32)
+            bad = kernels.segment(Run(x, y, s, z, block, 0), params, work) if n else 0
+            return bad, np.array([[1 if n else 0, bad]], np.int64)
     workers = threads = 1
     if n >= PARALLEL_THRESHOLD:
         threads = numba_threads()
@@ -242,8 +248,7 @@ def quantize(x, s, z, y, lp, qp) -> int:
     found not positive and finite (always 0 where it does not check them)."""
     name = quantize_family(qp, lp)
     args = (readonly(x), readonly(s), readonly(z), y, lp, qp, _NO_TABLE)
-    bad, _ = _launch(kernels_for(name, qp), args, x.size, _bandwidth_bound(name, lp),
-                     lp.uniform == 1)
+    bad, _ = _launch(kernels_for(name, qp), args, x.size, _bandwidth_bound(name, lp))
     return bad
 
 
@@ -251,7 +256,7 @@ def dequantize(x, s, z, y, lp, dp, tab) -> None:
     """Run the dequantize kernel: x flat codes, y float32 or 16-bit float bits."""
     name = dequantize_family(dp, dp.okind == PKind.F32)
     args = (readonly(x), readonly(s), readonly(z), y, lp, dp, readonly(tab))
-    _launch(kernels_for(name, dp), args, x.size, _bandwidth_bound(name, lp), lp.uniform == 1)
+    _launch(kernels_for(name, dp), args, x.size, _bandwidth_bound(name, lp))
 
 
 def minmax(x, xkind) -> tuple[float, float, int]:

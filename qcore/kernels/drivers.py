@@ -110,10 +110,11 @@ def _driver(x, s, z, y, lp, params, table, tally):
 
 class Family(NamedTuple):
     """A kernel family: its parallel and serial drivers, the segment function they call on each
-    run of a chunk, how many float32s of scratch the segment takes, whether that scratch holds
-    a float32 per element of the run (the generic quantize segment's: the drivers' runs are at
-    most a chunk, a direct call's the whole of x), and whether its segments' work argument is
-    the decode table (else the scratch buffer). minmax has no segment."""
+    run of a chunk, how many float32s of scratch the segment takes for a chunk (the integer
+    blocks segment's: a zero point per block), whether that scratch holds a float32 per
+    element of the run instead (the generic quantize segment's), and whether its segments'
+    work argument is the decode table (else the scratch buffer). minmax has no segment. A
+    direct call (cpu.DIRECT) converts the whole of x in one run, with scratch sized for it."""
 
     parallel: Any
     serial: Any

@@ -15,7 +15,7 @@ from numba import njit
 
 from . import renamed
 from .bits import EXPLICIT_VECTORS, FLOAT_CODES, HAS_F16C, f16_bits_as_f32, f32_as_u32, wide_vectors
-from .params import NanStyle, PKind, TKind, XKind
+from .params import NanStyle, PKind, XKind
 from .scalar import (
     bf16_to_f32,
     encode_consts,
@@ -156,20 +156,22 @@ def _int_blocks_half(args, pkind):
 
 
 # Bound per compiled copy of seg_generic (see cpu.generic_family): x's kind, the precision,
-# the target family, and the precision x is loaded at (float32 where x is a 16-bit type and the
-# precision its own: such an x is exact in it).
+# the precision x is loaded at (float32 where x is a 16-bit type and the precision its own:
+# such an x is exact in it), and the target family and x's class as plain bools, which numba
+# prunes branches on before typing (it does not fold comparisons of enum members).
 _XKIND = XKind.F16
 _PKIND = PKind.F32
-_TKIND = TKind.INT
 _LOAD_PKIND = PKind.F32
+_INT_TARGET = True
+_HALF_X = True  # x is float16 or bfloat16
+_INT32_X = False
 
 
 def seg_generic(run, qp, buf):
     """Any x kind, precision and target: 16-bit x to an integer target in one fused loop per
     block; otherwise x decoded and rounded to the precision into `buf` (a float32 per element
     of the run: one chunk), then per block one fused loop (divide, round to the precision,
-    encode). A template: the kinds are bound per compiled copy (`_XKIND`, `_PKIND`, `_TKIND`,
-    `_LOAD_PKIND`), so numba drops the other combinations' branches before compiling and a
+    encode). A template: the kinds are bound per compiled copy (see above), so numba drops the other combinations' branches before compiling and a
     first call compiles the loops of one combination only."""
     wide_vectors()
     xs, ys, sv, zv, block, first = run
@@ -177,7 +179,7 @@ def seg_generic(run, qp, buf):
     lo = np.float32(qp.lo)
     hi = np.float32(qp.hi)
     if block == 0:
-        if _TKIND == TKind.INT:
+        if _INT_TARGET:
             wrap = np.float32(qp.mask + 1)
             for j in range(n):
                 q = _round(load_x(xs[j], _XKIND, _PKIND) / sv[j], _PKIND)
@@ -187,16 +189,16 @@ def seg_generic(run, qp, buf):
                 q = _round(load_x(xs[j], _XKIND, _PKIND) / sv[j], _PKIND)
                 ys[j] = quantize_value(q, zv[j], qp)
         return 0
-    if _TKIND == TKind.INT and _XKIND != XKind.F32 and _XKIND != XKind.I32:
+    if _INT_TARGET and _HALF_X:
         _int_blocks_half((run, lo, hi, np.int32(qp.mask), _XKIND), _PKIND)
         return 0
     v = buf
-    if _XKIND == XKind.I32:
+    if _INT32_X:
         for j in range(np.uint64(0), np.uint64(n)):
             v[j] = load_x(xs[j], _XKIND, _PKIND)
     else:
         _load_as((xs, v, n, _XKIND), _LOAD_PKIND)
-    if _TKIND == TKind.INT:
+    if _INT_TARGET:
         wrap = np.float32(qp.mask + 1)
         for b in range(block_count(n, block, first)):
             j0, j1 = block_span(b, n, block, first)

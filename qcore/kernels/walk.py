@@ -102,6 +102,22 @@ def next_segment(p, d, q, remaining, lp):
     return run, start, count, blk, first, p, d, q
 
 
+def single_run_block(lp, n: int) -> int:
+    """B > 0 where element j of x (n elements) has scale j // B on layout `lp`, so that x is
+    one run of blocks of B elements; else 0. Per tensor: B = n. Otherwise the scales must not
+    vary along the axes after the axis (scale_post 1), and the axes before it must either be
+    absent (pre 1) or have a scale each with whole blocks along the axis: then B is a block
+    times the elements after the axis (blocked on the last axis with its length a multiple of
+    the block; per-axis or blocked on the first axis)."""
+    if lp.uniform == 1:
+        return n
+    if lp.scale_post != 1:
+        return 0
+    if lp.pre == 1 or (lp.scale_pre > 1 and lp.dim % lp.block == 0):
+        return lp.block * lp.post
+    return 0
+
+
 def per_element_scales(lp) -> bool:
     """Whether next_segment gives runs with a scale per element (block 0) on layout `lp`:
     per-axis on the last axis, or scales that vary along the rows of a later axis (blocked
