@@ -284,8 +284,8 @@ def _warm_in_background() -> None:
 def warm_lab() -> None:
     """Home's example and the Quantize Lab's default view on a small tensor (the kernel
     specialisations of the default 1024x1024 view), then the kernels every other setting of the
-    Lab shares, whatever its target: the per-group error statistics of any granularity but
-    per-tensor, the step table's kernels at each scale type and for small float targets, the
+    Lab shares, whatever its target: the kernels of blocked and per-axis integer codes of 8 bits
+    or fewer (int8's), the per-group error statistics of any granularity but per-tensor, the step table's kernels at each scale type and for small float targets, the
     element rules of the 16-bit scale types (:func:`qcore.warmup.shared_rules`), and int8's
     parallel dequantize (the block-size sweep's clipping bounds dequantize a code per
     scale, millions of them at a block size of 1)."""
@@ -302,7 +302,9 @@ def warm_lab() -> None:
     small = tensors.TensorSpec(rows=64, cols=64)
     compute.lab.__wrapped__(small, controls.QuantConfig())
     x = tensors.load(small)
-    p = calibration.choose_params(x, "int8", granularity=qcore.BLOCKED, axis=1, block_size=32)
+    for gran in (qcore.BLOCKED, qcore.PER_AXIS):  # codes of 8 bits or fewer: one kernel
+        p = calibration.choose_params(x, "int8", granularity=gran, axis=1, block_size=32)
+        p.round_trip(x)
     metrics.group_errors(x, x, p, x.shape)
     metrics.error_metrics(x, x, params=p)
     for target, scale_dtype in (("int8", "float16"), ("int8", "bfloat16"),
