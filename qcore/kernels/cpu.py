@@ -29,6 +29,7 @@ from ..config import CHUNK, PARALLEL_THRESHOLD
 from . import bound, segments_dequantize, segments_float, segments_int
 from .bits import FLOAT_CODES
 from .drivers import MINMAX, Family, family
+from .jit import JIT
 from .params import DXKind, NanStyle, PKind, QuantizeParams, TKind, XKind
 from .pool import new_output, readonly, release_outputs
 from .walk import Run, per_element_scales
@@ -36,7 +37,6 @@ from .walk import Run, per_element_scales
 __all__ = ["CHUNK", "PARALLEL_THRESHOLD", "FAMILIES", "FamilyName", "dequantize", "minmax",
            "new_output", "quantize", "release_outputs"]
 
-_JIT = {"cache": True, "nogil": True, "error_model": "numpy"}
 _readonly = readonly  # the name the warm-up and the metrics reductions import
 
 
@@ -72,7 +72,7 @@ def float_segment(fnuz: bool, add: bool, suffix: str = "", **constants):
     """seg_float compiled for one small-float case (its flags bound, see
     :func:`qcore.kernels.bound`); `constants` bind more (the tests bind EXPLICIT_VECTORS off)."""
     name = FLOAT_CASES[fnuz, add].value.replace(" ", "_").replace("quantize_", "_seg_")
-    return bound(segments_float.seg_float, name + suffix, _JIT, _FNUZ=fnuz, _ADD=add,
+    return bound(segments_float.seg_float, name + suffix, JIT, _FNUZ=fnuz, _ADD=add,
                  _FLOAT_CODES=FLOAT_CODES[fnuz, add], **constants)
 
 

@@ -14,6 +14,8 @@ import numpy as np
 from numba import njit
 
 from .bits import EXPLICIT_VECTORS, FLOAT_CODES, HAS_F16C, f16_bits_as_f32, f32_as_u32, wide_vectors
+from .jit import INLINE as _INLINE
+from .jit import JIT as _JIT
 from .params import NanStyle, PKind, TKind, XKind
 from .scalar import (
     bf16_to_f32,
@@ -27,9 +29,6 @@ from .scalar import (
     round_to_precision,
 )
 from .walk import block_count, block_span
-
-_JIT = {"cache": True, "nogil": True, "error_model": "numpy"}
-_INLINE = {"inline": "always", **_JIT}
 
 
 @njit(**_INLINE)
