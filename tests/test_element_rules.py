@@ -15,7 +15,13 @@ The rules (qcore.kernels.scalar) and the copies written for speed that their doc
   zero point of the 8-bit-and-smaller types and every 16-bit code, against the rule run
   element by element and against NumPy's (x - zp) * scale.
 
-The CUDA kernels' copies are checked against the CPU kernels in tests/test_cuda_sim.py.
+The CUDA kernels' copies, run under numba's CUDA simulator (the Python a GPU compiles):
+``cuda_quantize.q_int`` and the generic ``cuda_kernels.quantize_kernel`` (integer code, every
+target of 8 bits or fewer), ``cuda_quantize.q_float`` and the generic kernel (small-float encode,
+every format's codes and midpoints), ``cuda_quantize._hw_or_encoder`` (the GPU's float8
+conversion, modelled by ml_dtypes' cast), ``cuda_dequantize.dq_element`` and the generic
+``cuda_kernels.dequantize_kernel`` (every code and zero point as above). The kernels around
+them are checked against the CPU backend in tests/test_cuda_sim.py.
 """
 
 from __future__ import annotations

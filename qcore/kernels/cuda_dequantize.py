@@ -26,7 +26,8 @@ else:  # pragma: no cover - numba without its CUDA target: nothing here runs
 @device_function
 def dq_element(code, s, z, xkind, signed, tab):
     """One 8-bit code (as 0..255) to float32: (x - zp) * scale in float32; decode-table
-    types through their value, NaN codes to the CPU's NaN bits without GPU arithmetic."""
+    types through their value, NaN codes to the CPU's NaN bits without GPU arithmetic: the
+    rule of :func:`qcore.kernels.scalar.dequantize_f32` (tests/test_element_rules.py)."""
     if xkind == DXKind.TABLE:
         w = tab[code]
         if w != w:

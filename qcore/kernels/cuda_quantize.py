@@ -56,7 +56,8 @@ else:  # pragma: no cover - numba without its CUDA target: nothing here runs
 
 @device_function
 def q_int(v, s, z, lo, hi, mask):
-    """saturate(round(x / scale) + zp) as its stored code (scale division in float32)."""
+    """saturate(round(x / scale) + zp) as its stored code (scale division in float32): the
+    rule of :func:`qcore.kernels.scalar.int_code` (tests/test_element_rules.py)."""
     return int64(saturate_int(rint_f32(float32(v / s)), int64(z), lo, hi) & mask)
 
 

@@ -98,7 +98,11 @@ def encode_with(b, c, fnuz):
     round to max_code + 1), then capped (saturate) or replaced (NaN) per the Cast tables.
 
     Vector copy: :data:`qcore.kernels.bits.FLOAT_CODES` (the same steps as LLVM vector
-    operations, for the CPU small-float kernels; tests/test_element_rules.py).
+    operations, for the CPU small-float kernels). The CUDA kernels call this function itself;
+    what they add around it is checked with it (tests/test_element_rules.py): the quotient's
+    bits (:func:`qcore.kernels.cuda_quantize.q_small_float_bits`, the generic
+    :func:`qcore.kernels.cuda_kernels.quantize_kernel`) and the choice of the GPU's float8
+    conversion below the overflow bound (:func:`qcore.kernels.cuda_quantize._hw_or_encoder`).
     """
     s = c.shift & _I32(31)  # keeps the shift in 32-bit lanes
     a = _I32(b & _U32(0x7FFFFFFF))
@@ -184,8 +188,11 @@ def int_code(r, zero_point, lo, hi, wrap):
     (no 64-bit lanes). QuantizeLinear's integer rule.
 
     Copies for speed (tests/test_element_rules.py checks each against this rule on every
-    code): :func:`int_code_masked` (the CPU integer kernels' scalar loops) and the vector steps
-    :data:`qcore.kernels.bits.int_codes_32` / ``_64`` / ``_128`` / ``int_codes_step``."""
+    code): :func:`int_code_masked` (the CPU integer kernels' scalar loops), the vector steps
+    :data:`qcore.kernels.bits.int_codes_32` / ``_64`` / ``_128`` / ``int_codes_step``, and on
+    CUDA :func:`qcore.kernels.cuda_quantize.q_int` (the specialised kernels) and the generic
+    :func:`qcore.kernels.cuda_kernels.quantize_kernel`, which take the two's complement as
+    the low bits (as int_code_masked does)."""
     t = saturate_float(r, zero_point, lo, hi)
     t = t + np.float32(wrap) if t < np.float32(0.0) else t
     return np.int32(t)
@@ -334,7 +341,12 @@ def dequantize_f32(xv, z, s, xkind, tab):
 
     The difference is exact in float32 for 8/16-bit integers (DXKind.NUMERIC) and for the
     values of the decode table `tab` (DXKind.TABLE: sub-byte integers and small floats, by
-    byte); int32's is formed in int64, then rounded once. The product is rounded once."""
+    byte); int32's is formed in int64, then rounded once. The product is rounded once.
+
+    CUDA copies (tests/test_element_rules.py checks each on every code):
+    :func:`qcore.kernels.cuda_dequantize.dq_element` (8-bit codes, the specialised kernels)
+    and the generic :func:`qcore.kernels.cuda_kernels.dequantize_kernel`, both returning a
+    NaN code's table value with the CPU's bits rather than through GPU arithmetic."""
     if xkind == DXKind.NUMERIC:
         d = np.float32(xv) - np.float32(z)
     elif xkind == DXKind.TABLE:
