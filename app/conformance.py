@@ -331,44 +331,39 @@ def scalar_text(a: np.ndarray) -> str:
     return ", ".join(describe(a.reshape(-1))) if a.size else "—"
 
 
+def _node(x: str, *, op: str = qcore.QUANTIZE, opset: int = 21, x_type: str = "float",
+          scale: str = "1", scale_type: str = "float", zero_point: str = "",
+          target: str = "int8", axis: int = 1, block_size: int = 0, saturate: bool = True,
+          precision: str = "") -> dict[str, Any]:
+    """A preset's node: what the case sets, every other field at its plain value."""
+    return dict(op=op, opset=opset, x=x, x_type=x_type, scale=scale, scale_type=scale_type,
+                zero_point=zero_point, target=target, axis=axis, block_size=block_size,
+                saturate=saturate, precision=precision)
+
+
 #: The known cases (docs/semantics.md), one click away.
 PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
-    "overflow": ("1e10 → int8", dict(
-        op=qcore.QUANTIZE, opset=21, x="1e10, -1e10, inf, -inf, 3e9, 127.5, -128.5, 2.5",
-        x_type="float", scale="1", scale_type="float", zero_point="0", target="int8",
-        axis=1, block_size=0, saturate=True, precision="")),
-    "nan_int": ("NaN → int8", dict(
-        op=qcore.QUANTIZE, opset=21, x="nan, -nan, 0, 1, -1", x_type="float", scale="1",
-        scale_type="float", zero_point="-5", target="int8", axis=1, block_size=0,
-        saturate=True, precision="")),
-    "e4m3_480": ("e4m3fn, saturate=0, 480", dict(
-        op=qcore.QUANTIZE, opset=21, x="448, 464, 470, 479, 480, 490, 495.9, 496, 500, inf",
-        x_type="float", scale="1", scale_type="float", zero_point="", target="float8e4m3fn",
-        axis=1, block_size=0, saturate=False, precision="")),
-    "e5m2_61440": ("e5m2, saturate=0, 61440", dict(
-        op=qcore.QUANTIZE, opset=21, x="57344, 60000, 61439, 61440, 65000, 65535, 65536, inf",
-        x_type="float", scale="1", scale_type="float", zero_point="", target="float8e5m2",
-        axis=1, block_size=0, saturate=False, precision="")),
-    "f16_div": ("float16 division", dict(
-        op=qcore.QUANTIZE, opset=21, x="0.5, 0.9, 1.1, 1.3, 1.7, 2.1, 2.5, 2.7, 3.7, 4.5",
-        x_type="float16", scale="0.2", scale_type="float16", zero_point="0", target="int8",
-        axis=1, block_size=0, saturate=True, precision="")),
-    "dql_zeros": ("Dynamic on zeros", dict(
-        op=qcore.DYNAMIC, opset=11, x="0, 0, 0, 0", x_type="float", scale="1",
-        scale_type="float", zero_point="", target="uint8", axis=1, block_size=0,
-        saturate=True, precision="")),
-    "f8_zp": ("float8 + zero point", dict(
-        op=qcore.QUANTIZE, opset=21, x="-0, 0, 1, 2, -1, 448, 500", x_type="float", scale="1",
-        scale_type="float", zero_point="1", target="float8e4m3fn", axis=1, block_size=0,
-        saturate=True, precision="")),
-    "f8_zp_dq": ("float8 zero point, Dequantize", dict(
-        op=qcore.DEQUANTIZE, opset=21, x="1, 2, -0", x_type="float", scale="1",
-        scale_type="float", zero_point="1", target="float8e4m3fn", axis=1, block_size=0,
-        saturate=True, precision="")),
-    "f16_inf": ("±Inf, float16 blocked", dict(
-        op=qcore.QUANTIZE, opset=21, x="inf, -inf, 1, 3e4, -inf, inf, -3e4, 2",
-        x_type="float16", scale="1, 1", scale_type="float16", zero_point="1, -1",
-        target="int8", axis=0, block_size=4, saturate=True, precision="")),
+    "overflow": ("1e10 → int8", _node(
+        "1e10, -1e10, inf, -inf, 3e9, 127.5, -128.5, 2.5", zero_point="0")),
+    "nan_int": ("NaN → int8", _node("nan, -nan, 0, 1, -1", zero_point="-5")),
+    "e4m3_480": ("e4m3fn, saturate=0, 480", _node(
+        "448, 464, 470, 479, 480, 490, 495.9, 496, 500, inf", target="float8e4m3fn",
+        saturate=False)),
+    "e5m2_61440": ("e5m2, saturate=0, 61440", _node(
+        "57344, 60000, 61439, 61440, 65000, 65535, 65536, inf", target="float8e5m2",
+        saturate=False)),
+    "f16_div": ("float16 division", _node(
+        "0.5, 0.9, 1.1, 1.3, 1.7, 2.1, 2.5, 2.7, 3.7, 4.5", x_type="float16", scale="0.2",
+        scale_type="float16", zero_point="0")),
+    "dql_zeros": ("Dynamic on zeros", _node("0, 0, 0, 0", op=qcore.DYNAMIC, opset=11,
+                                            target="uint8")),
+    "f8_zp": ("float8 + zero point", _node("-0, 0, 1, 2, -1, 448, 500", zero_point="1",
+                                           target="float8e4m3fn")),
+    "f8_zp_dq": ("float8 zero point, Dequantize", _node(
+        "1, 2, -0", op=qcore.DEQUANTIZE, zero_point="1", target="float8e4m3fn")),
+    "f16_inf": ("±Inf, float16 blocked", _node(
+        "inf, -inf, 1, 3e4, -inf, inf, -3e4, 2", x_type="float16", scale="1, 1",
+        scale_type="float16", zero_point="1, -1", axis=0, block_size=4)),
 }
 
 #: Presets where every engine refuses the node (qcore with a QuantizationError).

@@ -18,6 +18,7 @@ from .errors import QuantizationError
 from .formats import INT, Format
 from .kernels import bound
 from .kernels.bits import f32_as_u32
+from .kernels.jit import INLINE, JIT
 from .kernels.scalar import encode_f32_bits, saturate_int
 from .quant_params import QuantParams, as_input, target_format
 from .versions import LATEST_OPSET
@@ -40,7 +41,7 @@ def _kinds(plan: Any, has_zero_point: bool) -> tuple[int, int]:
 # the kernel
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(**JIT)
 def _on_grid(q, ebits, mbits, bias, max_code, has_inf, nan_style):
     """(code, k): q rounded to the format's significand grid with the exponent unbounded above
     is value(code) * 2**k. Above the subnormal range the grid is the same in every binade, so
@@ -54,7 +55,7 @@ def _on_grid(q, ebits, mbits, bias, max_code, has_inf, nan_style):
                            True), k
 
 
-@njit(cache=True, nogil=True, error_model="numpy", inline="always")
+@njit(**INLINE)
 def _quotient(x, s, xkind, pkind):
     """x / scale in the division type, both rounded to it first."""
     return round_to_precision(load_x(x, xkind, pkind) / round_to_precision(np.float32(s), pkind),
@@ -105,8 +106,7 @@ def _steps_kernel(template, xkind: int, pkind: int):
     key = (template.__name__, xkind, pkind)
     if key not in _STEPS:
         _STEPS[key] = bound(template, f"{template.__name__}_x{xkind}_p{pkind}",
-                            {"cache": True, "nogil": True, "error_model": "numpy"},
-                            _XKIND=xkind, _PKIND=pkind)
+                            JIT, _XKIND=xkind, _PKIND=pkind)
     return _STEPS[key]
 
 

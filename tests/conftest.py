@@ -115,6 +115,31 @@ def open_app_page(page: str, query: dict | None = None, state: dict | None = Non
 
 
 
+def run_pytest(path: str, *args: str, simulator: bool, timeout: int = 1200) -> None:
+    """Run pytest on `path` (with `args`) in a fresh interpreter, under numba's CUDA simulator
+    or not: numba reads NUMBA_ENABLE_CUDASIM when it is imported, so the variable is set for
+    that process only. Fails with the run's output tail unless it passed."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PYTEST_", "NUMBA_ENABLE_CUDASIM"))}
+    env["NUMBA_ENABLE_CUDASIM"] = "1" if simulator else "0"
+    # -n 0: one process (the calling test already runs in one of the suite's workers)
+    cmd = [sys.executable, "-m", "pytest", path, *args, "-q", "--tb=short", "-p",
+           "no:cacheprovider", "-n", "0", "-W", "ignore::RuntimeWarning"]
+    proc = subprocess.run(cmd, cwd=Path(__file__).resolve().parent.parent, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+    out = proc.stdout + proc.stderr
+    where = "under the CUDA simulator" if simulator else "on the GPU"
+    assert proc.returncode == 0 and " passed" in out, (
+        f"{path} {' '.join(args)} {where} failed (exit {proc.returncode}); run "
+        f"`NUMBA_ENABLE_CUDASIM={int(simulator)} python -m pytest {path} {' '.join(args)}` to "
+        f"reproduce. Output tail:\n{out[-8000:]}"
+    )
+
+
 def interrupt_report(run_report, *args, after: int, **kwargs) -> None:
     """Run `run_report(*args, **kwargs)` and stop it as its `after`-th tensor finishes, the way
     Ctrl-C does (KeyboardInterrupt from the progress callback)."""

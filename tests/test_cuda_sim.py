@@ -11,42 +11,20 @@
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import ml_dtypes
 import numpy as np
 import pytest
+from conftest import run_pytest
 
 import qcore
 
-ROOT = Path(__file__).resolve().parent.parent
 CASES = "tests/cuda_sim_cases.py"
 
 
-def _run_cases(simulator: bool, timeout: int = 1200) -> None:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PYTEST_", "NUMBA_ENABLE_CUDASIM"))}
-    env["NUMBA_ENABLE_CUDASIM"] = "1" if simulator else "0"
-    # -n 0: one process (this test already runs in one of the suite's workers)
-    cmd = [sys.executable, "-m", "pytest", CASES, "-q", "--tb=short", "-p", "no:cacheprovider",
-           "-n", "0", "-W", "ignore::RuntimeWarning"]
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=timeout)
-    out = proc.stdout + proc.stderr
-    where = "under the CUDA simulator" if simulator else "on the GPU"
-    assert proc.returncode == 0 and " passed" in out, (
-        f"{CASES} {where} failed (exit {proc.returncode}); run "
-        f"`NUMBA_ENABLE_CUDASIM={int(simulator)} python -m pytest {CASES}` to reproduce. "
-        f"Output tail:\n{out[-8000:]}"
-    )
-
-
 def test_cuda_kernels_match_cpu_under_the_simulator():
-    _run_cases(simulator=True)
+    run_pytest(CASES, simulator=True)
 
 
 def _real_gpu() -> bool:
@@ -58,7 +36,7 @@ def _real_gpu() -> bool:
 
 @pytest.mark.skipif(not _real_gpu(), reason="no usable GPU here (or this process simulates one)")
 def test_cuda_kernels_match_cpu_on_the_gpu():
-    _run_cases(simulator=False)
+    run_pytest(CASES, simulator=False)
 
 
 def test_backend_cuda_without_gpu_raises_quantization_error():

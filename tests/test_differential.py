@@ -245,6 +245,21 @@ class QCase:
         return f"Q{self.version}-x_{self.x}-scale_{self.scale}{p}-to_{self.target}"
 
 
+#: The element types a version adds (24 adds a scale type, float8e8m0).
+NEW_TYPES = {25: ("int2", "uint2"), 28: ("float6e2m3", "float6e3m2")}
+
+
+def _matrix(v: int, t: str, combos: list[tuple], every: bool) -> list[tuple]:
+    """The (scale type, precision or output) combinations a (version, type) runs beyond its
+    rotating one: all where `every` or where t is the version's new type, the float8e8m0
+    scale's at 24, else none."""
+    if every or t in NEW_TYPES.get(v, ()):
+        return combos
+    if v == 24:
+        return [c for c in combos if c[0] == "float8e8m0"]
+    return []
+
+
 def _q_cases() -> list[QCase]:
     """Every (version, x type, target) with every granularity x saturate x zero point ("full",
     one (scale type, precision) pair rotating through them); at 23 every (x, scale, precision)
@@ -263,13 +278,7 @@ def _q_cases() -> list[QCase]:
             triples = list(itertools.product(types["scale"], precisions))
             core = triples[(i * 7 + v) % len(triples)]
             cases.append(QCase(v, x, core[0], core[1], t))
-            if v == 23 or (v == 25 and t in ("int2", "uint2")) or (
-                    v == 28 and t in ("float6e2m3", "float6e3m2")):
-                matrix = triples
-            elif v == 24:
-                matrix = [tr for tr in triples if tr[0] == "float8e8m0"]
-            else:
-                matrix = []
+            matrix = _matrix(v, t, triples, every=v == 23)
             cases.extend(QCase(v, x, sc, p, t, full=False) for sc, p in matrix if (sc, p) != core)
     return cases
 
@@ -426,13 +435,7 @@ def _dq_cases() -> list[DQCase]:
         for i, x in enumerate(types["quantized"]):
             core = combos[(3 * i + v) % len(combos)]
             cases.append(DQCase(v, x, *core))
-            if v <= 23 or (v == 25 and x in ("int2", "uint2")) or (
-                    v == 28 and x in ("float6e2m3", "float6e3m2")):
-                matrix = combos
-            elif v == 24:
-                matrix = [c for c in combos if c[0] == "float8e8m0"]
-            else:
-                matrix = []
+            matrix = _matrix(v, x, combos, every=v <= 23)
             cases.extend(DQCase(v, x, sc, o, full=False) for sc, o in matrix if (sc, o) != core)
     return cases
 

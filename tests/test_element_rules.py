@@ -15,21 +15,29 @@ The rules (qcore.kernels.scalar) and the copies written for speed that their doc
   zero point of the 8-bit-and-smaller types and every 16-bit code, against the rule run
   element by element and against NumPy's (x - zp) * scale.
 
-The CUDA kernels' copies are checked against the CPU kernels in tests/test_cuda_sim.py.
+The CUDA kernels' copies, run under numba's CUDA simulator (the Python a GPU compiles):
+``cuda_quantize.q_int`` and the generic ``cuda_kernels.quantize_kernel`` (integer code, every
+target of 8 bits or fewer), ``cuda_quantize.q_float`` and the generic kernel (small-float encode,
+every format's codes and midpoints), ``cuda_quantize._hw_or_encoder`` (the GPU's float8
+conversion, modelled by ml_dtypes' cast), ``cuda_dequantize.dq_element`` and the generic
+``cuda_kernels.dequantize_kernel`` (every code and zero point as above). The kernels around
+them are checked against the CPU backend in tests/test_cuda_sim.py.
 """
 
 from __future__ import annotations
 
 import ml_dtypes
+import numba
 import numpy as np
 import pytest
+from conftest import run_pytest
 from numba import njit
 
 import qcore
 from qcore import ops
 from qcore.formats import get_format
 from qcore.kernels import bits, scalar
-from qcore.kernels.params import DequantizeParams, NanStyle
+from qcore.kernels.params import DequantizeParams, LayoutParams, NanStyle
 
 INT_TARGETS = ("int2", "uint2", "int4", "uint4", "int8", "uint8", "int16", "uint16")
 FLOAT_TARGETS = ("float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz",
@@ -129,17 +137,18 @@ FLOAT_COPIES = {(fnuz, add): _float_copy(fnuz, add) for fnuz in (False, True)
                 for add in (False, True)}
 
 
-def _float_inputs(dtype) -> np.ndarray:
+def _float_inputs(dtype, strided: bool = True) -> np.ndarray:
     """float32s within 8 ulps of every value of the format and every midpoint between
-    neighbours (and above the largest), both signs, the specials and every 4099th float32."""
+    neighbours (and above the largest), both signs, the specials and (`strided`) every 4099th
+    float32."""
     codes = np.arange(256, dtype=np.uint8).view(dtype).astype(np.float64)
     v = np.unique(np.abs(codes[np.isfinite(codes)]))
     step = v[-1] - v[-2]
     centres = np.concatenate([v, (v[:-1] + v[1:]) / 2, [v[-1] + step / 2, v[-1] + step]])
     b = centres.astype(np.float32).view(np.uint32).astype(np.int64)
     near = ((b[:, None] + np.arange(-8, 9)).ravel() & 0x7FFFFFFF).astype(np.uint32)
-    strided = np.arange(0, 1 << 32, 4099, dtype=np.uint64).astype(np.uint32)
-    q = np.concatenate([near, near | np.uint32(0x80000000), strided]).view(np.float32)
+    every = np.arange(0, 1 << 32 if strided else 0, 4099, dtype=np.uint64).astype(np.uint32)
+    q = np.concatenate([near, near | np.uint32(0x80000000), every]).view(np.float32)
     q = np.concatenate([q, SPECIALS])
     return np.resize(q, -(-q.size // 32) * 32)
 
@@ -239,3 +248,166 @@ def test_every_dequantize_kernel_is_the_rule(name, output):
         np.testing.assert_array_equal(got.reshape(-1).astype(np.float64),
                                       want.astype(out_dtype).astype(np.float64),
                                       err_msg=f"{name} -> {output}, NumPy")
+
+
+# --- the CUDA kernels' copies, under numba's CUDA simulator ----------------------------------
+#
+# The simulator runs a kernel's and a device function's Python as written (the code a GPU
+# compiles), so each copy is checked here on the same inputs as the CPU copies above. This
+# process starts the simulator's run (test_cuda_copies_under_the_simulator); the tests marked
+# `simulated` run there.
+
+SIMULATED = bool(numba.config.ENABLE_CUDASIM)
+simulated = pytest.mark.skipif(not SIMULATED, reason="runs in the CUDA simulator's process "
+                               "(test_cuda_copies_under_the_simulator starts it)")
+#: Blocks x threads of a generic kernel's grid-stride loop in the simulator (Python threads).
+SIM_GRID = (2, 8)
+
+
+def test_cuda_copies_under_the_simulator():
+    if SIMULATED:
+        pytest.skip("this process is the simulator's run")
+    run_pytest("tests/test_element_rules.py", "-k", "cuda and not under_the_simulator",
+               simulator=True)
+
+
+def _sample(values: np.ndarray, most: int = 9) -> np.ndarray:
+    """All of `values` when there are at most `most`, else both ends, the middle and zero."""
+    if values.size <= most:
+        return values
+    picks = [0, 1, 2, values.size // 2 - 1, values.size // 2, values.size // 2 + 1, -3, -2, -1]
+    return np.unique(values[picks])
+
+
+def _per_tensor(n: int):
+    from qcore.layout import PER_TENSOR, Layout
+
+    return LayoutParams.from_layout(Layout.from_granularity((n,), PER_TENSOR))
+
+
+@simulated
+@pytest.mark.parametrize("name", [t for t in INT_TARGETS if get_format(t).bits <= 8])
+def test_cuda_integer_code_copies_equal_the_rule(name):
+    """cuda_quantize.q_int (the specialised kernels' integer family) element by element, and
+    the generic cuda_kernels.quantize_kernel, against int_code on every code of the 8-bit and
+    smaller targets (the same code serves 16-bit ones): every zero point of the 4-bit and
+    smaller targets, a sample of the 8-bit ones'."""
+    from qcore.kernels import cuda_kernels, cuda_quantize
+
+    f = get_format(name)
+    lo, hi, mask = np.float32(f.min), np.float32(f.max), np.int32((1 << f.bits) - 1)
+    q = _quotients(int(f.max - f.min) + 2)
+    storage = np.uint8 if f.bits <= 8 else np.uint16
+    plan = qcore.plan_quantize(np.float32, q.shape, np.float32, (), f.dtype)
+    qp, lp = ops.quantize_params(plan, True), _per_tensor(q.size)
+    one = np.ones(1, np.float32)
+    rule = np.empty(q.size, np.int32)
+    for zp in _sample(np.arange(f.min, f.max + 1), 16 if f.bits <= 4 else 9):
+        zf = np.float32(zp)
+        _int_rule(q, zf, lo, hi, np.float32(1 << f.bits), rule)
+        got = [cuda_quantize.q_int(v, one[0], zf, f.min, f.max, mask) for v in q]
+        np.testing.assert_array_equal(got, rule, err_msg=f"{name} q_int, zero point {zp}")
+        y = np.empty(q.size, storage)
+        cuda_kernels.quantize_kernel[SIM_GRID](q, one, np.full(1, zf), y, lp, qp)
+        np.testing.assert_array_equal(y, rule.astype(storage),
+                                      err_msg=f"{name} quantize_kernel, zero point {zp}")
+
+
+@simulated
+@pytest.mark.parametrize("name", FLOAT_TARGETS)
+def test_cuda_float_encode_copies_equal_the_rule(name):
+    """cuda_quantize.q_float (x / scale, + zp, NaN keeping its bits, then encode_with) element
+    by element, and the generic cuda_kernels.quantize_kernel, against encode_with on every
+    format's codes, their midpoints and the specials (strided float32s left to the CPU test)."""
+    from qcore.kernels import cuda_kernels, cuda_quantize
+
+    f = get_format(name)
+    q = _float_inputs(f.dtype, strided=False)
+    fnuz = f.nan_style == NanStyle.NEG_ZERO
+    one = np.ones(1, np.float32)
+    lp = _per_tensor(q.size)
+    rule = np.empty(q.size, np.int32)
+    for saturate in (0, 1):
+        c = scalar.EncodeConsts(*(np.int32(v) for v in scalar.encode_consts(
+            np.int64(f.ebits), np.int64(f.mbits), np.int64(f.bias), np.int64(f.max_code),
+            np.int64(f.has_inf), np.int64(f.nan_style), np.int64(saturate))))
+        for za in (None, np.float32(0.0), np.float32(-3.0)):
+            add = za is not None
+            _encode_rule(q, za if add else np.float32(0), add, c, fnuz, rule)
+            zf = za if add else np.float32(0)
+            got = [cuda_quantize.q_float(v, one[0], zf, add, c, fnuz) for v in q]
+            where = f"{name}, saturate {saturate}, zero point {za}"
+            np.testing.assert_array_equal(got, rule, err_msg=f"q_float {where}")
+            plan = qcore.plan_quantize(np.float32, q.shape, np.float32, (), f.dtype,
+                                       saturate=bool(saturate))
+            y = np.empty(q.size, np.uint8)
+            cuda_kernels.quantize_kernel[SIM_GRID](q, one, np.full(1, zf), y, lp,
+                                                   ops.quantize_params(plan, add))
+            np.testing.assert_array_equal(y, rule.astype(np.uint8),
+                                          err_msg=f"quantize_kernel {where}")
+
+
+@simulated
+@pytest.mark.parametrize("name", ["float8e4m3fn", "float8e5m2"])
+def test_cuda_float8_conversion_choice_equals_the_rule(name):
+    """cuda_quantize._hw_or_encoder: the GPU's cvt.rn.satfinite code where it rounds as the
+    encoder does (below the overflow bound), the encoder's elsewhere. The instruction runs only
+    on a GPU; here it is modelled by ml_dtypes' float32 -> float8 cast (round half to even)."""
+    from qcore.kernels import cuda_quantize
+
+    f = get_format(name)
+    q = _float_inputs(f.dtype, strided=False)
+    b = q.view(np.uint32)
+    with np.errstate(all="ignore"):
+        hw = q.astype(f.dtype).view(np.uint8)
+    rule = np.empty(q.size, np.int32)
+    for saturate in (0, 1):
+        c = scalar.EncodeConsts(*(np.int32(v) for v in scalar.encode_consts(
+            np.int64(f.ebits), np.int64(f.mbits), np.int64(f.bias), np.int64(f.max_code),
+            np.int64(f.has_inf), np.int64(f.nan_style), np.int64(saturate))))
+        _encode_rule(q, np.float32(0), False, c, False, rule)
+        got = [cuda_quantize._hw_or_encoder(bj, hj, c) for bj, hj in zip(b, hw)]
+        np.testing.assert_array_equal(got, rule, err_msg=f"{name}, saturate {saturate}")
+
+
+@simulated
+@pytest.mark.parametrize("name", DQ_TYPES)
+def test_cuda_dequantize_copies_equal_the_rule(name):
+    """cuda_dequantize.dq_element (the specialised kernels' 8-bit rule) element by element, and
+    the generic cuda_kernels.dequantize_kernel, against dequantize_value on every code and
+    every zero point of the 8-bit-and-smaller types (16-bit: every code, a few zero points;
+    int32: a sample), float32 bits compared (NaN codes keep the CPU's NaN)."""
+    from qcore.kernels import cuda_dequantize, cuda_kernels
+    from qcore.layout import PER_AXIS, Layout
+
+    f = get_format(name)
+    codes, zero_points = _codes_and_zero_points(f)
+    if f.bits > 8:
+        zero_points = zero_points[:2]
+    scale = np.float32(0.37)
+    x = np.array(np.broadcast_to(codes, (zero_points.size, codes.size)))  # writable
+    flat = x.reshape(-1)
+    if f.bits < 8 or f.is_float:
+        flat = flat.view(np.uint8)
+    zfull = np.repeat(zero_points.astype(np.float64), codes.size)
+    sfull = np.full(flat.size, scale, np.float32)
+    lp = LayoutParams.from_layout(Layout.from_granularity(x.shape, PER_AXIS, 0))
+    s = np.full(zero_points.size, scale, np.float32)
+    z = zero_points.astype(np.float64)
+    for output in ("float", "float16", "bfloat16") if f.bits <= 8 else ("float",):
+        plan = qcore.plan_dequantize(f.dtype, (1,), np.float32, (), output_dtype=output)
+        dp, table = ops.dequantize_params(plan)
+        rule = np.empty(flat.size, np.float32 if output == "float" else np.uint16)
+        _dequantize_rule(flat, zfull, sfull, dp.xkind, dp.okind, table, rule)
+        y = np.empty(flat.size, rule.dtype)
+        cuda_kernels.dequantize_kernel[SIM_GRID](flat, s, z, y, lp, dp, table)
+        bits = np.uint32 if output == "float" else np.uint16
+        np.testing.assert_array_equal(y.view(bits), rule.view(bits),
+                                      err_msg=f"{name} -> {output}, dequantize_kernel")
+        if f.bits == 8 and output == "float":
+            signed = int(flat.dtype == np.int8)
+            got = np.array([cuda_dequantize.dq_element(int(v) & 0xFF, scale, zj, dp.xkind,
+                                                       signed, table)
+                            for v, zj in zip(flat, zfull)], np.float32)
+            np.testing.assert_array_equal(got.view(np.uint32), rule.view(np.uint32),
+                                          err_msg=f"{name} dq_element")

@@ -18,6 +18,7 @@ import re
 import shutil
 import subprocess
 import sys
+import textwrap
 import zipfile
 from pathlib import Path
 
@@ -66,21 +67,21 @@ def test_readme_cites_only_files_in_the_repository():
 
 
 def test_bare_import_reaches_the_submodules_and_no_app_dependency(tmp_path):
-    code = (
-        "import sys, qcore\n"
-        "heavy = [m for m in ('streamlit', 'plotly', 'pandas') if m in sys.modules]\n"
-        "assert not heavy, heavy\n"
-        f"assert qcore.__file__.startswith({str(ROOT)!r}), qcore.__file__\n"
-        "for name in ('packing', 'datasets', 'io', 'synthetic'):\n"
-        "    assert getattr(qcore, name).__name__ == 'qcore.' + name\n"
-        "assert 'packing' in dir(qcore)\n"
-        "try:\n"
-        "    qcore.no_such_thing\n"
-        "except AttributeError:\n"
-        "    pass\n"
-        "else:\n"
-        "    raise AssertionError('qcore.no_such_thing did not raise')\n"
-    )
+    code = textwrap.dedent(f"""\
+        import sys, qcore
+        heavy = [m for m in ('streamlit', 'plotly', 'pandas') if m in sys.modules]
+        assert not heavy, heavy
+        assert qcore.__file__.startswith({str(ROOT)!r}), qcore.__file__
+        for name in ('packing', 'datasets', 'io', 'synthetic'):
+            assert getattr(qcore, name).__name__ == 'qcore.' + name
+        assert 'packing' in dir(qcore)
+        try:
+            qcore.no_such_thing
+        except AttributeError:
+            pass
+        else:
+            raise AssertionError('qcore.no_such_thing did not raise')
+        """)
     proc = _fresh_python(code, tmp_path, ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
 
@@ -136,15 +137,15 @@ def test_a_shipped_tensor_loads_from_the_unpacked_wheel(wheel, tmp_path):
     site = tmp_path / "site-packages"
     with zipfile.ZipFile(wheel) as z:
         z.extractall(site)
-    code = (
-        "import qcore, numpy as np\n"
-        f"assert qcore.__file__.startswith({str(site)!r}), qcore.__file__\n"
-        f"assert str(qcore.datasets.datasets_dir()).startswith({str(site)!r})\n"
-        "names = [e['name'] for e in qcore.datasets.list()]\n"
-        "assert len(names) >= 20, names\n"
-        "x = qcore.datasets.load(names[0])\n"
-        "assert x.size > 0 and np.isfinite(x).all()\n"
-        "print(names[0], x.shape)\n"
-    )
+    code = textwrap.dedent(f"""\
+        import qcore, numpy as np
+        assert qcore.__file__.startswith({str(site)!r}), qcore.__file__
+        assert str(qcore.datasets.datasets_dir()).startswith({str(site)!r})
+        names = [e['name'] for e in qcore.datasets.list()]
+        assert len(names) >= 20, names
+        x = qcore.datasets.load(names[0])
+        assert x.size > 0 and np.isfinite(x).all()
+        print(names[0], x.shape)
+        """)
     proc = _fresh_python(code, tmp_path, site)
     assert proc.returncode == 0, proc.stderr[-3000:]

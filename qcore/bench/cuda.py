@@ -83,12 +83,19 @@ def _time_events(fn, repeat: int, warmup: int = 1, launches: int = LAUNCHES) -> 
             fn()
             times.append(time.perf_counter() - t0)
         return statistics.median(times)
-    host = _time_launch(fn, 3)
-    spin = max(1e-3, 2 * launches * host)
+    spin = max(1e-3, 2 * launches * _time_launch(fn, 3))
+    return _event_rounds(fn, repeat, launches, lambda: cuda.event(timing=True),
+                         lambda: ck.launch_spin(spin))
+
+
+def _event_rounds(fn, repeat: int, launches: int, event, spin) -> float:
+    """Median seconds of one fn() over `repeat` rounds of `launches` back-to-back calls
+    between two CUDA events (``event()`` makes one: numba's or torch's, whose elapsed_time is
+    in ms), each round after ``spin()`` has queued work that keeps the GPU busy."""
     times = []
     for _ in range(max(1, repeat)):
-        start, end = cuda.event(timing=True), cuda.event(timing=True)
-        ck.launch_spin(spin)
+        start, end = event(), event()
+        spin()
         start.record()
         for _ in range(launches):
             fn()
@@ -387,19 +394,10 @@ def torch_rates(shape: tuple[int, int], *, repeat: int = 10) -> dict[str, float]
         fn()
         host = time.perf_counter() - t0
         torch.cuda.synchronize()
-        times = []
-        for _ in range(max(1, repeat)):
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
-            if sleep is not None:
-                sleep(int(max(1e-3, 2 * LAUNCHES * host) * 2e9))
-            start.record()
-            for _ in range(LAUNCHES):
-                fn()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) / 1e3 / LAUNCHES)
-        rates[name] = n / statistics.median(times)
+        cycles = int(max(1e-3, 2 * LAUNCHES * host) * 2e9)
+        spin = (lambda c=cycles: sleep(c)) if sleep is not None else (lambda: None)
+        rates[name] = n / _event_rounds(fn, repeat, LAUNCHES,
+                                        lambda: torch.cuda.Event(enable_timing=True), spin)
     fns.clear()
     torch.cuda.empty_cache()
     return rates

@@ -29,6 +29,7 @@ from ..config import CHUNK, PARALLEL_THRESHOLD
 from . import bound, segments_dequantize, segments_float, segments_int
 from .bits import FLOAT_CODES
 from .drivers import MINMAX, Family, family
+from .jit import JIT
 from .params import DXKind, NanStyle, PKind, QuantizeParams, TKind, XKind
 from .pool import new_output, readonly, release_outputs
 from .walk import Run, per_element_scales, single_run_block
@@ -36,7 +37,6 @@ from .walk import Run, per_element_scales, single_run_block
 __all__ = ["CHUNK", "PARALLEL_THRESHOLD", "FAMILIES", "FamilyName", "dequantize", "minmax",
            "new_output", "quantize", "release_outputs"]
 
-_JIT = {"cache": True, "nogil": True, "error_model": "numpy"}
 _readonly = readonly  # the name the warm-up and the metrics reductions import
 
 
@@ -72,7 +72,7 @@ def float_segment(fnuz: bool, add: bool, suffix: str = "", **constants):
     """seg_float compiled for one small-float case (its flags bound, see
     :func:`qcore.kernels.bound`); `constants` bind more (the tests bind EXPLICIT_VECTORS off)."""
     name = FLOAT_CASES[fnuz, add].value.replace(" ", "_").replace("quantize_", "_seg_")
-    return bound(segments_float.seg_float, name + suffix, _JIT, _FNUZ=fnuz, _ADD=add,
+    return bound(segments_float.seg_float, name + suffix, JIT, _FNUZ=fnuz, _ADD=add,
                  _FLOAT_CODES=FLOAT_CODES[fnuz, add], **constants)
 
 
@@ -101,7 +101,7 @@ def _generic_quantize(x: XKind, p: PKind, t: TKind) -> Family:
     (float32) where the precision is that type."""
     load = PKind.F32 if x in (XKind.F16, XKind.BF16) and int(p) == int(x) else p
     name = f"generic_{x.name}_{p.name}_{t.name}".lower()
-    segment = bound(segments_float.seg_generic, "_seg_" + name, _JIT, _XKIND=x, _PKIND=p,
+    segment = bound(segments_float.seg_generic, "_seg_" + name, JIT, _XKIND=x, _PKIND=p,
                     _LOAD_PKIND=load, _INT_TARGET=t == TKind.INT,
                     _HALF_X=x in (XKind.F16, XKind.BF16), _INT32_X=x == XKind.I32)
     return family(segment, "quantize_" + name, CHUNK, per_element=True)
@@ -110,7 +110,7 @@ def _generic_quantize(x: XKind, p: PKind, t: TKind) -> Family:
 def _generic_dequantize(x: DXKind, o: PKind) -> Family:
     """segments_dequantize.seg_generic compiled for one (x kind, output kind)."""
     name = f"generic_{x.name}_{o.name}".lower()
-    segment = bound(segments_dequantize.seg_generic, "_seg_dequantize_" + name, _JIT,
+    segment = bound(segments_dequantize.seg_generic, "_seg_dequantize_" + name, JIT,
                     _DXKIND=x, _OKIND=o)
     return family(segment, "dequantize_" + name, reads_table=True)
 

@@ -225,7 +225,7 @@ def quantize_family(lp, qp) -> tuple[str, str, int] | None:
 
 
 def row_params(lp, z_size: int, aligned: bool = True) -> tuple:
-    """The rows view of a layout for the ``rows`` kernels (see cuda_quantize._quantize_rows):
+    """The rows view of a layout for the ``rows`` kernels (see cuda_device.rows_walk):
     x as rows of contiguous elements, where each row's scales start at one index and step
     every Bc columns."""
     if lp.post == 1:  # along the last axis: a row per `pre`, blocks of `block` columns

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .cuda_device import div_exact, load_word, next_row, pack16, row_first_scale, store4, store_word
+from .cuda_device import load_word, pack16, rows_walk, store4, store_word
 from .cuda_kernels import _IMPORT_ERROR, cuda, device_function, nan_f64_to_f32
 from .params import DXKind
 from .scalar import half_bits
@@ -26,7 +26,8 @@ else:  # pragma: no cover - numba without its CUDA target: nothing here runs
 @device_function
 def dq_element(code, s, z, xkind, signed, tab):
     """One 8-bit code (as 0..255) to float32: (x - zp) * scale in float32; decode-table
-    types through their value, NaN codes to the CPU's NaN bits without GPU arithmetic."""
+    types through their value, NaN codes to the CPU's NaN bits without GPU arithmetic: the
+    rule of :func:`qcore.kernels.scalar.dequantize_f32` (tests/test_element_rules.py)."""
     if xkind == DXKind.TABLE:
         w = tab[code]
         if w != w:
@@ -94,62 +95,39 @@ def _dequantize_per_tensor(out4, out1):
     return kernel
 
 
+@device_function
+def _blank_word():
+    return uint32(0)
+
+
+@device_function
+def _reload4(s, z, si, zstep, z0, z1, z2, z3):
+    """Scales si .. si+3 and their zero points (z one, or one per scale: zstep 0 or 1)."""
+    zi = si * zstep
+    return (s[si], s[si + 1], s[si + 2], s[si + 3],
+            z[zi], z[zi + zstep], z[zi + 2 * zstep], z[zi + 3 * zstep])
+
+
 def _dequantize_rows(out4, out1):
+    @device_function
+    def put4(y, j, word, s0, s1, s2, s3, z0, z1, z2, z3, k):
+        xkind, okind, signed, tab = k
+        v0, v1, v2, v3 = _dq_four(word, s0, s1, s2, s3, z0, z1, z2, z3, xkind, signed, tab)
+        out4(y, j, v0, v1, v2, v3, okind)
+
+    @device_function
+    def put1(x, y, i, sv, zv, k):
+        xkind, okind, signed, tab = k
+        y[i] = out1(dq_element(int64(x[i]), sv, zv, xkind, signed, tab), okind)
+
+    walk = rows_walk(_blank_word, load_word, _reload4, put4, put1)
+
     @cuda.jit
     def kernel(x, y, s, z, dp, signed, tab, rp):
-        """The rows and grid of :func:`qcore.kernels.cuda_quantize._quantize_rows`' kernel,
-        four codes per 32-bit load."""
-        xkind = dp.xkind
-        okind = dp.okind
-        rows, L, d1, inv_d1, bb, inv_b, sb, sp, pmul, bc, inv_bc, zstep, vec = rp
-        gy = int64(cuda.gridDim.y)
-        gq, gr = div_exact(gy, d1, inv_d1)
-        cstep = int64(cuda.gridDim.x) * int64(cuda.blockDim.x) * 4
-        c = (int64(cuda.blockIdx.x) * int64(cuda.blockDim.x) + int64(cuda.threadIdx.x)) * 4
-        while c < L:
-            cb, _ = div_exact(c, bc, inv_bc)
-            full = vec == 1 and c + 4 <= L
-            r = int64(cuda.blockIdx.y)
-            p, d = div_exact(r, d1, inv_d1)
-            last = int64(-1)
-            s0 = s1 = s2 = s3 = float32(0)
-            z0 = z1 = z2 = z3 = z[0]
-            word = uint32(0)
-            if full and r < rows:
-                word = load_word(x, (r * L + c) >> 2)
-            while r < rows:
-                base = row_first_scale(p, d, d1, bb, inv_b, sb, sp, pmul)
-                i = r * L + c
-                if full:
-                    following = word  # the next row's codes, loaded before these are converted
-                    if r + gy < rows:
-                        following = load_word(x, ((r + gy) * L + c) >> 2)
-                    si = base + cb
-                    if si != last:
-                        last = si
-                        if bc == 1:
-                            s0, s1, s2, s3 = s[si], s[si + 1], s[si + 2], s[si + 3]
-                            zi = si * zstep
-                            z0, z1, z2, z3 = z[zi], z[zi + zstep], z[zi + 2 * zstep], \
-                                z[zi + 3 * zstep]
-                        else:
-                            s0 = s1 = s2 = s3 = s[si]
-                            z0 = z1 = z2 = z3 = z[si * zstep]
-                    v0, v1, v2, v3 = _dq_four(word, s0, s1, s2, s3, z0, z1, z2, z3, xkind,
-                                              signed, tab)
-                    out4(y, i >> 2, v0, v1, v2, v3, okind)
-                    word = following
-                else:
-                    m = L - c
-                    if m > 4:
-                        m = 4
-                    for e in range(m):
-                        blk, _ = div_exact(c + e, bc, inv_bc)
-                        si = base + blk
-                        y[i + e] = out1(dq_element(int64(x[i + e]), s[si], z[si * zstep],
-                                                   xkind, signed, tab), okind)
-                r, p, d = next_row(r, p, d, gy, gq, gr, d1)
-            c += cstep
+        """The rows walk of QuantizeLinear's rows kernels
+        (:func:`qcore.kernels.cuda_device.rows_walk`), four codes per 32-bit load."""
+        walk(x, y, s, z, (dp.xkind, dp.okind, signed, tab), rp, int64(cuda.grid(1)),
+             int64(cuda.gridsize(1)), int64(cuda.blockIdx.y), int64(cuda.gridDim.y))
 
     return kernel
 

@@ -7,7 +7,7 @@ codes read in one 32-bit load (:func:`load_word`). The float8 conversion
 ``cvt.rn.satfinite.{e4m3,e5m2}x2.f32`` (compute capability >= 8.9), warp shuffles, the GPU's
 nanosecond clock, and :func:`div_exact`: a quotient and remainder from a float64 reciprocal
 with one correction step, so that no kernel loop holds an integer division instruction.
-The rows kernels step through their rows with :func:`row_first_scale` and :func:`next_row`.
+The rows kernels of both operators share one walk, :func:`rows_walk`.
 
 Under the CUDA simulator the 16-byte loads and stores, the shuffles and the conversion are
 plain Python stand-ins (the float8 conversion is never selected there).
@@ -22,9 +22,9 @@ import numpy as np
 from .cuda_kernels import _IMPORT_ERROR, SIMULATOR, cuda, device_function
 
 if _IMPORT_ERROR is None:
-    from numba import float64, int64, uint32, uint64
+    from numba import float32, float64, int64, uint32, uint64
 else:  # pragma: no cover - numba without its CUDA target: nothing here runs
-    float64 = int64 = uint32 = uint64 = np.float32
+    float32 = float64 = int64 = uint32 = uint64 = np.float32
 
 #: Elements per thread and per vector access.
 VEC = 4
@@ -221,6 +221,77 @@ def next_row(r, p, d, gy, gq, gr, d1):
         d -= d1
         p += 1
     return r, p, d
+
+
+def rows_walk(blank, load, reload4, put4, put1):
+    """The walk of the rows kernels (QuantizeLinear's and DequantizeLinear's), given how one
+    operator reads, converts and writes: ``walk(x, y, s, z, k, rp, t, tx, r0, gy)`` for a thread
+    of index t along x (tx threads along x) and block r0 along y (gy blocks along y); k holds
+    the operator's constants.
+
+    x is rows of L contiguous elements (rp = :func:`qcore.kernels.cuda.row_params` = (rows, L,
+    D1, 1/D1, B, 1/B, SB, SP, pmul, Bc, 1/Bc, zstep, vec)): each thread keeps four columns and
+    steps through the rows r0, r0 + gy, ...; row r is (p, d) = divmod(r, D1), its first scale
+    ((p * pmul) * SB + d // B) * SP (:func:`row_first_scale`, then by adds), and column c adds
+    c // Bc (Bc = 1: a scale per column; Bc >= L: one scale per row), found once per thread.
+    The scales s0..s3 and zero points z0..z3 in registers are those of scale index ``last``,
+    reloaded only when the index changes (a per-axis scale along the last axis: never).
+    vec = 1: rows start 16-byte aligned and a block of scales never splits four elements, so
+    they go four at a time, the next row's loaded before this row's are converted; else (a
+    short last vector too) element by element.
+
+    The operator's part: ``blank()`` / ``load(x, j)`` the empty and the j-th four-element read
+    of x; ``reload4(s, z, si, zstep, z0, z1, z2, z3)`` the four scales and zero points of
+    columns si .. si+3 (Bc = 1); ``put4(y, j, xv, s0, s1, s2, s3, z0, z1, z2, z3, k)`` converts
+    a read and writes y's j-th four elements; ``put1(x, y, i, sv, zv, k)`` element i alone."""
+
+    @device_function
+    def walk(x, y, s, z, k, rp, t, tx, r0, gy):
+        rows, L, d1, inv_d1, bb, inv_b, sb, sp, pmul, bc, inv_bc, zstep, vec = rp
+        gq, gr = div_exact(gy, d1, inv_d1)  # the row step as (outer, axis) steps
+        cstep = tx * VEC
+        c = t * VEC
+        while c < L:
+            cb, _ = div_exact(c, bc, inv_bc)
+            full = vec == 1 and c + VEC <= L
+            r = r0
+            p, d = div_exact(r, d1, inv_d1)
+            last = int64(-1)
+            s0 = s1 = s2 = s3 = float32(0)
+            z0 = z1 = z2 = z3 = z[0]
+            xv = blank()
+            if full and r < rows:
+                xv = load(x, (r * L + c) >> 2)
+            while r < rows:
+                base = row_first_scale(p, d, d1, bb, inv_b, sb, sp, pmul)
+                i = r * L + c
+                if full:
+                    following = xv  # the next row's, loaded before this row's are converted
+                    if r + gy < rows:
+                        following = load(x, ((r + gy) * L + c) >> 2)
+                    si = base + cb
+                    if si != last:
+                        last = si
+                        if bc == 1:
+                            s0, s1, s2, s3, z0, z1, z2, z3 = reload4(s, z, si, zstep,
+                                                                     z0, z1, z2, z3)
+                        else:
+                            s0 = s1 = s2 = s3 = s[si]
+                            z0 = z1 = z2 = z3 = z[si * zstep]
+                    put4(y, i >> 2, xv, s0, s1, s2, s3, z0, z1, z2, z3, k)
+                    xv = following
+                else:
+                    m = L - c
+                    if m > VEC:
+                        m = VEC
+                    for e in range(m):
+                        blk, _ = div_exact(c + e, bc, inv_bc)
+                        si = base + blk
+                        put1(x, y, i + e, s[si], z[si * zstep], k)
+                r, p, d = next_row(r, p, d, gy, gq, gr, d1)
+            c += cstep
+
+    return walk
 
 
 @device_function

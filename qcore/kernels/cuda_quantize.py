@@ -34,12 +34,10 @@ import numpy as np
 from .cuda_device import (
     cvt_e4m3x2,
     cvt_e5m2x2,
-    div_exact,
     load4,
-    next_row,
     pack8,
     pack16,
-    row_first_scale,
+    rows_walk,
     store_word,
 )
 from .cuda_kernels import _IMPORT_ERROR, bits_to_f32, cuda, device_function, f32_to_bits, rint_f32
@@ -58,7 +56,8 @@ else:  # pragma: no cover - numba without its CUDA target: nothing here runs
 
 @device_function
 def q_int(v, s, z, lo, hi, mask):
-    """saturate(round(x / scale) + zp) as its stored code (scale division in float32)."""
+    """saturate(round(x / scale) + zp) as its stored code (scale division in float32): the
+    rule of :func:`qcore.kernels.scalar.int_code` (tests/test_element_rules.py)."""
     return int64(saturate_int(rint_f32(float32(v / s)), int64(z), lo, hi) & mask)
 
 
@@ -200,69 +199,40 @@ def _quantize_per_tensor(consts, one, four, pack):
     return kernel
 
 
+@device_function
+def _blank4():
+    return float32(0), float32(0), float32(0), float32(0)
+
+
+@device_function
+def _reload4(s, z, si, zstep, z0, z1, z2, z3):
+    """Scales si .. si+3 in one 16-byte load, and zero points so when there is one per scale."""
+    s0, s1, s2, s3 = load4(s, si >> 2)
+    if zstep == 1:
+        z0, z1, z2, z3 = load4(z, si >> 2)
+    return s0, s1, s2, s3, z0, z1, z2, z3
+
+
 def _quantize_rows(consts, one, four, pack):
+    @device_function
+    def put4(y, j, xv, s0, s1, s2, s3, z0, z1, z2, z3, k):
+        v0, v1, v2, v3 = xv
+        c0, c1, c2, c3 = four(v0, v1, v2, v3, s0, s1, s2, s3, z0, z1, z2, z3, k)
+        store_word(y, j, pack(c0, c1, c2, c3))
+
+    @device_function
+    def put1(x, y, i, sv, zv, k):
+        y[i] = one(x[i], sv, zv, k)
+
+    walk = rows_walk(_blank4, load4, _reload4, put4, put1)
+
     @cuda.jit
     def kernel(x, y, s, z, qp, rp):
-        """x as rows of L contiguous elements on a 2-D grid: blockIdx.x and the thread pick four
-        columns, blockIdx.y the first row; each thread keeps its columns and steps through
-        the rows. The column's scale offset is found once per thread; a row's first scale by
-        adds (the row's (outer, axis) index advances by a fixed step); scales are reloaded
-        only when their index changes (a per-axis scale along the last axis: never).
-
-        rp (:func:`qcore.kernels.cuda.row_params`) = (rows, L, D1, 1/D1, B, 1/B, SB, SP,
-        pmul, Bc, 1/Bc, zstep, vec): row r is (p, d) = divmod(r, D1), its first scale
-        ((p * pmul) * SB + d // B) * SP, and column c adds c // Bc (Bc = 1: a scale per
-        column; Bc >= L: one scale per row). vec = 1: rows start 16-byte aligned and a block
-        of scales never splits four elements, so they go four at a time."""
-        k = consts(qp)
-        rows, L, d1, inv_d1, bb, inv_b, sb, sp, pmul, bc, inv_bc, zstep, vec = rp
-        gy = int64(cuda.gridDim.y)
-        gq, gr = div_exact(gy, d1, inv_d1)  # the row step as (outer, axis) steps
-        cstep = int64(cuda.gridDim.x) * int64(cuda.blockDim.x) * 4
-        c = (int64(cuda.blockIdx.x) * int64(cuda.blockDim.x) + int64(cuda.threadIdx.x)) * 4
-        while c < L:
-            cb, _ = div_exact(c, bc, inv_bc)
-            full = vec == 1 and c + 4 <= L
-            r = int64(cuda.blockIdx.y)
-            p, d = div_exact(r, d1, inv_d1)
-            last = int64(-1)
-            s0 = s1 = s2 = s3 = float32(0)
-            z0 = z1 = z2 = z3 = z[0]
-            v0 = v1 = v2 = v3 = float32(0)
-            if full and r < rows:
-                v0, v1, v2, v3 = load4(x, (r * L + c) >> 2)
-            while r < rows:
-                base = row_first_scale(p, d, d1, bb, inv_b, sb, sp, pmul)
-                i = r * L + c
-                if full:
-                    # the next row's four elements are loaded before this row's are converted:
-                    # two 16-byte loads in flight per thread
-                    w0, w1, w2, w3 = v0, v1, v2, v3
-                    if r + gy < rows:
-                        w0, w1, w2, w3 = load4(x, ((r + gy) * L + c) >> 2)
-                    si = base + cb
-                    if si != last:
-                        last = si
-                        if bc == 1:
-                            s0, s1, s2, s3 = load4(s, si >> 2)
-                            if zstep == 1:
-                                z0, z1, z2, z3 = load4(z, si >> 2)
-                        else:
-                            s0 = s1 = s2 = s3 = s[si]
-                            z0 = z1 = z2 = z3 = z[si * zstep]
-                    c0, c1, c2, c3 = four(v0, v1, v2, v3, s0, s1, s2, s3, z0, z1, z2, z3, k)
-                    store_word(y, i >> 2, pack(c0, c1, c2, c3))
-                    v0, v1, v2, v3 = w0, w1, w2, w3
-                else:  # element by element: rows not a multiple of 4 long, a short last vector
-                    m = L - c
-                    if m > 4:
-                        m = 4
-                    for e in range(m):
-                        blk, _ = div_exact(c + e, bc, inv_bc)
-                        si = base + blk
-                        y[i + e] = one(x[i + e], s[si], z[si * zstep], k)
-                r, p, d = next_row(r, p, d, gy, gq, gr, d1)
-            c += cstep
+        """x as rows on a 2-D grid (:func:`qcore.kernels.cuda_device.rows_walk`): blockIdx.x
+        and the thread pick four columns, blockIdx.y the first row; four elements in one
+        16-byte load, their codes in one packed store."""
+        walk(x, y, s, z, consts(qp), rp, int64(cuda.grid(1)), int64(cuda.gridsize(1)),
+             int64(cuda.blockIdx.y), int64(cuda.gridDim.y))
 
     return kernel
 

@@ -22,14 +22,13 @@ from numba import njit, prange
 from ..config import CHUNK
 from . import bound, renamed
 from .bits import f32_as_u32, fetch_add, u32_as_f32, wide_vectors
+from .jit import INLINE, JIT
 from .walk import Run, locate, next_segment
 
-_JIT = {"cache": True, "nogil": True, "error_model": "numpy"}
-_INLINE = {"inline": "always", **_JIT}
 _LINE = 8  # int64s per cache line: each share's counter on its own line
 
 
-@njit(**_INLINE)
+@njit(**INLINE)
 def _claim(counters, share, nchunks, workers):
     """The next chunk of `share` (the share-th of `workers` contiguous runs of chunks), or -1
     once every chunk of it is taken."""
@@ -39,7 +38,7 @@ def _claim(counters, share, nchunks, workers):
     return c if c < hi else -1
 
 
-@njit(**_INLINE)
+@njit(**INLINE)
 def _next_chunk(counters, w, k, nchunks, workers):
     """(chunk, k) for worker w: from the share k steps after its own (k = 0 first), the next
     unclaimed chunk, moving on to the following shares as each runs out; chunk -1 once all
@@ -52,13 +51,13 @@ def _next_chunk(counters, w, k, nchunks, workers):
     return -1, k
 
 
-@njit(**_INLINE)
+@njit(**INLINE)
 def scratch(table, buf):
     """A quantize family's `_WORK`: its segments take the worker's scratch buffer."""
     return buf
 
 
-@njit(**_INLINE)
+@njit(**INLINE)
 def decode_table(table, buf):
     """A dequantize family's `_WORK`: its segments take the decode table."""
     return table
@@ -131,8 +130,8 @@ def family(segment, name: str, buffer: int = 0, per_element: bool = False,
     work = decode_table if reads_table else scratch
     parallel, serial = (bound(_driver, name + suffix, flags, _SEGMENT=segment, _BUFFER=buffer,
                               _WORK=work)
-                        for suffix, flags in (("_parallel", {"parallel": True, **_JIT}),
-                                              ("_serial", _JIT)))
+                        for suffix, flags in (("_parallel", {"parallel": True, **JIT}),
+                                              ("_serial", JIT)))
     return Family(parallel, serial, segment, buffer, per_element, reads_table)
 
 
@@ -140,7 +139,7 @@ def family(segment, name: str, buffer: int = 0, per_element: bool = False,
 # min/max of float32 x (DynamicQuantizeLinear), scheduled as the drivers
 
 
-@njit(**_INLINE)
+@njit(**INLINE)
 def _order_key(b):
     """float32 bits (as int32) -> an int32 in the same order as the floats (NaN aside), and
     back (the map is its own inverse)."""
@@ -151,7 +150,7 @@ _KEY_POS_INF = np.int32(0x7F800000)  # order key of +Inf (its bits); +NaN keys a
 _KEY_NEG_INF = np.int32(-0x7F800001)  # order key of -Inf (bits 0xFF800000); -NaN keys are below
 
 
-@njit(**_JIT)
+@njit(**JIT)
 def _minmax_fast(xs):
     """(min, max, any NaN/Inf) of xs; min and max are only meaningful when there is none.
 
@@ -170,7 +169,7 @@ def _minmax_fast(xs):
     return u32_as_f32(_order_key(lo)), u32_as_f32(_order_key(hi)), bad
 
 
-@njit(**_JIT)
+@njit(**JIT)
 def _minmax_exact(xs):
     """min and max of xs with NaNs left out and +-Inf included, and the count of NaN/Inf."""
     wide_vectors()
@@ -210,5 +209,5 @@ def _minmax_driver(x, out, tally):
         tally[w, 0] = done
 
 
-MINMAX = Family(njit(parallel=True, **_JIT)(renamed(_minmax_driver, "_parallel")),
-                njit(**_JIT)(renamed(_minmax_driver, "_serial")))
+MINMAX = Family(njit(parallel=True, **JIT)(renamed(_minmax_driver, "_parallel")),
+                njit(**JIT)(renamed(_minmax_driver, "_serial")))

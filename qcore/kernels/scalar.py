@@ -27,10 +27,8 @@ import numpy as np
 from numba import njit
 
 from .bits import HAS_F16C, f32_as_u32, f32_via_f16, rint_to_int32, u32_as_f32
+from .jit import INLINE, JIT
 from .params import DXKind, NanStyle, PKind, TKind, XKind
-
-_JIT = {"cache": True, "nogil": True}
-
 
 _I32 = np.int32
 _U32 = np.uint32
@@ -52,7 +50,7 @@ class EncodeConsts(NamedTuple):
     nan_bound: int  # float32 bits above which the result is NaN
 
 
-@njit(inline="always", **_JIT)
+@njit(**INLINE)
 def encode_consts(ebits, mbits, bias, max_code, has_inf, nan_style, saturate):
     """The loop-invariant constants of :func:`encode_with` for one small float format."""
     sbit = ebits + mbits
@@ -83,7 +81,7 @@ def encode_consts(ebits, mbits, bias, max_code, has_inf, nan_style, saturate):
                         _I32(nan_bound))
 
 
-@njit(inline="always", **_JIT)
+@njit(**INLINE)
 def encode_with(b, c, fnuz):
     """The small float code (int32) of the float32 with bits `b`; `c` from :func:`encode_consts`,
     `fnuz`: the format has no -0 (nan_style NEG_ZERO; a separate flag so callers can hoist it).
@@ -98,7 +96,11 @@ def encode_with(b, c, fnuz):
     round to max_code + 1), then capped (saturate) or replaced (NaN) per the Cast tables.
 
     Vector copy: :data:`qcore.kernels.bits.FLOAT_CODES` (the same steps as LLVM vector
-    operations, for the CPU small-float kernels; tests/test_element_rules.py).
+    operations, for the CPU small-float kernels). The CUDA kernels call this function itself;
+    what they add around it is checked with it (tests/test_element_rules.py): the quotient's
+    bits (:func:`qcore.kernels.cuda_quantize.q_small_float_bits`, the generic
+    :func:`qcore.kernels.cuda_kernels.quantize_kernel`) and the choice of the GPU's float8
+    conversion below the overflow bound (:func:`qcore.kernels.cuda_quantize._hw_or_encoder`).
     """
     s = c.shift & _I32(31)  # keeps the shift in 32-bit lanes
     a = _I32(b & _U32(0x7FFFFFFF))
@@ -117,7 +119,7 @@ def encode_with(b, c, fnuz):
     return nan if a > c.nan_bound else r
 
 
-@njit(inline="always", **_JIT)
+@njit(**INLINE)
 def encode_f32_bits(b, ebits, mbits, bias, max_code, has_inf, nan_style, saturate):
     """Round the float32 with bits `b` to a small float format; return its code.
 
@@ -129,7 +131,7 @@ def encode_f32_bits(b, ebits, mbits, bias, max_code, has_inf, nan_style, saturat
     return encode_with(b, c, nan_style == NanStyle.NEG_ZERO)
 
 
-@njit(**_JIT)
+@njit(**JIT)
 def round_int_to_float(i, mbits, max_value):
     """Round an integer to `mbits`+1 significant bits (half to even) as float64; inf past max."""
     neg = i < 0
@@ -153,7 +155,7 @@ def round_int_to_float(i, mbits, max_value):
     return -v if neg else v
 
 
-@njit(inline="always", **_JIT)
+@njit(**INLINE)
 def saturate_float(r, zero_point, lo, hi):
     """saturate(r + zero_point) for an already rounded float32 r, as an integral float32; NaN
     gives lo.
@@ -171,27 +173,30 @@ def saturate_float(r, zero_point, lo, hi):
     return t if t < hi_f else hi_f
 
 
-@njit(inline="always", **_JIT)
+@njit(**INLINE)
 def saturate_int(r, zero_point, lo, hi):
     """saturate(r + zero_point) as int32 (see :func:`saturate_float`)."""
     return np.int32(saturate_float(r, zero_point, lo, hi))
 
 
-@njit(inline="always", **_JIT)
+@njit(**INLINE)
 def int_code(r, zero_point, lo, hi, wrap):
     """The stored code of saturate(r + zero_point), r = rint(x / scale): the value in two's
     complement in `bits` bits (wrap = 2**bits), as a non-negative int32, computed in float32
     (no 64-bit lanes). QuantizeLinear's integer rule.
 
     Copies for speed (tests/test_element_rules.py checks each against this rule on every
-    code): :func:`int_code_masked` (the CPU integer kernels' scalar loops) and the vector steps
-    :data:`qcore.kernels.bits.int_codes_32` / ``_64`` / ``_128`` / ``int_codes_step``."""
+    code): :func:`int_code_masked` (the CPU integer kernels' scalar loops), the vector steps
+    :data:`qcore.kernels.bits.int_codes_32` / ``_64`` / ``_128`` / ``int_codes_step``, and on
+    CUDA :func:`qcore.kernels.cuda_quantize.q_int` (the specialised kernels) and the generic
+    :func:`qcore.kernels.cuda_kernels.quantize_kernel`, which take the two's complement as
+    the low bits (as int_code_masked does)."""
     t = saturate_float(r, zero_point, lo, hi)
     t = t + np.float32(wrap) if t < np.float32(0.0) else t
     return np.int32(t)
 
 
-@njit(inline="always", **_JIT)
+@njit(**INLINE)
 def int_code_masked(q, zf, lo, hi, mask):
     """:func:`int_code` of rint(q), with the two's complement taken as the int32's low bits
     (`mask` = 2**bits - 1): one AND per vector where adding 2**bits to negatives costs a
@@ -209,10 +214,7 @@ def int_code_masked(q, zf, lo, hi, mask):
     return np.int32(np.int32(rint_to_int32(t) + np.int32(zf)) & mask)
 
 
-_INLINE = {"inline": "always", **_JIT}
-
-
-@njit(**_INLINE)
+@njit(**INLINE)
 def round_to_precision(v, pkind):
     """Round a float32 to float16 or bfloat16 (half to even; NaN kept, canonical), as float32.
 
@@ -235,7 +237,7 @@ def round_to_precision(v, pkind):
     return round_f16_portable(v)
 
 
-@njit(**_INLINE)
+@njit(**INLINE)
 def round_f16_portable(v):
     """round_to_precision(v, PKind.F16) without F16C: |v| + M rounds to float16's grid when
     M = 2**(e + 13), e the exponent of |v| (at least -14, float16's smallest normal exponent:
@@ -254,7 +256,7 @@ def round_f16_portable(v):
     return u32_as_f32(_I32(rb | sign))
 
 
-@njit(**_INLINE)
+@njit(**INLINE)
 def f16_to_f32(h):
     """float16 bits to float32, exactly: 32-bit integer lanes and selects, no branches or
     tables. Subnormals are renormalised by one exact float32 subtraction."""
@@ -270,13 +272,13 @@ def f16_to_f32(h):
     return u32_as_f32(_I32(o | _I32(_I32(h & _I32(0x8000)) << _I32(16))))
 
 
-@njit(**_INLINE)
+@njit(**INLINE)
 def bf16_to_f32(h):
     """bfloat16 bits to float32 (the top half of the float32's bits)."""
     return u32_as_f32(np.uint32(h) << np.uint32(16))
 
 
-@njit(**_JIT)
+@njit(**JIT)
 def load_x(xv, xkind, pkind):
     """One input element as float32, rounded to the precision type."""
     if xkind == XKind.F32:
@@ -300,7 +302,7 @@ def load_x(xv, xkind, pkind):
 F16_MAX_CODE = 0x7BFF
 
 
-@njit(**_INLINE)
+@njit(**INLINE)
 def half_bits(v, okind):
     """A float32 rounded once (half to even) to float16 or bfloat16, as its uint16 bits."""
     b = f32_as_u32(v)
@@ -314,7 +316,7 @@ def half_bits(v, okind):
     return _U32(encode_f32_bits(b, 5, 10, 15, F16_MAX_CODE, True, NanStyle.IEEE, False))
 
 
-@njit(**_JIT)
+@njit(**JIT)
 def quantize_value(q, z, qp):
     """Code of one quotient q = x / scale (already rounded to the precision type) for the
     target of `qp` (:class:`~qcore.kernels.params.QuantizeParams`): :func:`int_code` for an
@@ -328,13 +330,18 @@ def quantize_value(q, z, qp):
                            qp.has_inf == 1, qp.nan_style, qp.saturate == 1)
 
 
-@njit(**_INLINE)
+@njit(**INLINE)
 def dequantize_f32(xv, z, s, xkind, tab):
     """DequantizeLinear's rule to a float32 output: (x - zero_point) * scale in float32.
 
     The difference is exact in float32 for 8/16-bit integers (DXKind.NUMERIC) and for the
     values of the decode table `tab` (DXKind.TABLE: sub-byte integers and small floats, by
-    byte); int32's is formed in int64, then rounded once. The product is rounded once."""
+    byte); int32's is formed in int64, then rounded once. The product is rounded once.
+
+    CUDA copies (tests/test_element_rules.py checks each on every code):
+    :func:`qcore.kernels.cuda_dequantize.dq_element` (8-bit codes, the specialised kernels)
+    and the generic :func:`qcore.kernels.cuda_kernels.dequantize_kernel`, both returning a
+    NaN code's table value with the CPU's bits rather than through GPU arithmetic."""
     if xkind == DXKind.NUMERIC:
         d = np.float32(xv) - np.float32(z)
     elif xkind == DXKind.TABLE:
@@ -344,7 +351,7 @@ def dequantize_f32(xv, z, s, xkind, tab):
     return d * s
 
 
-@njit(**_JIT)
+@njit(**JIT)
 def dequantize_value(xv, z, s, xkind, okind, tab):
     """DequantizeLinear's rule: :func:`dequantize_f32`, then rounded once more (half to even)
     to a 16-bit output, as the output type's bits (float32, or float16/bfloat16 bits as a

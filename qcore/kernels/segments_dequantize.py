@@ -18,21 +18,19 @@ import numpy as np
 from numba import njit
 
 from .bits import wide_vectors
+from .jit import INLINE, JIT
 from .params import DXKind, PKind
 from .scalar import dequantize_f32, dequantize_value
 from .walk import block_count, block_span
 
-_JIT = {"cache": True, "nogil": True, "error_model": "numpy"}
-_INLINE = {"inline": "always", **_JIT}
 
-
-@njit(**_INLINE)
+@njit(**INLINE)
 def _to_f32(xv, z, s, xkind, okind, tab):
     """dequantize_f32 in dequantize_value's signature (okind is PKind.F32)."""
     return dequantize_f32(xv, z, s, xkind, tab)
 
 
-@njit(**_INLINE)
+@njit(**INLINE)
 def _dequantize_run(rule, run, xkind, okind, tab):
     """ys[j] = rule(xs[j], its zero point, its scale, xkind, okind, tab), per element
     (block 0) or per block; `rule` is dequantize_value or _to_f32."""
@@ -50,7 +48,7 @@ def _dequantize_run(rule, run, xkind, okind, tab):
             ys[j] = rule(xs[j], z0, s0, xkind, okind, tab)
 
 
-@njit(**_JIT)
+@njit(**JIT)
 def seg_numeric(run, dp, tab):
     """8/16-bit integers to float32: the difference is exact in float32."""
     wide_vectors()
@@ -58,7 +56,7 @@ def seg_numeric(run, dp, tab):
     return 0
 
 
-@njit(**_JIT)
+@njit(**JIT)
 def seg_table(run, dp, tab):
     """Sub-byte integers and small floats (their uint8 codes) to float32 through the decode
     table."""

@@ -15,6 +15,8 @@ from numba import njit
 
 from . import renamed
 from .bits import EXPLICIT_VECTORS, FLOAT_CODES, HAS_F16C, f16_bits_as_f32, f32_as_u32, wide_vectors
+from .jit import INLINE as _INLINE
+from .jit import JIT as _JIT
 from .params import NanStyle, PKind, XKind
 from .scalar import (
     bf16_to_f32,
@@ -29,12 +31,9 @@ from .scalar import (
 )
 from .walk import block_count, block_span
 
-_JIT = {"cache": True, "nogil": True, "error_model": "numpy"}
-_INLINE = {"inline": "always", **_JIT}
-
 #: round_to_precision as a call, for the generic loops: compiled once, and inlined by LLVM
 #: with the loop's precision folded in. numba's own inlining copies a function's IR into every
-#: call site and types each copy, which made the generic copies slow to compile.
+#: call site and types each copy, which makes a loop that calls it often slow to compile.
 _round = njit(**_JIT)(renamed(round_to_precision.py_func, "_called"))
 
 

@@ -25,11 +25,9 @@ from .bits import (
     int_codes_step,
     wide_vectors,
 )
+from .jit import INLINE, JIT
 from .scalar import int_code_masked
 from .walk import block_count, block_span
-
-_JIT = {"cache": True, "nogil": True, "error_model": "numpy"}
-_INLINE = {"inline": "always", **_JIT}
 
 #: Zero points decoded at a time for a run with one per element (a fixed 4 KiB of scratch per
 #: worker rather than a chunk's worth).
@@ -39,7 +37,7 @@ RUN_STEP = 1024
 SCRATCH = max(CHUNK // 32 + 2, RUN_STEP)
 
 
-@njit(**_INLINE)
+@njit(**INLINE)
 def _int_run(xs, ys, j0, j1, s0, zf, lo, hi, mask, vectors):
     """ys[j] for j0 <= j < j1, all with scale s0 and zero point zf: where `vectors` (the
     caller's EXPLICIT_VECTORS), INT_STEP at a time as written-out vector code, then 64 at a
@@ -60,7 +58,7 @@ def _int_run(xs, ys, j0, j1, s0, zf, lo, hi, mask, vectors):
         ys[k] = int_code_masked(xs[k] / s0, zf, lo, hi, mask)
 
 
-@njit(**_INLINE)
+@njit(**INLINE)
 def _int_whole_32s(xs, ys, j0, j1, s0, zf, lo, hi, mask, vectors):
     """_int_run for a short block made of whole 32s (block 32, 64, 128...): fixed steps, no
     remainder loop or alias checks (see _int_vector_block; `vectors` as in _int_run)."""
@@ -76,7 +74,7 @@ def _int_whole_32s(xs, ys, j0, j1, s0, zf, lo, hi, mask, vectors):
         j += 32
 
 
-@njit(**_INLINE)
+@njit(**INLINE)
 def _int_vector_block(xs, ys, j0, j1, s0, a, b, zi, mask):
     """A block of whole 32s by the written-out vector steps, its clamp bounds `a`, `b` and zero
     point `zi` made (see int_code_masked), in the widest steps that divide it (INT_STEP, 128,
@@ -102,7 +100,7 @@ def _int_vector_block(xs, ys, j0, j1, s0, a, b, zi, mask):
             j += 32
 
 
-@njit(**_INLINE)
+@njit(**INLINE)
 def int_zero_point(zv, k, wrap, top):
     """Zero point k as float32 (exact). zv holds the target's own codes viewed as int8 or int16
     (no conversion per call: blocked zero points are 1/32 of x); ml_dtypes keeps a sub-byte
@@ -116,13 +114,13 @@ def int_zero_point(zv, k, wrap, top):
     return z - wrap if z > top else z
 
 
-@njit(**_INLINE)
+@njit(**INLINE)
 def unusable(s):
     """1 when scale s is not positive and finite (NaN included), else 0."""
     return np.int64(0) if s > np.float32(0) and s < np.float32(np.inf) else np.int64(1)
 
 
-@njit(**_JIT)
+@njit(**JIT)
 def seg_int(run, qp, buf):
     """A scale per block, row or element; zero points as the target's codes (see
     int_zero_point; float32 on some layouts, see cpu.reads_codes). Returns how many of its
@@ -187,7 +185,7 @@ def seg_int(run, qp, buf):
     return bad
 
 
-@njit(**_JIT)
+@njit(**JIT)
 def seg_int_tensor(run, qp, buf):
     """seg_int for a per-tensor layout: one scale and one zero point for the whole run, so one
     _int_run and none of the block loops (a first call compiles in a fraction of seg_int's

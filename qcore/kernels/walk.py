@@ -16,8 +16,7 @@ from typing import Any, NamedTuple
 
 from numba import njit
 
-_JIT = {"cache": True, "nogil": True, "error_model": "numpy"}
-_INLINE = {"inline": "always", **_JIT}
+from .jit import INLINE, JIT
 
 
 class Run(NamedTuple):
@@ -33,14 +32,14 @@ class Run(NamedTuple):
     first: int
 
 
-@njit(**_INLINE)
+@njit(**INLINE)
 def block_count(n, block, first):
     """How many blocks of `block` elements n elements touch, the first `first` elements into
     its block."""
     return (first + n + block - 1) // block
 
 
-@njit(**_INLINE)
+@njit(**INLINE)
 def block_span(b, n, block, first):
     """(j0, j1): the elements of block b among n elements that start `first` elements into
     block 0 (every block of a run is whole but its first and last)."""
@@ -49,7 +48,7 @@ def block_span(b, n, block, first):
     return (j0 if j0 > 0 else 0), (j1 if j1 < n else n)
 
 
-@njit(**_JIT)
+@njit(**JIT)
 def locate(i0, lp):
     """(p, d, q) coordinates of flat element i0 in the (pre, dim, post) view."""
     plane = lp.dim * lp.post
@@ -59,7 +58,7 @@ def locate(i0, lp):
     return p, d, r - d * lp.post
 
 
-@njit(**_JIT)
+@njit(**JIT)
 def next_segment(p, d, q, remaining, lp):
     """The next run of elements, starting at (p, d, q), whose scales are read simply.
 
