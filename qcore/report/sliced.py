@@ -11,8 +11,9 @@ TensorReader`):
    (axis 0), blocked and MX recipes calibrate each slice alone — their groups never cross a
    row, so the scales are the tensor's own; per-tensor ``minmax`` / ``absmax`` recipes take
    their one scale from the first pass's range. Each recipe's error sums are computed per slice
-   by qcore's serial error kernel (the parallel one splits its sums as the threading layer
-   splits its range) and added in slice order in float64.
+   by :func:`qcore.reductions.error_stats` (one row of sums per fixed chunk of its CHUNK
+   elements, whichever thread runs the chunk, added in chunk order) and added in slice order in
+   float64.
 
 The slicing depends only on the tensor's shape, so a tensor gives the same rows on one thread
 or many, in this process or on Dask, in one run or resumed. Tensors of rank <= 1 are one slice,
@@ -44,10 +45,7 @@ from ..reductions import (
     S_NCMP,
     S_NFIN,
     S_SSE,
-    TINY,
-    _error_ser,
-    as_float32,
-    walker_params,
+    error_stats,
 )
 from ..versions import LATEST_OPSET, QUANTIZE, versions
 from .sources import TensorReader
@@ -152,23 +150,6 @@ class _Sums:
     error: str = ""
 
 
-def _serial_error_stats(x: np.ndarray, xh: np.ndarray, params: Any) -> np.ndarray:
-    """qcore.reductions.error_stats by its serial kernel whatever the slice's size: the parallel
-    kernel's per-chunk sums depend on how the threading layer splits its range (threads, the
-    layer itself), the serial kernel's only on the slice, which only the shape decides."""
-    xa, ha = as_float32(x), as_float32(xh)
-    if xa.size == 0:
-        return np.zeros(N_STATS)
-    layout = params.layout(tuple(x.shape))
-    lo, hi = params.saturation_bounds()
-    glo = np.ascontiguousarray(np.asarray(lo, np.float64).reshape(-1))
-    ghi = np.ascontiguousarray(np.asarray(hi, np.float64).reshape(-1))
-    rows = _error_ser(xa, ha, glo, ghi, walker_params(layout), layout.n_scales > 1, True, TINY)
-    st = rows.sum(axis=0)
-    st[S_MAXAE] = rows[:, S_MAXAE].max()
-    return st
-
-
 def _params(x: np.ndarray, recipe: Any, shape: tuple[int, ...], lo: float, hi: float,
             whole: np.ndarray | None) -> Any:
     gran, axis, block = granularity_for(recipe, shape)
@@ -192,7 +173,7 @@ def _add(s: _Sums, x: np.ndarray, recipe: Any, shape: tuple[int, ...], lo: float
     y = quantize_linear(x, params.scale, run_zp, output_dtype=fmt.name, opset=LATEST_OPSET,
                         **params.kwargs)
     xh = dequantize_linear(y, params.scale, run_zp, opset=LATEST_OPSET, **params.kwargs)
-    st = _serial_error_stats(x, xh, params)
+    st = error_stats(x, xh, params.layout(tuple(x.shape)), *params.saturation_bounds())
     maxae = max(s.stats[S_MAXAE], st[S_MAXAE])
     s.stats += st
     s.stats[S_MAXAE] = maxae
