@@ -16,7 +16,7 @@ import numpy as np
 from numba import njit, prange
 
 from . import config
-from .concurrency import guarded
+from .concurrency import adaptive
 from .kernels import renamed
 from .kernels.pool import readonly
 from .layout import Layout
@@ -344,7 +344,10 @@ _group_sse_ser = njit(cache=True, fastmath=_FASTMATH, error_model="numpy")(
 
 
 def _pick(par, ser, n: int):
-    return guarded(par) if n >= PARALLEL_THRESHOLD else ser
+    """The serial kernel below the threshold, else the parallel one on the cores other
+    processes leave free (a worker on a taken core makes the join wait a time slice): no
+    result here depends on how many workers run the call."""
+    return adaptive(par) if n >= PARALLEL_THRESHOLD else ser
 
 
 # ---------------------------------------------------------------------------------------------

@@ -23,8 +23,10 @@ once).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +34,7 @@ import numpy as np
 
 from .. import metrics
 from ..calibration import choose_params
+from ..concurrency import numba_threads, parallel_workers
 from ..errors import QuantizationError
 from ..layout import BLOCKED, PER_AXIS, PER_TENSOR
 from ..ops import dequantize_linear, plan_dequantize, plan_quantize, quantize_linear
@@ -121,9 +124,33 @@ def _nbytes(count: int, bits: int) -> int:
 # the two passes
 
 
+@contextlib.contextmanager
+def _free_cores() -> Iterator[None]:
+    """numba's threads for one slice's kernels: those of the calling thread less the cores
+    other processes keep busy (:func:`qcore.concurrency.parallel_workers`). A slice makes a few
+    dozen parallel calls, and on a busy machine each one's join waits a time slice for a worker
+    whose core another process holds. No row depends on the thread count."""
+    threads = numba_threads()
+    workers = parallel_workers(threads)
+    if workers >= threads:
+        yield
+        return
+    import numba
+
+    numba.set_num_threads(workers)
+    try:
+        yield
+    finally:
+        numba.set_num_threads(threads)
+
+
 def tensor_statistics(reader: TensorReader | ArrayReader, n: int) -> dict[str, float]:
     """The first pass: statistics of all n elements, read SLICE at a time."""
-    rows = [chunk_rows(reader.read(i, min(SLICE, n - i))) for i in range(0, n, SLICE)]
+    rows = []
+    for i in range(0, n, SLICE):
+        piece = reader.read(i, min(SLICE, n - i))
+        with _free_cores():
+            rows.append(chunk_rows(piece))
     return stats_of_rows(np.concatenate(rows) if rows else np.zeros((0, 9)))
 
 
@@ -241,13 +268,14 @@ def recipe_rows(reader: TensorReader | ArrayReader, shape: tuple[int, ...], reci
             x = reader.read(a * row, (b - a) * row).reshape((b - a,) + tuple(shape[1:]))
         else:
             x = reader.read(0, n).reshape(shape)
-        for s in sums:
-            if s.error:
-                continue
-            try:
-                _add(s, x, s.recipe, shape, lo, hi, whole, k == 0)
-            except QuantizationError as exc:
-                s.error = str(exc)
+        with _free_cores():
+            for s in sums:
+                if s.error:
+                    continue
+                try:
+                    _add(s, x, s.recipe, shape, lo, hi, whole, k == 0)
+                except QuantizationError as exc:
+                    s.error = str(exc)
         del x
     out: list[dict[str, Any] | QuantizationError] = []
     for s in sums:
