@@ -58,7 +58,10 @@ def test_threads_give_the_rows_of_one_thread(big):
     pd.testing.assert_frame_equal(run_report(path, DEFAULT_RECIPES).rows, one, check_exact=True)
 
 
-def test_numba_threads_give_the_rows_of_one_numba_thread(big):
+def test_numba_threads_give_the_rows_of_one_numba_thread(big, monkeypatch):
+    from qcore import config
+
+    monkeypatch.setattr(config, "ADAPTIVE_WORKERS", False)  # 2 threads even on a busy machine
     path, one = big
     rows = {}
     for threads in (1, 2):
