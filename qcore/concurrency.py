@@ -62,11 +62,14 @@ def parallel_guard(size: int | None = None) -> Iterator[None]:
         yield
 
 
-def guarded(kernel):
-    """`kernel` wrapped in :func:`parallel_guard` (for call sites that pick a kernel object)."""
+def adaptive(kernel):
+    """`kernel` (a parallel one) run on :func:`parallel_workers` of numba's threads, under
+    :class:`parallel_call` (the lock where the layer needs it), for call sites that pick a
+    kernel object. Only for kernels whose results do not depend on the worker count."""
 
     def call(*args, **kwargs):
-        with parallel_guard():
+        threads = numba_threads()
+        with parallel_call(parallel_workers(threads), threads):
             return kernel(*args, **kwargs)
 
     return call

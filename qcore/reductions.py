@@ -16,7 +16,7 @@ import numpy as np
 from numba import njit, prange
 
 from . import config
-from .concurrency import guarded
+from .concurrency import adaptive
 from .kernels import renamed
 from .kernels.pool import readonly
 from .layout import Layout
@@ -139,9 +139,12 @@ def _max_nonneg(a, m):
 
 
 def _error_impl(x, xh, glo, ghi, lp, grouped, has_range, tiny):
-    """One pass: every error statistic, per chunk (the caller sums the rows, maxes S_MAXAE).
+    """Every error statistic, one row per chunk (the caller sums the rows, maxes S_MAXAE).
 
-    Branch-free body (selects, not jumps) so LLVM vectorizes it; float64 accumulators.
+    Branch-free bodies (selects, not jumps) so LLVM vectorizes them; float64 accumulators. The
+    summing loop stores nothing: a loop that stores gets a runtime alias check from LLVM, whose
+    outcome (heap addresses) picks the vectorized or the scalar copy, two summation orders. So
+    the |errors| for the max are written by a loop of their own, whose result no order changes.
     """
     n = x.size
     nch = (n + CHUNK - 1) // CHUNK
@@ -157,6 +160,10 @@ def _error_impl(x, xh, glo, ghi, lp, grouped, has_range, tiny):
         else:
             blo[:] = glo[0] if has_range else -np.inf
             bhi[:] = ghi[0] if has_range else np.inf
+        for j in range(m):
+            e = np.float64(xh[i0 + j]) - np.float64(x[i0 + j])
+            abuf[j] = abs(e) if abs(e) < np.inf else 0.0
+        maxae = _max_nonneg(abuf, m)
         sse = 0.0
         sx2 = 0.0
         sae = 0.0
@@ -178,7 +185,6 @@ def _error_impl(x, xh, glo, ghi, lp, grouped, has_range, tiny):
             e2 = e0 * e0
             ae = abs(e0)
             ax = abs(xv)
-            abuf[j] = ae
             sse += e2
             sx2 += xv * xv if ok else 0.0
             sae += ae
@@ -193,7 +199,6 @@ def _error_impl(x, xh, glo, ghi, lp, grouped, has_range, tiny):
             clip = (ax < np.inf) & ((xv < blo[j]) | (xv > bhi[j]))
             nclip += np.int64(clip)
             sseclip += e2 if clip else 0.0
-        maxae = _max_nonneg(abuf, m)
         out[c, S_SSE] = sse
         out[c, S_SX2] = sx2
         out[c, S_SAE] = sae
@@ -339,7 +344,10 @@ _group_sse_ser = njit(cache=True, fastmath=_FASTMATH, error_model="numpy")(
 
 
 def _pick(par, ser, n: int):
-    return guarded(par) if n >= PARALLEL_THRESHOLD else ser
+    """The serial kernel below the threshold, else the parallel one on the cores other
+    processes leave free (a worker on a taken core makes the join wait a time slice): no
+    result here depends on how many workers run the call."""
+    return adaptive(par) if n >= PARALLEL_THRESHOLD else ser
 
 
 # ---------------------------------------------------------------------------------------------
@@ -382,6 +390,10 @@ def error_stats(x: np.ndarray, x_hat: np.ndarray, layout: Layout | None = None,
 
     With ``layout`` and per-group saturation bounds ``lo``/``hi`` (flat, scale order) an
     element is counted as clipped when it lies outside its group's bounds.
+
+    The sums are the same bit for bit whatever the thread count, in the parallel kernel and the
+    serial one: each fixed chunk of CHUNK elements gets its own row of sums, whichever thread
+    runs it, and the rows are added in chunk order (tests/test_report_modes.py checks it).
     """
     xa, ha = as_float32(x), as_float32(x_hat)
     n = xa.size

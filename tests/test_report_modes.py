@@ -13,9 +13,12 @@ import pandas as pd
 import pytest
 from conftest import interrupt_report
 
+from qcore import reductions
+from qcore.layout import Layout
 from qcore.reductions import PARALLEL_THRESHOLD
 from qcore.report import run_report, sliced
 from qcore.report.recipes import DEFAULT_RECIPES
+from qcore.report.tasks import Task, run_task
 
 BIG = (1100, 2000)  # 2.2 M elements: over the parallel kernels' threshold
 
@@ -53,6 +56,84 @@ def test_threads_give_the_rows_of_one_thread(big):
     pd.testing.assert_frame_equal(run_report(path, DEFAULT_RECIPES, threads=2).rows, one,
                                   check_exact=True)
     pd.testing.assert_frame_equal(run_report(path, DEFAULT_RECIPES).rows, one, check_exact=True)
+
+
+def test_numba_threads_give_the_rows_of_one_numba_thread(big, monkeypatch):
+    from qcore import config
+
+    monkeypatch.setattr(config, "ADAPTIVE_WORKERS", False)  # 2 threads even on a busy machine
+    path, one = big
+    rows = {}
+    for threads in (1, 2):
+        task = Task(str(path), "a.weight", tuple(DEFAULT_RECIPES), str(path.parent),
+                    BIG[0] * BIG[1])
+        rows[threads] = pd.DataFrame(run_task(task, numba_threads=threads))
+    assert (rows[1]["error"] == "").all()
+    pd.testing.assert_frame_equal(rows[2], rows[1], check_exact=True)
+    mine = one[one["tensor"] == "a.weight"].reset_index(drop=True)
+    pd.testing.assert_frame_equal(rows[1][mine.columns].astype(mine.dtypes), mine,
+                                  check_exact=True)
+
+
+def _error_cases():
+    """(name, x, x_hat) over the parallel threshold with a ragged last chunk: plain noise, and
+    values that make a summation order show (NaN, Inf, subnormals, 1e30 beside 1e-30)."""
+    rng = np.random.default_rng(11)
+    n = PARALLEL_THRESHOLD + 3 * reductions.CHUNK + 1234
+    x = rng.standard_normal(n).astype(np.float32)
+    yield "noise", x, (x + rng.standard_normal(n).astype(np.float32) * 1e-3)
+    x = (rng.standard_normal(n) * np.exp(rng.uniform(-80, 80, n))).astype(np.float32)
+    xh = (np.round(x * 7) / 7).astype(np.float32)
+    x[::1001] = np.nan
+    x[5::777] = np.inf
+    x[9::333] = 1e-40  # float32 subnormal
+    xh[7::999] = -np.inf
+    xh[11::555] = np.nan
+    yield "adversarial", x, xh
+    x = np.full(n, 3.0, np.float32)
+    x[::2] = 1e30
+    x[1::4] = -1e-30
+    xh = x.copy()
+    xh[::3] = 0
+    yield "cancelling", x, xh
+
+
+@pytest.mark.parametrize("gran", ["per-tensor", "per-axis", "blocked"])
+def test_error_kernel_sums_do_not_depend_on_threads(gran):
+    """The parallel error kernel (what the report's slices over the threshold run) gives the
+    serial kernel's sums bit for bit on one thread and on two."""
+    import numba
+
+    rng = np.random.default_rng(5)
+    before = numba.get_num_threads()
+    try:
+        for name, x, xh in _error_cases():
+            cols = 1000
+            shape = (x.size // cols, cols)
+            x, xh = x[:shape[0] * cols], xh[:shape[0] * cols]
+            assert x.size >= PARALLEL_THRESHOLD and x.size % reductions.CHUNK
+            kw = {"per-tensor": {}, "per-axis": {"axis": 0},
+                  "blocked": {"axis": 1, "block_size": 32}}[gran]
+            layout = Layout.from_granularity(shape, gran, **kw)
+            ng = layout.n_scales
+            lo = -np.abs(rng.standard_normal(ng))
+            hi = np.abs(rng.standard_normal(ng))
+            args = (reductions.as_float32(x), reductions.as_float32(xh), lo, hi,
+                    reductions.walker_params(layout), ng > 1, True, reductions.TINY)
+            serial = reductions._error_ser(*args)
+            assert np.isfinite(serial[:, reductions.S_SSE]).all(), name
+            for threads in (1, 2):
+                numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+                parallel = reductions._error_par(*args)
+                np.testing.assert_array_equal(parallel.view(np.int64), serial.view(np.int64),
+                                              err_msg=f"{name}, {threads} thread(s)")
+                st = reductions.error_stats(x.reshape(shape), xh.reshape(shape), layout, lo,
+                                            hi)
+                want = serial.sum(axis=0)
+                want[reductions.S_MAXAE] = serial[:, reductions.S_MAXAE].max()
+                np.testing.assert_array_equal(st.view(np.int64), want.view(np.int64))
+    finally:
+        numba.set_num_threads(before)
 
 
 def test_resumed_rows_are_the_uninterrupted_ones(big, tmp_path):

@@ -11,8 +11,9 @@ TensorReader`):
    (axis 0), blocked and MX recipes calibrate each slice alone — their groups never cross a
    row, so the scales are the tensor's own; per-tensor ``minmax`` / ``absmax`` recipes take
    their one scale from the first pass's range. Each recipe's error sums are computed per slice
-   by qcore's serial error kernel (the parallel one splits its sums as the threading layer
-   splits its range) and added in slice order in float64.
+   by :func:`qcore.reductions.error_stats` (one row of sums per fixed chunk of its CHUNK
+   elements, whichever thread runs the chunk, added in chunk order) and added in slice order in
+   float64.
 
 The slicing depends only on the tensor's shape, so a tensor gives the same rows on one thread
 or many, in this process or on Dask, in one run or resumed. Tensors of rank <= 1 are one slice,
@@ -22,8 +23,10 @@ once).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +34,7 @@ import numpy as np
 
 from .. import metrics
 from ..calibration import choose_params
+from ..concurrency import numba_threads, parallel_workers
 from ..errors import QuantizationError
 from ..layout import BLOCKED, PER_AXIS, PER_TENSOR
 from ..ops import dequantize_linear, plan_dequantize, plan_quantize, quantize_linear
@@ -44,10 +48,7 @@ from ..reductions import (
     S_NCMP,
     S_NFIN,
     S_SSE,
-    TINY,
-    _error_ser,
-    as_float32,
-    walker_params,
+    error_stats,
 )
 from ..versions import LATEST_OPSET, QUANTIZE, versions
 from .sources import TensorReader
@@ -123,9 +124,33 @@ def _nbytes(count: int, bits: int) -> int:
 # the two passes
 
 
+@contextlib.contextmanager
+def _free_cores() -> Iterator[None]:
+    """numba's threads for one slice's kernels: those of the calling thread less the cores
+    other processes keep busy (:func:`qcore.concurrency.parallel_workers`). A slice makes a few
+    dozen parallel calls, and on a busy machine each one's join waits a time slice for a worker
+    whose core another process holds. No row depends on the thread count."""
+    threads = numba_threads()
+    workers = parallel_workers(threads)
+    if workers >= threads:
+        yield
+        return
+    import numba
+
+    numba.set_num_threads(workers)
+    try:
+        yield
+    finally:
+        numba.set_num_threads(threads)
+
+
 def tensor_statistics(reader: TensorReader | ArrayReader, n: int) -> dict[str, float]:
     """The first pass: statistics of all n elements, read SLICE at a time."""
-    rows = [chunk_rows(reader.read(i, min(SLICE, n - i))) for i in range(0, n, SLICE)]
+    rows = []
+    for i in range(0, n, SLICE):
+        piece = reader.read(i, min(SLICE, n - i))
+        with _free_cores():
+            rows.append(chunk_rows(piece))
     return stats_of_rows(np.concatenate(rows) if rows else np.zeros((0, 9)))
 
 
@@ -152,23 +177,6 @@ class _Sums:
     error: str = ""
 
 
-def _serial_error_stats(x: np.ndarray, xh: np.ndarray, params: Any) -> np.ndarray:
-    """qcore.reductions.error_stats by its serial kernel whatever the slice's size: the parallel
-    kernel's per-chunk sums depend on how the threading layer splits its range (threads, the
-    layer itself), the serial kernel's only on the slice, which only the shape decides."""
-    xa, ha = as_float32(x), as_float32(xh)
-    if xa.size == 0:
-        return np.zeros(N_STATS)
-    layout = params.layout(tuple(x.shape))
-    lo, hi = params.saturation_bounds()
-    glo = np.ascontiguousarray(np.asarray(lo, np.float64).reshape(-1))
-    ghi = np.ascontiguousarray(np.asarray(hi, np.float64).reshape(-1))
-    rows = _error_ser(xa, ha, glo, ghi, walker_params(layout), layout.n_scales > 1, True, TINY)
-    st = rows.sum(axis=0)
-    st[S_MAXAE] = rows[:, S_MAXAE].max()
-    return st
-
-
 def _params(x: np.ndarray, recipe: Any, shape: tuple[int, ...], lo: float, hi: float,
             whole: np.ndarray | None) -> Any:
     gran, axis, block = granularity_for(recipe, shape)
@@ -192,7 +200,7 @@ def _add(s: _Sums, x: np.ndarray, recipe: Any, shape: tuple[int, ...], lo: float
     y = quantize_linear(x, params.scale, run_zp, output_dtype=fmt.name, opset=LATEST_OPSET,
                         **params.kwargs)
     xh = dequantize_linear(y, params.scale, run_zp, opset=LATEST_OPSET, **params.kwargs)
-    st = _serial_error_stats(x, xh, params)
+    st = error_stats(x, xh, params.layout(tuple(x.shape)), *params.saturation_bounds())
     maxae = max(s.stats[S_MAXAE], st[S_MAXAE])
     s.stats += st
     s.stats[S_MAXAE] = maxae
@@ -260,13 +268,14 @@ def recipe_rows(reader: TensorReader | ArrayReader, shape: tuple[int, ...], reci
             x = reader.read(a * row, (b - a) * row).reshape((b - a,) + tuple(shape[1:]))
         else:
             x = reader.read(0, n).reshape(shape)
-        for s in sums:
-            if s.error:
-                continue
-            try:
-                _add(s, x, s.recipe, shape, lo, hi, whole, k == 0)
-            except QuantizationError as exc:
-                s.error = str(exc)
+        with _free_cores():
+            for s in sums:
+                if s.error:
+                    continue
+                try:
+                    _add(s, x, s.recipe, shape, lo, hi, whole, k == 0)
+                except QuantizationError as exc:
+                    s.error = str(exc)
         del x
     out: list[dict[str, Any] | QuantizationError] = []
     for s in sums:

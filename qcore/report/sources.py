@@ -240,8 +240,8 @@ def read_tensor(ref: TensorRef) -> np.ndarray:
 
 class TensorReader:
     """Reads a tensor piece by piece as flat float32 (:meth:`read`), so that memory holds one
-    piece, never the tensor: file-backed values are read with ``pread`` (no mapping whose pages
-    would stay resident), in-memory ones sliced."""
+    piece, never the tensor: file-backed values are read into a fresh array (no mapping whose
+    pages would stay resident), in-memory ones sliced."""
 
     def __init__(self, ref: TensorRef) -> None:
         self.ref = ref
@@ -263,12 +263,14 @@ class TensorReader:
         loc = self._loc
         try:
             if isinstance(loc, _Span):
-                size = loc.dtype.itemsize
-                data = os.pread(self._fh.fileno(), count * size, loc.offset + start * size)
-                if len(data) != count * size:
+                # read straight into an array: float32 values are then the result, no copy
+                raw = np.empty(count, loc.dtype)
+                self._fh.seek(loc.offset + start * loc.dtype.itemsize)
+                if self._fh.readinto(memoryview(raw).cast("B")) != raw.nbytes:
                     raise TensorFileError(f"{self.ref.file}: tensor {self.ref.name!r}: the file "
                                           f"ended early (it changed while being read?)")
-                raw = np.frombuffer(data, loc.dtype)
+                if raw.dtype == np.float32:
+                    return raw
             else:
                 raw = loc.reshape(-1)[start:start + count]
             return _widen(raw, self.ref.dtype)
