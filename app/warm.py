@@ -302,9 +302,10 @@ def warm_lab() -> None:
     small = tensors.TensorSpec(rows=64, cols=64)
     compute.lab.__wrapped__(small, controls.QuantConfig())
     x = tensors.load(small)
-    for gran in (qcore.BLOCKED, qcore.PER_AXIS):  # codes of 8 bits or fewer: one kernel
-        p = calibration.choose_params(x, "int8", granularity=gran, axis=1, block_size=32)
-        p.round_trip(x)
+    wide = tensors.load(tensors.TensorSpec(rows=64, cols=1024))  # more blocks than a direct
+    for gran in (qcore.BLOCKED, qcore.PER_AXIS):  # call takes: the driver, as 1024 x 1024 runs
+        p = calibration.choose_params(wide, "int8", granularity=gran, axis=1, block_size=32)
+        p.round_trip(wide)  # codes of 8 bits or fewer: one kernel for them all
     metrics.group_errors(x, x, p, x.shape)
     metrics.error_metrics(x, x, params=p)
     for target, scale_dtype in (("int8", "float16"), ("int8", "bfloat16"),

@@ -264,8 +264,9 @@ _SPECIALS = np.array([np.inf, -np.inf, np.nan, -0.0, 0.0, 1e-40, -3e38, 3e38, 44
 def test_one_run_call_by_its_segment_equals_the_serial_driver(x_dtype, target, shape, axis,
                                                               block, monkeypatch):
     """Blocked and per-axis calls whose elements map to their scales as one run of blocks run
-    their family's segment directly on the whole of x (the scratch sized for it: a zero point
-    per block, many more than a chunk's); the serial driver must give the same bits."""
+    their family's segment directly on the whole of x (the integer blocks family where its
+    scratch holds every block's zero point: 560 blocks here, not 2400); the serial driver must
+    give the same bits."""
     rng = np.random.default_rng(block + axis)
     x = (rng.standard_normal(shape) * 30).astype(np.float32)
     x.reshape(-1)[::97] = np.resize(_SPECIALS, x.reshape(-1)[::97].size)
@@ -296,8 +297,8 @@ def test_one_run_call_by_its_segment_equals_the_serial_driver(x_dtype, target, s
 def test_per_tensor_call_by_its_segment_equals_the_serial_driver(x_dtype, target, n,
                                                                  monkeypatch):
     """A per-tensor call below the parallel threshold runs its family's segment directly, in
-    one run (no driver to compile on a cold start; the generic family with scratch for the
-    whole run); the serial driver, chunk by chunk, must give the same bits, and the same
+    one run (no driver to compile on a cold start; the generic family piece by piece of its
+    chunk-long scratch); the serial driver, chunk by chunk, must give the same bits, and the same
     refusal of an unusable scale."""
     rng = np.random.default_rng(n)
     x = (rng.standard_normal(n) * 30).astype(np.float32)

@@ -79,7 +79,7 @@ def float_segment(fnuz: bool, add: bool, suffix: str = "", **constants):
 def _families() -> dict[FamilyName, Family]:
     q = {FamilyName.QUANTIZE_INT: family(segments_int.seg_int_tensor, "quantize_int"),
          FamilyName.QUANTIZE_INT_BLOCKS: family(segments_int.seg_int, "quantize_int_blocks",
-                                                segments_int.SCRATCH)}
+                                                segments_int.SCRATCH, per_block=True)}
     for (fnuz, add), name in FLOAT_CASES.items():
         q[name] = family(float_segment(fnuz, add), name.value.replace(" ", "_"))
     return {**q,
@@ -104,7 +104,7 @@ def _generic_quantize(x: XKind, p: PKind, t: TKind) -> Family:
     segment = bound(segments_float.seg_generic, "_seg_" + name, JIT, _XKIND=x, _PKIND=p,
                     _LOAD_PKIND=load, _INT_TARGET=t == TKind.INT,
                     _HALF_X=x in (XKind.F16, XKind.BF16), _INT32_X=x == XKind.I32)
-    return family(segment, "quantize_" + name, CHUNK, per_element=True)
+    return family(segment, "quantize_" + name, CHUNK)
 
 
 def _generic_dequantize(x: DXKind, o: PKind) -> Family:
@@ -151,9 +151,10 @@ BANDWIDTH_BOUND = frozenset({FamilyName.QUANTIZE_INT, FamilyName.DEQUANTIZE_NUME
 
 #: Whether a call below the parallel threshold whose elements map to their scales as one run
 #: of equal blocks (:func:`~qcore.kernels.walk.single_run_block`: per tensor, and the common
-#: blocked and per-axis layouts) runs its family's segment alone, in that one run: chunks add
-#: nothing to one serial stream, and a cold start then compiles no driver. False: the drivers
-#: always (the tests compare the two).
+#: blocked and per-axis layouts) runs its family's segment alone, in that one run (the integer
+#: blocks family: where its scratch holds a zero point for each block): chunks add nothing to
+#: one serial stream, and a cold start then compiles no driver. False: the drivers always (the
+#: tests compare the two).
 DIRECT = True
 
 
@@ -167,11 +168,8 @@ def _launch(kernels: Family, args: tuple, n: int, bandwidth_bound: bool) -> tupl
     if DIRECT and kernels.segment is not None and n < PARALLEL_THRESHOLD:
         x, s, z, y, lp, params, table = args
         block = single_run_block(lp, n)
-        if block:
-            # scratch for one run of n: a float32 per element, or a zero point per block
-            need = n if kernels.per_element else -(-n // block) + 2
-            work = table if kernels.reads_table else np.empty(max(kernels.buffer, need),
-                                                               np.float32)
+        if block and (not kernels.per_block or -(-n // block) + 2 <= kernels.buffer):
+            work = table if kernels.reads_table else np.empty(kernels.buffer, np.float32)
             bad = kernels.segment(Run(x, y, s, z, block, 0), params, work) if n else 0
             return bad, np.array([[1 if n else 0, bad]], np.int64)
     workers = threads = 1

@@ -109,21 +109,21 @@ def _driver(x, s, z, y, lp, params, table, tally):
 
 class Family(NamedTuple):
     """A kernel family: its parallel and serial drivers, the segment function they call on each
-    run of a chunk, how many float32s of scratch the segment takes for a chunk (the integer
-    blocks segment's: a zero point per block), whether that scratch holds a float32 per
-    element of the run instead (the generic quantize segment's), and whether its segments'
-    work argument is the decode table (else the scratch buffer). minmax has no segment. A
-    direct call (cpu.DIRECT) converts the whole of x in one run, with scratch sized for it."""
+    run of a chunk, how many float32s of scratch the segment takes, whether it holds a zero
+    point per block there (the integer blocks segment, fastest when every block of its run has
+    one: a direct call, cpu.DIRECT, takes it only for runs of that many blocks at most), and
+    whether its segments' work argument is the decode table (else the scratch buffer). minmax
+    has no segment."""
 
     parallel: Any
     serial: Any
     segment: Any = None
     buffer: int = 0
-    per_element: bool = False
+    per_block: bool = False
     reads_table: bool = False
 
 
-def family(segment, name: str, buffer: int = 0, per_element: bool = False,
+def family(segment, name: str, buffer: int = 0, per_block: bool = False,
            reads_table: bool = False) -> Family:
     """The drivers bound to one segment function: each its own small kernel, compiled (or
     cache-loaded) only when first called."""
@@ -132,7 +132,7 @@ def family(segment, name: str, buffer: int = 0, per_element: bool = False,
                               _WORK=work)
                         for suffix, flags in (("_parallel", {"parallel": True, **JIT}),
                                               ("_serial", JIT)))
-    return Family(parallel, serial, segment, buffer, per_element, reads_table)
+    return Family(parallel, serial, segment, buffer, per_block, reads_table)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -168,10 +168,11 @@ _INT32_X = False
 
 def seg_generic(run, qp, buf):
     """Any x kind, precision and target: 16-bit x to an integer target in one fused loop per
-    block; otherwise x decoded and rounded to the precision into `buf` (a float32 per element
-    of the run: one chunk), then per block one fused loop (divide, round to the precision,
-    encode). A template: the kinds are bound per compiled copy (see above), so numba drops the other combinations' branches before compiling and a
-    first call compiles the loops of one combination only."""
+    block; otherwise, piece by piece of `buf`'s length (a chunk), x decoded and rounded to the
+    precision into `buf`, then per block one fused loop (divide, round to the precision,
+    encode). A template: the kinds are bound per compiled copy (see above), so numba drops the
+    other combinations' branches before compiling and a first call compiles the loops of one
+    combination only."""
     wide_vectors()
     xs, ys, sv, zv, block, first = run
     n = xs.size
@@ -192,21 +193,31 @@ def seg_generic(run, qp, buf):
         _int_blocks_half((run, lo, hi, np.int32(qp.mask), _XKIND), _PKIND)
         return 0
     v = buf
-    if _INT32_X:
-        for j in range(np.uint64(0), np.uint64(n)):
-            v[j] = load_x(xs[j], _XKIND, _PKIND)
-    else:
-        _load_as((xs, v, n, _XKIND), _LOAD_PKIND)
-    if _INT_TARGET:
-        wrap = np.float32(qp.mask + 1)
-        for b in range(block_count(n, block, first)):
-            j0, j1 = block_span(b, n, block, first)
-            _int_block((v, ys, j0, j1, sv[b], np.float32(zv[b]), lo, hi, wrap), _PKIND)
-    else:
+    if not _INT_TARGET:
         add = qp.has_zp == 1
         c = float_consts(qp)
         fnuz = qp.nan_style == NanStyle.NEG_ZERO
-        for b in range(block_count(n, block, first)):
-            j0, j1 = block_span(b, n, block, first)
-            _float_block((v, ys, j0, j1, sv[b], np.float32(zv[b]), add, c, fnuz), _PKIND)
+    for c0 in range(0, n, v.size):  # pieces of the scratch's length (a direct call's run is x)
+        m = min(v.size, n - c0)
+        xp = xs[c0:c0 + m]
+        yp = ys[c0:c0 + m]
+        at = first + c0  # the piece's first element, counted from the first scale's block
+        k0 = at // block
+        f0 = at - k0 * block
+        if _INT32_X:
+            for j in range(np.uint64(0), np.uint64(m)):
+                v[j] = load_x(xp[j], _XKIND, _PKIND)
+        else:
+            _load_as((xp, v, m, _XKIND), _LOAD_PKIND)
+        if _INT_TARGET:
+            wrap = np.float32(qp.mask + 1)
+            for b in range(block_count(m, block, f0)):
+                j0, j1 = block_span(b, m, block, f0)
+                _int_block((v, yp, j0, j1, sv[k0 + b], np.float32(zv[k0 + b]), lo, hi, wrap),
+                           _PKIND)
+        else:
+            for b in range(block_count(m, block, f0)):
+                j0, j1 = block_span(b, m, block, f0)
+                _float_block((v, yp, j0, j1, sv[k0 + b], np.float32(zv[k0 + b]), add, c, fnuz),
+                             _PKIND)
     return 0
