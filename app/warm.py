@@ -306,8 +306,8 @@ def warm_lab() -> None:
     for gran in (qcore.BLOCKED, qcore.PER_AXIS):  # call takes: the driver, as 1024 x 1024 runs
         p = calibration.choose_params(wide, "int8", granularity=gran, axis=1, block_size=32)
         p.round_trip(wide)  # codes of 8 bits or fewer: one kernel for them all
-    metrics.group_errors(x, x, p, x.shape)
-    metrics.error_metrics(x, x, params=p)
+    metrics.group_errors(wide, wide, p, wide.shape)
+    metrics.error_metrics(wide, wide, params=p)
     for target, scale_dtype in (("int8", "float16"), ("int8", "bfloat16"),
                                 ("float8e4m3fn", "float")):
         p = calibration.choose_params(x, target, scale_dtype=scale_dtype)
