@@ -285,10 +285,11 @@ def warm_lab() -> None:
     """Home's example and the Quantize Lab's default view on a small tensor (the kernel
     specialisations of the default 1024x1024 view), then the kernels every other setting of the
     Lab shares, whatever its target: the kernels of blocked and per-axis integer codes of 8 bits
-    or fewer (int8's), the per-group error statistics of any granularity but per-tensor, the step table's kernels at each scale type and for small float targets, the
-    element rules of the 16-bit scale types (:func:`qcore.warmup.shared_rules`), and int8's
-    parallel dequantize (the block-size sweep's clipping bounds dequantize a code per
-    scale, millions of them at a block size of 1)."""
+    or fewer (int8's), the per-group error statistics of any granularity but per-tensor, the
+    step table's kernels at each scale type and for small float targets, the element rules of
+    the 16-bit scale types (:func:`qcore.warmup.shared_rules`), and int8's parallel dequantize
+    (the block-size sweep's clipping bounds dequantize a code per scale, millions of them at a
+    block size of 1)."""
     import numpy as np
 
     import qcore

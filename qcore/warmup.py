@@ -140,11 +140,12 @@ def shared_rules() -> None:
     8-bit and table codes."""
     from .kernels import scalar, segments_float
 
-    for xv in (np.float32(0), np.uint16(0)):
-        for x in (XKind.F32, XKind.F16):
-            scalar.load_x(xv, x, PKind.F16)
+    # one call per argument type (the kinds are one numba type whatever their value)
+    scalar.load_x(np.float32(0), XKind.F32, PKind.F16)
+    scalar.load_x(np.uint16(0), XKind.F16, PKind.F16)
     segments_float._round(np.float32(0), PKind.F16)
     table = cpu._readonly(np.zeros(256, np.float64))
-    for xv in (np.int8(0), np.uint8(0)):
-        for x in (DXKind.NUMERIC, DXKind.TABLE):
-            scalar.dequantize_value(xv, np.float64(0), np.float32(1), x, PKind.F16, table)
+    scalar.dequantize_value(np.int8(0), np.float64(0), np.float32(1), DXKind.NUMERIC, PKind.F16,
+                            table)
+    scalar.dequantize_value(np.uint8(0), np.float64(0), np.float32(1), DXKind.TABLE, PKind.F16,
+                            table)

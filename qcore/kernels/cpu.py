@@ -99,11 +99,12 @@ def _generic_quantize(x: XKind, p: PKind, t: TKind) -> Family:
     """seg_generic compiled for one (x kind, precision, target family) (see
     :func:`qcore.kernels.bound`): a 16-bit x is exact in its own type, so it loads unrounded
     (float32) where the precision is that type."""
-    load = PKind.F32 if x in (XKind.F16, XKind.BF16) and int(p) == int(x) else p
+    half = x in (XKind.F16, XKind.BF16)
+    load = PKind.F32 if half and int(p) == int(x) else p
     name = f"generic_{x.name}_{p.name}_{t.name}".lower()
     segment = bound(segments_float.seg_generic, "_seg_" + name, JIT, _XKIND=x, _PKIND=p,
-                    _LOAD_PKIND=load, _INT_TARGET=t == TKind.INT,
-                    _HALF_X=x in (XKind.F16, XKind.BF16), _INT32_X=x == XKind.I32)
+                    _LOAD_PKIND=load, _INT_TARGET=t == TKind.INT, _HALF_X=half,
+                    _INT32_X=x == XKind.I32)
     return family(segment, "quantize_" + name, CHUNK)
 
 

@@ -65,7 +65,7 @@ def seg_table(run, dp, tab):
     return 0
 
 
-# Bound per compiled copy of seg_generic (see cpu.generic_family): how x is read and the
+# Bound per compiled copy of seg_generic (see cpu.GENERIC): how x is read and the
 # output type.
 _DXKIND = DXKind.I32
 _OKIND = PKind.F32

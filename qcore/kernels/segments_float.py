@@ -15,8 +15,7 @@ from numba import njit
 
 from . import renamed
 from .bits import EXPLICIT_VECTORS, FLOAT_CODES, HAS_F16C, f16_bits_as_f32, f32_as_u32, wide_vectors
-from .jit import INLINE as _INLINE
-from .jit import JIT as _JIT
+from .jit import INLINE, JIT
 from .params import NanStyle, PKind, XKind
 from .scalar import (
     bf16_to_f32,
@@ -34,10 +33,10 @@ from .walk import block_count, block_span
 #: round_to_precision as a call, for the generic loops: compiled once, and inlined by LLVM
 #: with the loop's precision folded in. numba's own inlining copies a function's IR into every
 #: call site and types each copy, which makes a loop that calls it often slow to compile.
-_round = njit(**_JIT)(renamed(round_to_precision.py_func, "_called"))
+_round = njit(**JIT)(renamed(round_to_precision.py_func, "_called"))
 
 
-@njit(**_INLINE)
+@njit(**INLINE)
 def float_consts(qp):
     """The encode constants (:class:`~qcore.kernels.scalar.EncodeConsts`) of qp's target."""
     return encode_consts(qp.ebits, qp.mbits, qp.bias, qp.max_code, qp.has_inf, qp.nan_style,
@@ -82,7 +81,7 @@ def seg_float(run, qp, buf):
     return 0
 
 
-@njit(**_INLINE)
+@njit(**INLINE)
 def _load_as(args, pkind):
     """v[j] = x[j] as float32, rounded to `pkind` (PKind.F32: not rounded), for
     args = (xs, v, n, xkind); both kinds constants: one plain loop, decoding and rounding in
@@ -98,7 +97,7 @@ def _load_as(args, pkind):
         v[j] = w if pkind == PKind.F32 else _round(w, pkind)
 
 
-@njit(**_INLINE)
+@njit(**INLINE)
 def _int_block(args, pkind):
     """ys[j] = integer code of v[j] / s0 rounded to the precision `pkind`, for
     args = (v, ys, j0, j1, s0, z0, lo, hi, wrap)."""
@@ -107,7 +106,7 @@ def _int_block(args, pkind):
         ys[j] = int_code(np.rint(_round(v[j] / s0, pkind)), z0, lo, hi, wrap)
 
 
-@njit(**_INLINE)
+@njit(**INLINE)
 def _float_block(args, pkind):
     """ys[j] = small float code of v[j] / s0 rounded to the precision (then + za, rounded
     again, when `add`), for args = (v, ys, j0, j1, s0, za, add, c, fnuz)."""
@@ -122,7 +121,7 @@ def _float_block(args, pkind):
             ys[j] = encode_with(f32_as_u32(_round(v[j] / s0, pkind)), c, fnuz)
 
 
-@njit(**_INLINE)
+@njit(**INLINE)
 def _half_to_f32(h, xkind):
     """A float16 or bfloat16 element (its uint16 bits) as float32, exactly (float16 by one
     vcvtph2ps where the target has F16C; it quiets a signalling NaN, which no integer code
@@ -134,7 +133,7 @@ def _half_to_f32(h, xkind):
     return f16_to_f32(h)
 
 
-@njit(**_INLINE)
+@njit(**INLINE)
 def _int_blocks_half(args, pkind):
     """Every block of a run of 16-bit x to an integer target, decoding fused into one loop per
     block (no chunk buffer), for args = (run, lo, hi, mask, xkind). x is exact in float32 and
@@ -154,7 +153,7 @@ def _int_blocks_half(args, pkind):
             ys[j] = int_code_masked(_round(w / s0, pkind), z0, lo, hi, mask)
 
 
-# Bound per compiled copy of seg_generic (see cpu.generic_family): x's kind, the precision,
+# Bound per compiled copy of seg_generic (see cpu.GENERIC): x's kind, the precision,
 # the precision x is loaded at (float32 where x is a 16-bit type and the precision its own:
 # such an x is exact in it), and the target family and x's class as plain bools, which numba
 # prunes branches on before typing (it does not fold comparisons of enum members).
