@@ -3,19 +3,16 @@ budget, and the QDQ model (qcore.model)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
-import tempfile
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from app import charts, errors, frame, theme, warm, widgets
+from app import charts, errors, frame, sources, theme, warm, widgets
 from qcore.model import cases, plan, sensitivity
 from qcore.report import models, recipes
 
@@ -23,19 +20,19 @@ frame.enter()
 
 SOURCES = {"minilm": "all-MiniLM-L6-v2 sentence encoder (optional install)",
            "upload": "Upload an .onnx model (+ .npz inputs)",
-           "path": "An .onnx model on this machine (path)"}
+           "path": "An .onnx model on the server, under an allowed folder (path)"}
 PAGE_RECIPES = ("int8:per-axis", "int4:blocked32", "mxfp8", "mxfp4")
 CURVE_POINTS = 5  # plans drawn on the bits-vs-fidelity chart
 
 st.title("Model Fidelity")
 st.markdown("Every weight through `QuantizeLinear → DequantizeLinear`, the model run in "
-            "onnxruntime and compared with its float self (output SQNR = 10·log10(Σ y² / Σ (y − ŷ)²) over every output) — the same "
-            "numbers as `python -m qcore.model`. Which tensors does the model feel, and what is "
-            "the best recipe per tensor under a bits budget?")
+            "onnxruntime and compared with its float self: output SQNR = "
+            "10·log10(Σ y² / Σ (y − ŷ)²) over every output, the same numbers as "
+            "`python -m qcore.model`. Which tensors does the model feel, and what is the best "
+            "recipe per tensor under a bits budget?")
 
+source = sources.choose(SOURCES, "mf_source", "minilm")
 side = st.sidebar
-source = widgets.select("Model", list(SOURCES), "mf_source", "minilm", where=side,
-                        format_func=SOURCES.get)
 
 
 @st.cache_resource(show_spinner=False, max_entries=4)
@@ -43,14 +40,6 @@ def load(source: str, ref: str, inputs: str | None, sentences: int, seed: int) -
     """A model with its inputs and float outputs (one onnxruntime session), once per server."""
     return cases.load_case(ref if source != "minilm" else "minilm", inputs,
                            sentences=sentences, seed=seed)
-
-
-def saved(data: bytes, suffix: str) -> str:
-    """An uploaded file written once into the temp folder, named by its hash."""
-    path = Path(tempfile.gettempdir()) / f"qcore-mf-{hashlib.sha256(data).hexdigest()[:16]}{suffix}"
-    if not path.exists():
-        path.write_bytes(data)
-    return str(path)
 
 
 ref, inputs, sentences, seed = "minilm", None, 0, 0
@@ -67,19 +56,17 @@ if source == "minilm":
                                "tensor × recipe.")
 else:
     if source == "upload":
-        up = side.file_uploader("Model (.onnx)", type=["onnx"], key="mf_upload")
-        up_in = side.file_uploader("Inputs (.npz, optional)", type=["npz"], key="mf_inputs")
-        if up is None:
+        ref = sources.upload("Model (.onnx)", ["onnx"], "mf_upload")
+        inputs = sources.upload("Inputs (.npz, optional)", ["npz"], "mf_inputs")
+        if ref is None:
             st.info("Upload an .onnx model whose weights are float initializers.",
                     icon=":material/upload_file:")
             st.stop()
-        ref = saved(up.getvalue(), ".onnx")
-        inputs = saved(up_in.getvalue(), ".npz") if up_in is not None else None
     else:
-        ref = widgets.text("Path", "mf_path", "", where=side, placeholder="model.onnx")
-        npz = widgets.text("Inputs (.npz path, optional)", "mf_npz", "", where=side)
-        inputs = npz or None
-        if not ref:
+        ref = sources.server_path("Path", "mf_path", placeholder="model.onnx")
+        inputs = sources.server_path("Inputs (.npz path, optional)", "mf_npz",
+                                     what="Reading the inputs", list_folders=False)
+        if ref is None:
             st.info("Enter the path of an .onnx model in the sidebar.",
                     icon=":material/folder_open:")
             st.stop()

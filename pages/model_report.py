@@ -13,11 +13,9 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from app import charts, compute, errors, explain, frame, theme, widgets
+from app import charts, compute, errors, explain, frame, sources, theme, widgets
 from qcore import analysis, datasets
-from qcore.errors import QuantizationError
-from qcore.io import DEFAULT_MAX_BYTES
-from qcore.report import core, list_tensors, models, recipes, roots, synthetic
+from qcore.report import core, list_tensors, models, recipes, synthetic
 
 frame.enter()
 
@@ -39,9 +37,8 @@ st.markdown("Every tensor of a checkpoint through every recipe — the same rows
             "scales and zero points, bytes. Each recipe runs through `qcore.quantize_linear` / "
             "`dequantize_linear` at the opset it needs.")
 
+source = sources.choose(SOURCES, "mr_source", "datasets")
 side = st.sidebar
-source = widgets.select("Model", list(SOURCES), "mr_source", "datasets", where=side,
-                        format_func=SOURCES.get)
 installed = models.installed_models()
 
 
@@ -58,22 +55,8 @@ def synthetic_checkpoint(megabytes: int) -> str:
 UPLOAD_TYPES = ["safetensors", "onnx", "npz"]
 
 
-def saved_upload(name: str, data: bytes) -> str:
-    """An upload written to its own temp folder (the name's folders dropped), size-bounded."""
-    if len(data) > DEFAULT_MAX_BYTES:
-        raise QuantizationError(f"{name}: {len(data) / 2**20:,.0f} MiB, over the "
-                                f"{DEFAULT_MAX_BYTES >> 20} MiB an upload may be")
-    tmp = Path(tempfile.mkdtemp(prefix="qcore-report-")) / Path(name).name
-    tmp.write_bytes(data)
-    return str(tmp)
-
-
-def read_report_upload(name: str, data: bytes) -> pd.DataFrame:
-    return core.read_rows(saved_upload(name, data))
-
-
-def allowed(path: str) -> str:
-    return str(roots.check_allowed(path))
+def read_report(path: str) -> pd.DataFrame:
+    return core.read_rows(sources.allowed(path))
 
 
 model: str | None = None
@@ -93,35 +76,27 @@ elif source == "minilm":
         st.stop()
     model = str(installed["minilm"])
 elif source == "upload":
-    up_model = side.file_uploader("Model file", type=UPLOAD_TYPES, key="mr_model_upload",
-                                  help=f"At most {DEFAULT_MAX_BYTES >> 20} MiB; ONNX external "
-                                       "data is not uploaded with it.")
-    if up_model is None:
-        st.info(f"Upload a .safetensors, .onnx or .npz file (at most {DEFAULT_MAX_BYTES >> 20} "
-                "MiB) in the sidebar.", icon=":material/upload_file:")
+    model = sources.upload("Model file", UPLOAD_TYPES, "mr_model_upload",
+                           help="ONNX external data is not uploaded with it.")
+    if model is None:
+        st.info(f"Upload a .safetensors, .onnx or .npz file ({sources.UPLOAD_LIMIT}) in the "
+                "sidebar.", icon=":material/upload_file:")
         st.stop()
-    model = errors.require(saved_upload, up_model.name, up_model.getvalue(), what="Uploading")
 elif source == "path":
-    folders = roots.allowed_roots()
-    model = widgets.text("Path", "mr_path", "", where=side,
-                         placeholder="model.safetensors.index.json under an allowed folder",
-                         help="A .safetensors / .onnx / .npz file, a sharded checkpoint's folder "
-                              "or index.json, or a folder of these — under an allowed folder.")
-    st.caption("This app reads server paths only under: "
-               + ", ".join(f"`{f}`" for f in folders) + f". The server's `{roots.ENV_VAR}` "
-               "lists more; any other model comes as an upload.")
-    if not model:
+    model = sources.server_path(
+        "Path", "mr_path", placeholder="model.safetensors.index.json under an allowed folder",
+        help="A .safetensors / .onnx / .npz file, a sharded checkpoint's folder or index.json, "
+             "or a folder of these — under an allowed folder.")
+    if model is None:
         st.info("Enter the path of a checkpoint in the sidebar.", icon=":material/folder_open:")
         st.stop()
-    model = errors.require(allowed, model, what="Reading the model")
 else:
-    up = side.file_uploader("Report file", type=["csv", "parquet"], key="mr_upload")
+    uploaded = sources.upload("Report file", ["csv", "parquet"], "mr_upload")
     path = widgets.text("…or its path", "mr_report_path", "", where=side)
-    if up is not None:
-        rows = errors.require(read_report_upload, up.name, up.getvalue(), what="Reading")
+    if uploaded is not None:
+        rows = errors.require(core.read_rows, uploaded, what="Reading")
     elif path:
-        rows = errors.require(lambda p: core.read_rows(allowed(p)), path,
-                              what="Reading the report")
+        rows = errors.require(read_report, path, what="Reading the report")
     else:
         st.info("Upload a report written by `python -m qcore.report … --out FILE`, or give its "
                 "path.", icon=":material/upload_file:")

@@ -24,6 +24,12 @@ def metrics(at: AppTest) -> dict:
     return {m.label: m.value for m in at.metric}
 
 
+@pytest.fixture(autouse=True)
+def _tmp_path_is_allowed(tmp_path, monkeypatch):
+    """The page reads server paths only under the allowed folders: here, the test's own."""
+    monkeypatch.setenv("QCORE_REPORT_ROOTS", str(tmp_path))
+
+
 def test_path_model_runs_plans_and_exports(tmp_path):
     model = tmp_path / "tiny.onnx"
     onnx.save(tiny_model(), model)
@@ -48,6 +54,17 @@ def test_path_model_runs_plans_and_exports(tmp_path):
 def test_bad_path_is_a_message(tmp_path):
     at = open_page({"mf_source": "path", "mf_path": str(tmp_path / "none.onnx")})
     assert any("no such file" in e.value for e in at.error)
+
+
+def test_paths_outside_the_allowed_folders_are_refused(tmp_path):
+    onnx.save(tiny_model(), tmp_path / "tiny.onnx")
+    for query in ({"mf_source": "path", "mf_path": "/etc/passwd"},
+                  {"mf_source": "path", "mf_path": str(tmp_path / ".." / "x.onnx")},
+                  {"mf_source": "path", "mf_path": str(tmp_path / "tiny.onnx"),
+                   "mf_npz": "/etc/passwd"}):
+        at = open_page(query)
+        assert any("allowed folders" in e.value for e in at.error), query
+        assert not at.get("plotly_chart") and not at.metric
 
 
 @pytest.mark.skipif("minilm" not in installed_models(), reason="MiniLM weights not installed")
