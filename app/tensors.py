@@ -18,7 +18,7 @@ import streamlit as st
 import qcore
 from qcore import datasets, io, synthetic
 
-from . import errors, frame, state, widgets
+from . import errors, explain, frame, state, widgets
 
 MAX_ELEMENTS = 16 * 2**20  # 16 Mi elements (4096 x 4096)
 SOURCES = ("synthetic", "dataset", "upload")
@@ -267,6 +267,18 @@ def picker(where=None) -> TensorSpec | None:
     if not key:
         return None
     return TensorSpec("upload", upload=key, x_type=x_type)
+
+
+def open_page(title: str, intro: str, exact: str, *,
+              show_type: bool = False) -> tuple[TensorSpec, np.ndarray]:
+    """The opening every page about the sidebar's tensor shares, and so its first line: the
+    frame (:func:`app.frame.enter`), the title, the tensor, and the intro in plain words with
+    the exact semantics one expander away."""
+    frame.enter()
+    st.title(title)
+    spec, x = page_tensor(show_type)
+    explain.intro(intro, exact)
+    return spec, x
 
 
 def page_tensor(show_type: bool = False) -> tuple[TensorSpec, np.ndarray]:

@@ -8,7 +8,6 @@ from app import (
     compute,
     errors,
     explain,
-    frame,
     metrics_view,
     own_numbers,
     tensors,
@@ -17,11 +16,7 @@ from app import (
     widgets,
 )
 
-frame.enter()
-
-st.title("Dynamic Quantization")
-spec, x = tensors.page_tensor()
-explain.intro(explain.DYNAMIC_INTRO, explain.DYNAMIC_EXACT)
+spec, x = tensors.open_page("Dynamic Quantization", explain.DYNAMIC_INTRO, explain.DYNAMIC_EXACT)
 
 res = errors.require(compute.dynamic, spec, what="DynamicQuantizeLinear")
 st.subheader("Step by step", divider="gray")

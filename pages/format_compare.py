@@ -5,11 +5,7 @@ import streamlit as st
 from app import charts, compute, controls, errors, explain, frame, tensors, text, widgets
 from qcore import analysis
 
-frame.enter()
-
-st.title("Format Compare")
-spec, x = tensors.page_tensor()
-explain.intro(explain.COMPARE_INTRO, explain.COMPARE_EXACT)
+spec, x = tensors.open_page("Format Compare", explain.COMPARE_INTRO, explain.COMPARE_EXACT)
 
 targets = widgets.multi("Formats", list(compute.TARGETS), "c_formats",
                         list(compute.COMPARE_DEFAULT), kind="pills",

@@ -8,7 +8,6 @@ from app import (
     controls,
     errors,
     explain,
-    frame,
     glossary,
     metrics_view,
     own_numbers,
@@ -18,11 +17,7 @@ from app import (
     widgets,
 )
 
-frame.enter()
-
-st.title("Quantize Lab")
-spec, x = tensors.page_tensor(show_type=True)
-explain.intro(explain.LAB_INTRO, explain.LAB_EXACT)
+spec, x = tensors.open_page("Quantize Lab", explain.LAB_INTRO, explain.LAB_EXACT, show_type=True)
 
 st.caption("Presets that teach — one click sets the tensor and the settings:")
 presets.buttons(presets.LAB)

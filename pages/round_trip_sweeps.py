@@ -2,24 +2,9 @@
 
 import streamlit as st
 
-from app import (
-    charts,
-    compute,
-    controls,
-    errors,
-    explain,
-    frame,
-    metrics_view,
-    tensors,
-    text,
-    widgets,
-)
+from app import charts, compute, controls, errors, explain, metrics_view, tensors, text, widgets
 
-frame.enter()
-
-st.title("Round Trip & Sweeps")
-spec, x = tensors.page_tensor()
-explain.intro(explain.SWEEPS_INTRO, explain.SWEEPS_EXACT)
+spec, x = tensors.open_page("Round Trip & Sweeps", explain.SWEEPS_INTRO, explain.SWEEPS_EXACT)
 cfg = controls.panel(controls.shape_of(x), show_precision=False, prefix="s_")
 
 clip_tab, block_tab, trip_tab, chain_tab = widgets.tabs(
