@@ -27,19 +27,15 @@ def _chunk_moments_impl(x):
         i0 = c * CHUNK
         i1 = min(n, i0 + CHUNK)
         cnt = 0
+        bad = 0
         s = 0.0
-        amax = 0.0
         lo = np.inf
         hi = -np.inf
-        bad = 0
         for i in range(i0, i1):
             v = np.float64(x[i])
             if math.isfinite(v):
                 cnt += 1
                 s += v
-                a = abs(v)
-                if a > amax:
-                    amax = a
                 lo = min(lo, v)
                 hi = max(hi, v)
             else:
@@ -61,7 +57,7 @@ def _chunk_moments_impl(x):
         out[c, 2] = m2
         out[c, 3] = m3
         out[c, 4] = m4
-        out[c, 5] = amax
+        out[c, 5] = max(abs(lo), abs(hi)) if cnt else 0.0  # the largest |v|: |min| or |max|
         out[c, 6] = bad
         out[c, 7] = lo
         out[c, 8] = hi
