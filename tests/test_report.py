@@ -257,6 +257,17 @@ def test_tensor_stats_match_numpy():
     assert s["nonfinite_in"] == 1
 
 
+@pytest.mark.parametrize("values", [[-0.0, 0.0], [-0.0], [np.nan, np.inf], [-3.0, 2.0, np.nan]])
+def test_tensor_absmax_edges(values):
+    x = np.repeat(np.array(values, np.float32), 70_000)  # over one chunk of the scan
+    finite = x[np.isfinite(x)]
+    got = tensor_stats(x)["absmax"]
+    if not finite.size:  # undefined without a finite value
+        assert np.isnan(got)
+    else:
+        assert got == np.abs(finite).max() and not np.signbit(got)
+
+
 # ---------------------------------------------------------------------------------------------
 # the run: rows, outputs, resume, summary, command line
 
