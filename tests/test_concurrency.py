@@ -24,6 +24,7 @@ SCRIPT = textwrap.dedent("""
     import qcore
     from qcore import concurrency, config, metrics
     from qcore.kernels import cpu
+    from qcore.report import stats
 
     if sys.argv[1] == "unguarded":  # the control: what happens without the guard
         concurrency.layer_is_thread_safe = lambda: True
@@ -35,6 +36,7 @@ SCRIPT = textwrap.dedent("""
     qcore.dequantize_linear(y, np.float32(0.02), np.int8(0))
     qcore.dynamic_quantize_linear(x)
     metrics.histogram(x)
+    stats.tensor_stats(x)
     import numba
     print("layer", numba.threading_layer(), flush=True)
     errors = []
@@ -49,6 +51,7 @@ SCRIPT = textwrap.dedent("""
                 qcore.dynamic_quantize_linear(x)
                 metrics.histogram(x)
                 metrics.error_metrics(x, xh)
+                stats.tensor_stats(x)
                 assert np.array_equal(q, qcore.quantize_linear(
                     x, np.float32(0.02 + k * 0.001), np.int8(0)))
         except Exception as exc:  # pragma: no cover - reported below

@@ -146,11 +146,7 @@ def _free_cores() -> Iterator[None]:
 
 def tensor_statistics(reader: TensorReader | ArrayReader, n: int) -> dict[str, float]:
     """The first pass: statistics of all n elements, read SLICE at a time."""
-    rows = []
-    for i in range(0, n, SLICE):
-        piece = reader.read(i, min(SLICE, n - i))
-        with _free_cores():
-            rows.append(chunk_rows(piece))
+    rows = [chunk_rows(reader.read(i, min(SLICE, n - i))) for i in range(0, n, SLICE)]
     return stats_of_rows(np.concatenate(rows) if rows else np.zeros((0, 9)))
 
 

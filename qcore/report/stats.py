@@ -12,6 +12,7 @@ import math
 import numpy as np
 from numba import njit, prange
 
+from ..concurrency import adaptive
 from ..kernels import renamed
 
 __all__ = ["CHUNK", "chunk_rows", "stats_of_rows", "tensor_stats"]
@@ -93,8 +94,10 @@ def _merge(rows: np.ndarray) -> tuple[float, float, float, float, float]:
 
 def chunk_rows(flat: np.ndarray) -> np.ndarray:
     """Per-chunk moments of a flat float32 piece (a whole number of CHUNKs, but for the
-    tensor's last piece), one row per chunk."""
-    kernel = _moments_par if flat.size >= PARALLEL_THRESHOLD else _moments_ser
+    tensor's last piece), one row per chunk. A large piece runs the parallel kernel through
+    :func:`qcore.concurrency.adaptive`: on the cores other processes leave free, and under the
+    lock on a threading layer that is not thread-safe (the report runs tensors on threads)."""
+    kernel = adaptive(_moments_par) if flat.size >= PARALLEL_THRESHOLD else _moments_ser
     return kernel(np.ascontiguousarray(flat).reshape(-1))
 
 
