@@ -177,9 +177,9 @@ def seg_generic(run, qp, buf):
     n = xs.size
     lo = np.float32(qp.lo)
     hi = np.float32(qp.hi)
+    wrap = np.float32(qp.mask + 1)
     if block == 0:
         if _INT_TARGET:
-            wrap = np.float32(qp.mask + 1)
             for j in range(n):
                 q = _round(load_x(xs[j], _XKIND, _PKIND) / sv[j], _PKIND)
                 ys[j] = int_code(np.rint(q), zv[j], lo, hi, wrap)
@@ -209,7 +209,6 @@ def seg_generic(run, qp, buf):
         else:
             _load_as((xp, v, m, _XKIND), _LOAD_PKIND)
         if _INT_TARGET:
-            wrap = np.float32(qp.mask + 1)
             for b in range(block_count(m, block, f0)):
                 j0, j1 = block_span(b, m, block, f0)
                 _int_block((v, yp, j0, j1, sv[k0 + b], np.float32(zv[k0 + b]), lo, hi, wrap),

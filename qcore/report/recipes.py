@@ -20,9 +20,9 @@ Every recipe runs through ``qcore.quantize_linear`` / ``qcore.dequantize_linear`
 opset whose operator versions express it (derived from ``qcore.versions``; recorded in each row).
 A zero point is stored when it is not all zero, or when the opset predates ``output_dtype``
 (21) so that only a zero point can name the output type (:func:`qcore.metrics.stores_zero_point`,
-the one rule every page shares); symmetric recipes at opset >= 21 store none. Bits per element count the target's bits plus every scale
-and stored zero point amortised over the tensor; bytes are the packed storage (sub-byte types
-packed as ONNX stores them) plus scales and zero points.
+the one rule every page shares); symmetric recipes at opset >= 21 store none. Bits per element
+count the target's bits plus every scale and stored zero point amortised over the tensor; bytes
+are the packed storage (sub-byte types packed as ONNX stores them) plus scales and zero points.
 """
 
 from __future__ import annotations

@@ -4,8 +4,9 @@ Anyone who can reach the Streamlit app can type a path, so the model pages (Mode
 Fidelity) read server paths only under allowed roots: the shipped tensors
 (:func:`qcore.datasets.datasets_dir`), the installed model packages
 (:func:`qcore.report.models.installed_models`), and the folders listed in the environment
-variable ``QCORE_REPORT_ROOTS`` (separated by ``os.pathsep``, ``:`` on Linux). Paths are resolved first (symbolic links and ``..`` followed), so no path leads out of
-a root. Any other model comes as an upload. The command line reads any path its user can.
+variable ``QCORE_REPORT_ROOTS`` (separated by ``os.pathsep``, ``:`` on Linux). Paths are
+resolved first (symbolic links and ``..`` followed), so no path leads out of a root. Any other
+model comes as an upload. The command line reads any path its user can.
 """
 
 from __future__ import annotations
