@@ -12,6 +12,7 @@ reach the app can upload a file or type a path:
 from __future__ import annotations
 
 import hashlib
+import os
 import tempfile
 from pathlib import Path
 
@@ -23,7 +24,8 @@ from qcore.report import roots
 
 from . import errors, widgets
 
-UPLOAD_LIMIT = f"at most {DEFAULT_MAX_BYTES >> 20} MiB"
+_LIMIT_MIB = DEFAULT_MAX_BYTES >> 20
+UPLOAD_LIMIT = f"at most {_LIMIT_MIB} MiB"  # what an upload may be
 
 
 def choose(sources: dict[str, str], name: str, default: str) -> str:
@@ -36,22 +38,25 @@ def saved_upload(name: str, data: bytes) -> str:
     """An uploaded file's path on the server: its base name (the reader dispatches on the
     suffix) in a temp folder named by the content's hash; refused over the upload limit."""
     if len(data) > DEFAULT_MAX_BYTES:
-        raise QuantizationError(f"{name}: {len(data) / 2**20:,.0f} MiB, over the {UPLOAD_LIMIT} "
-                                "an upload may be")
+        raise QuantizationError(f"{name}: {len(data) / 2**20:,.0f} MiB, over the {_LIMIT_MIB} MiB "
+                                "an upload may be; give a smaller file")
     folder = Path(tempfile.gettempdir()) / f"qcore-upload-{hashlib.sha256(data).hexdigest()[:24]}"
     path = folder / (Path(name).name or "upload")
     if not path.exists():
         folder.mkdir(exist_ok=True)
-        partial = path.with_name(path.name + ".partial")
-        partial.write_bytes(data)
-        partial.replace(path)  # never a half-written file under the final name
+        # a partial file of this writer's own (two sessions may upload the same file at once),
+        # renamed when whole: never a half-written file under the final name
+        fd, partial = tempfile.mkstemp(dir=folder, suffix=".partial")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(partial, path)
     return str(path)
 
 
 def upload(label: str, types: list[str], name: str, *, help: str = "") -> str | None:
     """A sidebar uploader; the saved file's path, or None before a file is given."""
     up = st.sidebar.file_uploader(label, type=types, key=name,
-                                  help=f"{UPLOAD_LIMIT[0].upper()}{UPLOAD_LIMIT[1:]}. {help}")
+                                  help=f"At most {_LIMIT_MIB} MiB. {help}".strip())
     if up is None:
         return None
     return errors.require(saved_upload, up.name, up.getvalue(), what="Uploading")

@@ -8,6 +8,7 @@ import pytest
 
 from app import sources
 from qcore.errors import QuantizationError
+from qcore.io import DEFAULT_MAX_BYTES
 
 
 def test_an_upload_is_written_once_per_content_under_its_base_name():
@@ -20,10 +21,9 @@ def test_an_upload_is_written_once_per_content_under_its_base_name():
     assert not list(Path(first).parent.glob("*.partial"))
 
 
-def test_an_upload_over_the_limit_is_refused(monkeypatch):
-    monkeypatch.setattr(sources, "DEFAULT_MAX_BYTES", 4)
-    with pytest.raises(QuantizationError, match="over the"):
-        sources.saved_upload("big.npz", b"12345")
+def test_an_upload_over_the_limit_is_refused():
+    with pytest.raises(QuantizationError, match=r"big.npz: 256 MiB, over the 256 MiB an upload"):
+        sources.saved_upload("big.npz", bytes(DEFAULT_MAX_BYTES + 1))
 
 
 def test_paths_resolve_inside_the_allowed_folders_only(tmp_path, monkeypatch):
