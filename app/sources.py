@@ -41,7 +41,8 @@ def saved_upload(name: str, data: bytes) -> str:
         raise QuantizationError(f"{name}: {len(data) / 2**20:,.0f} MiB, over the {_LIMIT_MIB} MiB "
                                 "an upload may be; give a smaller file")
     folder = Path(tempfile.gettempdir()) / f"qcore-upload-{hashlib.sha256(data).hexdigest()[:24]}"
-    path = folder / (Path(name).name or "upload")
+    base = Path(name.replace("\x00", "")).name
+    path = folder / (base if base not in ("", "..") else "upload")  # never the folder's parent
     if not path.exists():
         folder.mkdir(exist_ok=True)
         # a partial file of this writer's own (two sessions may upload the same file at once),

@@ -21,6 +21,13 @@ def test_an_upload_is_written_once_per_content_under_its_base_name():
     assert not list(Path(first).parent.glob("*.partial"))
 
 
+@pytest.mark.parametrize("name", ["..", "a/..", "", ".", "x\x00y.onnx"])
+def test_an_upload_name_never_leads_out_of_its_folder(name):
+    path = Path(sources.saved_upload(name, b"hostile " + name.encode()))
+    assert path.is_file() and path.read_bytes() == b"hostile " + name.encode()
+    assert path.parent.name.startswith("qcore-upload-") and "\x00" not in str(path)
+
+
 def test_an_upload_over_the_limit_is_refused():
     with pytest.raises(QuantizationError, match=r"big.npz: 256 MiB, over the 256 MiB an upload"):
         sources.saved_upload("big.npz", bytes(DEFAULT_MAX_BYTES + 1))
