@@ -32,8 +32,8 @@ from typing import Any
 import numpy as np
 
 from ..io import DEFAULT_MAX_BYTES, TensorFileError
-from ..io_base import loads_json
-from ..io_safetensors import header_length, parse_header
+from ..io.base import loads_json
+from ..io.safetensors import header_length, parse_header
 
 __all__ = ["MODEL_EXTENSIONS", "TensorReader", "TensorRef", "list_tensors", "read_tensor",
            "resolve_files"]
@@ -345,7 +345,7 @@ def _mapped(ref: TensorRef, offset: int, nbytes: int, stored: str, size: int) ->
 
 @functools.lru_cache(maxsize=64)
 def _safetensors_header(file: str, mtime_ns: int, size: int) -> tuple[list[Any], int]:
-    """Header entries (:func:`qcore.io_safetensors.parse_header`, the one strict reader) and the
+    """Header entries (:func:`qcore.io.safetensors.parse_header`, the one strict reader) and the
     data section's start."""
     del mtime_ns  # part of the cache key only
     try:
