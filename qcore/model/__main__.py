@@ -172,21 +172,21 @@ def _check_budget(case, tensors: list[str], recipes: list[str], budget: float,
                   allow_float: bool) -> None:
     """Refuse a budget below the cheapest plan before the long part (bits depend on the shape
     and the recipe, so one tensor of each shape is quantized)."""
-    from .fidelity import qdq
-
     by_shape: dict[tuple, float] = {}
     total = n = 0
+    roles = case.roles
     for t in tensors:
         x = case.arrays[t]
-        if x.shape not in by_shape:
+        key = (x.shape, roles[t])
+        if key not in by_shape:
             cands = [32.0] if allow_float else []
             for r in recipes:
                 try:
-                    cands.append(qdq(x, r).bits_per_element)
+                    cands.append(case.quantize(t, r).bits_per_element)
                 except ValueError:
                     pass
-            by_shape[x.shape] = min(cands) if cands else math.inf
-        total += by_shape[x.shape] * x.size
+            by_shape[key] = min(cands) if cands else math.inf
+        total += by_shape[key] * x.size
         n += x.size
     if total > budget * n * (1 + 1e-12):
         raise QuantizationError(f"--budget {budget} bits per weight is below the cheapest plan "

@@ -25,6 +25,7 @@ import numpy as np
 from .. import metrics
 from ..calibration import choose_params
 from ..formats import get_format
+from ..io.onnx import Role
 from ..metrics import error_metrics
 from ..ops import dequantize_linear, quantize_linear
 from ..report.recipes import (
@@ -37,7 +38,8 @@ from ..report.recipes import (
 )
 from .graph import Runner
 
-__all__ = ["FLOAT", "ModelCase", "Quantized", "apply_recipe", "compare", "qdq", "spearman"]
+__all__ = ["FLOAT", "ModelCase", "Quantized", "apply_recipe", "compare", "qdq", "spearman",
+           "weight_layout"]
 
 #: The plan's name for a weight left in float32.
 FLOAT = "float32"
@@ -59,18 +61,57 @@ class Quantized:
     tensor_sqnr_db: float
     bits: int  # codes + scales + stored zero points, in bits (docs/semantics.md, Definitions)
     elements: int
+    view: tuple[int, ...] | None = None  # the 2-D shape quantized (a Conv kernel's [O, I·k])
 
     @property
     def bits_per_element(self) -> float:
         return self.bits / self.elements if self.elements else math.nan
 
 
-def qdq(x: np.ndarray, recipe: Recipe | str) -> Quantized:
-    """Quantize and dequantize float32 ``x`` by a report recipe (the same scales, opset and
-    stored zero point as :func:`qcore.report.recipes.run_recipe`)."""
+def weight_layout(recipe: Recipe, shape: tuple[int, ...], role: Role | None = None
+                  ) -> tuple[str, int, int, tuple[int, ...] | None]:
+    """(granularity, axis, block size, view) of a recipe on a weight of this shape and role.
+
+    Per-axis follows the role's output axis, blocks its reduction axis
+    (:func:`qcore.report.recipes.granularity_for`). A Conv kernel (O, I/g, k...) under a
+    blocked recipe without an explicit axis takes, of three layouts, the one with the fewest
+    scales (the fewest bits; ties in this order):
+
+    1. blocks along I (what runtime kernels expect; exact when N divides I);
+    2. one scale per output channel, when a row of I·k elements is shorter than two blocks
+       (depthwise and few-channel kernels: one scale covers at most 2N - 1 elements);
+    3. blocks over I·k together: the [O, I·k] view, DequantizeLinear on the 2-D codes then a
+       Reshape (kernels larger than 1 whose I is not a multiple of N).
+
+    ``view`` is the 2-D shape quantized in case 3, else None."""
+    gran, axis, block = granularity_for(recipe, shape, role)
+    if (gran == "blocked" and role is not None and role.kernel and recipe.axis is None
+            and len(shape) >= 3 and axis == 1):
+        o, i, k = shape[0], shape[1], math.prod(shape[2:])
+        along_i = o * -(-i // block) * k
+        per_row = o if i * k < 2 * block else None
+        flat = o * -(-(i * k) // block)
+        best = min(x for x in (along_i, per_row, flat) if x is not None)
+        if best == along_i:
+            return gran, 1, block, None
+        if best == per_row:
+            return "per-axis", 0, 0, None
+        return gran, 1, block, (o, i * k)
+    return gran, axis, block, None
+
+
+def qdq(x: np.ndarray, recipe: Recipe | str, role: Role | None = None) -> Quantized:
+    """Quantize and dequantize ``x`` by a report recipe (the same scales, opset and stored zero
+    point as :func:`qcore.report.recipes.run_recipe`) laid out by the weight's ``role``
+    (:func:`weight_layout`; None: the (out, in) convention). A float16 / bfloat16 weight is
+    quantized as its exact float32 value; ``x_hat`` is float32 (the model's run casts it back
+    to the weight's type, as the export's Cast after DequantizeLinear does)."""
     r = parse_recipe(recipe) if isinstance(recipe, str) else recipe
-    x = np.ascontiguousarray(x, np.float32)
-    gran, axis, block = granularity_for(r, x.shape)
+    x = np.ascontiguousarray(np.asarray(x).astype(np.float32))
+    gran, axis, block, view = weight_layout(r, tuple(x.shape), role)
+    shape = tuple(x.shape)
+    if view is not None:
+        x = x.reshape(view)
     params = choose_params(x, r.target, method=r.method, granularity=gran, axis=axis,
                            block_size=block or 32)
     fmt = params.format
@@ -91,8 +132,8 @@ def qdq(x: np.ndarray, recipe: Recipe | str) -> Quantized:
     bits = metrics.stored_bits(x.size, fmt.bits, n_scales, params.scale_format.bits, stored)
     return Quantized(r.name, np.asarray(y), np.asarray(params.scale), zp, int(kw["axis"]),
                      int(kw["block_size"]), gran, int(opset),
-                     np.ascontiguousarray(x_hat, np.float32), float(m["sqnr_db"]), int(bits),
-                     int(x.size))
+                     np.ascontiguousarray(np.asarray(x_hat).reshape(shape), np.float32),
+                     float(m["sqnr_db"]), int(bits), int(x.size), view)
 
 
 def float_bits(x: np.ndarray) -> int:
@@ -202,6 +243,15 @@ class ModelCase:
         self.reference = self.run()
 
     @property
+    def roles(self) -> dict[str, Role]:
+        """Each weight's role in the graph (:mod:`qcore.io.onnx`), by key."""
+        return {k: r.role for k, r in self.runner.records.items()}
+
+    def quantize(self, tensor: str, recipe: Recipe | str) -> Quantized:
+        """:func:`qdq` of one weight laid out by its role."""
+        return qdq(self.arrays[tensor], recipe, self.runner.records[tensor].role)
+
+    @property
     def arrays(self) -> dict[str, np.ndarray]:
         """The float weights, by name."""
         return self.runner.weights
@@ -252,7 +302,7 @@ def apply_recipe(case: ModelCase, recipe: Recipe | str, tensors: list[str] | str
     replace = {}
     for t in names:
         try:
-            replace[t] = qdq(case.arrays[t], recipe).x_hat
+            replace[t] = case.quantize(t, recipe).x_hat
         except ValueError:
             continue
     return case.fidelity(replace)

@@ -156,9 +156,7 @@ def brute_force(sens: Sensitivity, budget: float, allow_float: bool = True) -> t
 
 def planned_weights(case: Any, plan: Plan) -> dict[str, np.ndarray]:
     """The fake-quantized weights of a plan (tensors planned as float32 are left out)."""
-    from .fidelity import qdq
-
-    return {t: qdq(case.arrays[t], r).x_hat for t, r in plan.recipes.items() if r != FLOAT}
+    return {t: case.quantize(t, r).x_hat for t, r in plan.recipes.items() if r != FLOAT}
 
 
 def run_plan(case: Any, plan: Plan) -> dict[str, Any]:

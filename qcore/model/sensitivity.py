@@ -17,14 +17,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..report.recipes import parse_recipes
-from .fidelity import ModelCase, float_bits, qdq, spearman
+from .fidelity import ModelCase, float_bits, spearman
 
 __all__ = ["COLUMNS", "Sensitivity", "correlation", "measure", "uniform", "write_csv"]
 
 #: The table's columns (the CLI's contract is the first five).
 COLUMNS = ("tensor", "recipe", "bits_per_element", "tensor_sqnr_db", "output_sqnr_db",
            "max_abs", "bits", "elements", "noise_power", "opset", "cosine_mean", "spearman",
-           "kl", "top1")
+           "kl", "top1", "axis", "view")
 
 Progress = Callable[[int, int, str], None]
 
@@ -54,7 +54,9 @@ def _row(tensor: str, q, fid: dict) -> dict:
             "noise_power": fid["noise_power"], "opset": q.opset,
             "cosine_mean": fid.get("cosine_mean", math.nan),
             "spearman": fid.get("spearman", math.nan), "kl": fid.get("kl", math.nan),
-            "top1": fid.get("top1", math.nan)}
+            "top1": fid.get("top1", math.nan),
+            "axis": q.axis if q.granularity != "per-tensor" else -1,
+            "view": "x".join(map(str, q.view)) if q.view else ""}
 
 
 def measure(case: ModelCase, recipes: Sequence[str] | str, tensors: Sequence[str] | None = None,
@@ -71,12 +73,11 @@ def measure(case: ModelCase, recipes: Sequence[str] | str, tensors: Sequence[str
     rows = []
     total, done = len(chosen) * len(names), 0
     for t in chosen:
-        x = case.arrays[t]
         for r in names:
             if progress:
                 progress(done, total, f"{t} × {r}")
             try:
-                q = qdq(x, r)
+                q = case.quantize(t, r)
             except ValueError:
                 done += 1
                 continue
@@ -105,7 +106,7 @@ def uniform(case: ModelCase, recipes: Sequence[str] | str,
             x = case.arrays[t]
             n += x.size
             try:
-                q = qdq(x, r)
+                q = case.quantize(t, r)
             except ValueError:
                 bits += float_bits(x)
                 continue
@@ -124,7 +125,7 @@ def uniform(case: ModelCase, recipes: Sequence[str] | str,
                     "noise_power": fid["noise_power"], "opset": "",
                     "cosine_mean": fid.get("cosine_mean", math.nan),
                     "spearman": fid.get("spearman", math.nan), "kl": fid.get("kl", math.nan),
-                    "top1": fid.get("top1", math.nan)})
+                    "top1": fid.get("top1", math.nan), "axis": "", "view": ""})
     if progress:
         progress(len(names), len(names), "done")
     return out
