@@ -71,6 +71,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--int-range", default="0,100", help="LO,HI of generated integer inputs")
     p.add_argument("--dim", type=int, default=1, help="size of symbolic dims of generated inputs")
     p.add_argument("--logits", action="store_true", help="outputs are logits (KL, top-1)")
+    p.add_argument("--outputs", help="comma-separated output names the model's SQNR averages "
+                                     "over (default: all); each output's own SQNR and max |Δ| "
+                                     "are in the table and the plan either way")
     p.add_argument("--no-float", action="store_true",
                    help="the plan may not leave a weight in float32")
     p.add_argument("--threads", type=int, default=0, help="onnxruntime intra-op threads")
@@ -117,7 +120,9 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     t0 = time.perf_counter()
     case = load_case(args.model, args.inputs, sentences=args.sentences, seed=args.seed,
                      int_range=(lo, hi), dim=args.dim, kind="logits" if args.logits else None,
-                     threads=args.threads)
+                     threads=args.threads,
+                     outputs=[o.strip() for o in args.outputs.split(",") if o.strip()]
+                     if args.outputs else None)
     if tensors:
         missing = [t for t in tensors if t not in case.arrays]
         if missing:

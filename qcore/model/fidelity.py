@@ -5,7 +5,9 @@ scales, its opset and zero-point rules) to one weight and keeps everything the e
 :class:`ModelCase` is a model with its inputs and float outputs; :meth:`ModelCase.fidelity`
 runs it with some weights replaced and measures (docs/semantics.md, Definitions), in float64:
 
-- ``output_sqnr_db`` = 10·log10(Σ y² / Σ (y − ŷ)²) over all outputs, ``max_abs`` = max |y − ŷ|;
+- ``output_sqnr_db`` = −10·log10(mean_o r_o), r_o = Σ (y_o − ŷ_o)² / Σ y_o² per output o, over
+  the chosen outputs (all by default; :func:`compare`); ``max_abs`` = max |y − ŷ|; ``outputs``:
+  each output's ``sqnr_db`` and ``max_abs`` by name;
 - embeddings (MiniLM): ``cosine_mean`` / ``cosine_min`` of each row with its float self, and
   ``spearman``: the rank correlation of all pairwise cosine similarities between rows (float
   vs quantized) — a task-free measure of whether the model still orders its inputs the same;
@@ -170,26 +172,66 @@ def spearman(a: np.ndarray, b: np.ndarray) -> float:
     return float(ra @ rb) / den if den else math.nan
 
 
+def _sqnr(signal: float, noise: float) -> float:
+    return math.inf if noise == 0 else (10 * math.log10(signal / noise) if signal else -math.inf)
+
+
 def _cosines(e: np.ndarray) -> np.ndarray:
     n = e / np.maximum(np.linalg.norm(e, axis=1, keepdims=True), 1e-300)
     return n @ n.T
 
 
-def compare(ref: list[np.ndarray], out: list[np.ndarray], kind: str = "generic"
-            ) -> dict[str, float]:
-    """Measures of ``out`` against ``ref`` (module doc); ``kind``: generic, embedding, logits."""
-    sig = err = 0.0
-    max_abs = 0.0
-    for y, yh in zip(ref, out):
+def compare(ref: list[np.ndarray], out: list[np.ndarray], kind: str = "generic",
+            names: list[str] | None = None, outputs: list[str] | None = None
+            ) -> dict[str, Any]:
+    """Measures of ``out`` against ``ref`` (module doc); ``kind``: generic, embedding, logits;
+    ``names``: the outputs' names (default ``output0``, ...); ``outputs``: the outputs the model
+    figure averages over (default all).
+
+    Per output o: r_o = Σ (y_o − ŷ_o)² / Σ y_o², its SQNR −10·log10(r_o) and max |Δ|. The model
+    figure ``output_sqnr_db`` = −10·log10(mean_o r_o) over the chosen outputs, so no output
+    dominates by its scale; with one output it is 10·log10(Σ y² / Σ (y − ŷ)²). An output with
+    Σ y² = 0 has no ratio: it is left out of the mean (listed in ``silent_outputs``); when
+    every chosen output is silent the figure is inf if nothing changed, else -inf.
+    ``noise_power`` = mean_o r_o × ``signal_power`` (Σ y² over the chosen outputs): additive
+    over tensors as r_o is, and equal to Σ (y − ŷ)² with one output."""
+    names = list(names) if names is not None else [f"output{i}" for i in range(len(ref))]
+    chosen = list(names) if not outputs else list(outputs)
+    unknown = [o for o in chosen if o not in names]
+    if unknown:
+        from .graph import ModelError
+
+        raise ModelError(f"outputs {unknown} are not outputs of the model; its outputs: "
+                         + ", ".join(names))
+    per: dict[str, dict[str, float]] = {}
+    sig = max_abs = 0.0
+    ratios, silent, silent_noise = [], [], 0.0
+    for name, y, yh in zip(names, ref, out):
         y64, yh64 = np.asarray(y, np.float64), np.asarray(yh, np.float64)
         d = y64 - yh64
-        sig += float(np.sum(y64 * y64))
-        err += float(np.sum(d * d))
-        if d.size:
-            max_abs = max(max_abs, float(np.max(np.abs(d))))
-    sqnr = math.inf if err == 0 else (10 * math.log10(sig / err) if sig else -math.inf)
-    res = {"output_sqnr_db": sqnr, "max_abs": max_abs, "noise_power": err,
-           "signal_power": sig}
+        s_o, e_o = float(np.sum(y64 * y64)), float(np.sum(d * d))
+        m_o = float(np.max(np.abs(d))) if d.size else 0.0
+        per[name] = {"sqnr_db": _sqnr(s_o, e_o), "max_abs": m_o}
+        if name not in chosen:
+            continue
+        sig += s_o
+        max_abs = max(max_abs, m_o)
+        if s_o > 0:
+            ratios.append(e_o / s_o)
+        else:
+            silent.append(name)
+            silent_noise += e_o
+    if ratios:
+        mean_r = sum(ratios) / len(ratios)
+        sqnr = math.inf if mean_r == 0 else -10 * math.log10(mean_r)
+        err = mean_r * sig
+    else:
+        sqnr = math.inf if silent_noise == 0 else -math.inf
+        err = silent_noise
+    res: dict[str, Any] = {"output_sqnr_db": sqnr, "max_abs": max_abs, "noise_power": err,
+                           "signal_power": sig, "outputs": per}
+    if silent:
+        res["silent_outputs"] = silent
     if kind == "embedding":
         y = np.asarray(ref[0], np.float64).reshape(len(ref[0]), -1)
         yh = np.asarray(out[0], np.float64).reshape(len(out[0]), -1)
@@ -233,6 +275,7 @@ class ModelCase:
     order: np.ndarray | None = None
     weights: list[str] | None = None
     threads: int = 0
+    outputs: list[str] | None = None  # the outputs the model figure averages over (None: all)
     runner: Runner = field(init=False)
     reference: list[np.ndarray] = field(init=False)
     prefix: Any = field(init=False, default=None)  # a PrefixCache, made on first use
@@ -240,6 +283,8 @@ class ModelCase:
     def __post_init__(self) -> None:
         self.runner = Runner(self.model, self.weights, self.threads)
         self.weights = self.runner.names
+        if self.outputs:
+            compare([], [], names=self.runner.output_names, outputs=self.outputs)  # names known
         self.reference = self.run()
 
     @property
@@ -289,8 +334,10 @@ class ModelCase:
         """:func:`compare` of the outputs with ``replace``'s weights against the float ones."""
         if replace is not None and len(replace) == 1:
             ((tensor, value),) = replace.items()
-            return compare(self.reference, self.run_alone(tensor, value), self.kind)
-        return compare(self.reference, self.run(replace), self.kind)
+            return compare(self.reference, self.run_alone(tensor, value), self.kind,
+                           self.runner.output_names, self.outputs)
+        return compare(self.reference, self.run(replace), self.kind, self.runner.output_names,
+                       self.outputs)
 
 
 def apply_recipe(case: ModelCase, recipe: Recipe | str, tensors: list[str] | str | None = None
