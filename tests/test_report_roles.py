@@ -230,3 +230,43 @@ def test_an_initializer_that_is_also_a_graph_input_keeps_its_role(tmp_path):
     rows = run_report(tmp_path / "m.onnx", ["int8:per-axis", "int4:blocked32"]).rows
     g = rows[rows["tensor"] == "w_mm"].set_index("recipe")
     assert (g.loc["int8:per-axis", "axis"], g.loc["int4:blocked32", "axis"]) == (1, 0)
+
+
+def _installed_model(package: str, relative: str):
+    """A model file shipped inside an installed PyPI package (found without importing it)."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip(f"{package} is not installed")
+    path = Path(list(spec.submodule_search_locations)[0]) / relative
+    if not path.is_file():
+        pytest.skip(f"{package} ships no {relative}")
+    return path
+
+
+def test_a_real_model_matches_the_model_tool():
+    """PP-OCRv4's recogniser (a Paddle export: Conv kernels and MatMul [K, N] weights): each
+    MatMul weight and a few Conv kernels × two recipes, the report's numbers are the model
+    tool's."""
+    from qcore.model.fidelity import qdq
+    from qcore.model.graph import Runner, load_model
+
+    path = _installed_model("rapidocr_onnxruntime", "models/ch_PP-OCRv4_rec_infer.onnx")
+    runner = Runner(load_model(path))
+    mm = [t for t, r in runner.records.items() if r.role.name.startswith("MatMul B")]
+    conv = [t for t, r in runner.records.items() if r.role.kernel][:6]
+    assert mm and conv
+    recipes = ["int8:per-axis", "int4:blocked32"]
+    rows = run_report(path, recipes, include=mm + conv).rows.set_index(["tensor", "recipe"])
+    assert len(rows) == len(mm + conv) * len(recipes)
+    for t in mm + conv:
+        for recipe in recipes:
+            q = qdq(runner.weights[t], recipe, runner.records[t].role)
+            row = rows.loc[(t, recipe)]
+            assert (row["axis"], row["view"]) == (q.axis, "x".join(map(str, q.view or ())))
+            assert row["sqnr_db"] == pytest.approx(q.tensor_sqnr_db, rel=1e-9)
+            assert row["bits_per_element"] == pytest.approx(q.bits_per_element, rel=1e-12)
+    assert (rows.loc[(mm[0], "int8:per-axis"), "axis"], rows.loc[(mm[0], "int4:blocked32"),
+                                                                  "axis"]) == (1, 0)
