@@ -4,7 +4,8 @@ Each planned weight W becomes three initializers — ``W.codes`` (the target typ
 types packed by :func:`qcore.packing.pack`, two or four per byte, low bits first, as ONNX stores
 them; 6-bit floats packed by onnx's own ``numpy_helper``), ``W.scale`` (float32 or float8e8m0)
 and, where the recipe stores one, ``W.zero_point`` — and a ``DequantizeLinear`` node whose output
-is named W, so every consumer of the weight is unchanged. The model's opset import is raised to
+is named W, so every consumer of the weight is unchanged. A name the model already uses gets a
+suffix (``W.scale_1``), so export names never collide. The model's opset import is raised to
 the newest version any planned recipe needs (int8 per-axis: 13, float8: 19, int4 and blocked:
 21, float4: 23, float8e8m0 scales: 24, int2: 25, float6: 28); ``onnx.checker`` checks the result.
 
@@ -50,12 +51,38 @@ def tensor_proto(a: np.ndarray, name: str) -> Any:
     return numpy_helper.from_array(np.ascontiguousarray(a), name)
 
 
-def _dq_node(name: str, q: Quantized, opset: int) -> tuple[Any, list[Any]]:
+def graph_names(graph: Any) -> set[str]:
+    """Every name a graph uses: initializers, inputs, outputs, value infos, node inputs,
+    outputs and node names."""
+    names = {t.name for t in graph.initializer}
+    names.update(v.name for v in list(graph.input) + list(graph.output) + list(graph.value_info))
+    for n in graph.node:
+        names.update(n.input)
+        names.update(n.output)
+        names.add(n.name)
+    names.discard("")
+    return names
+
+
+def fresh_name(base: str, taken: set[str]) -> str:
+    """``base``, or ``base_1``, ``base_2``, ... : the first not in ``taken`` (then taken), so an
+    export name never collides with a name the model already uses."""
+    name, k = base, 0
+    while name in taken:
+        k += 1
+        name = f"{base}_{k}"
+    taken.add(name)
+    return name
+
+
+def _dq_node(name: str, q: Quantized, opset: int, taken: set[str] | None = None
+             ) -> tuple[Any, list[Any]]:
     helper = require("onnx.helper")
-    inputs = [name + ".codes", name + ".scale"]
+    taken = set() if taken is None else taken
+    inputs = [fresh_name(name + ".codes", taken), fresh_name(name + ".scale", taken)]
     inits = [tensor_proto(q.y, inputs[0]), tensor_proto(q.scale, inputs[1])]
     if q.zero_point is not None:
-        inputs.append(name + ".zero_point")
+        inputs.append(fresh_name(name + ".zero_point", taken))
         inits.append(tensor_proto(q.zero_point, inputs[2]))
     attrs: dict[str, int] = {}
     if q.granularity != "per-tensor":
@@ -64,8 +91,8 @@ def _dq_node(name: str, q: Quantized, opset: int) -> tuple[Any, list[Any]]:
         attrs["block_size"] = q.block_size
     if get_format(q.scale.dtype).name != "float32" and opset >= _E8M0_OUTPUT_OPSET:
         attrs["output_dtype"] = 1  # FLOAT: the weight stays float32 for its consumers
-    node = helper.make_node("DequantizeLinear", inputs, [name], name=name + ".dequantize",
-                            **attrs)
+    node = helper.make_node("DequantizeLinear", inputs, [name],
+                            name=fresh_name(name + ".dequantize", taken), **attrs)
     return node, inits
 
 
@@ -95,8 +122,9 @@ def export_plan(model: Any, plan: Plan, weights: dict[str, np.ndarray] | None = 
     del g.initializer[:]
     g.initializer.extend(keep)
     nodes = []
+    taken = graph_names(g)
     for t in planned:
-        node, inits = _dq_node(t, quantized[t], opset)
+        node, inits = _dq_node(t, quantized[t], opset, taken)
         nodes.append(node)
         g.initializer.extend(inits)
     existing = list(g.node)
