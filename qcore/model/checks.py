@@ -338,7 +338,7 @@ def read_npz(path: str | os.PathLike,
         unknown = [k for k in members if k not in want]
         missing = [k for k in want if k not in members]
         if unknown or missing:
-            raise ModelError(f"--inputs {text}: arrays do not match the model's inputs: "
+            raise ModelError(f"--inputs {text}: inputs do not match the model: "
                              f"missing {missing}, unknown {unknown}; the model's inputs are "
                              f"{list(want)}")
         headers = {}
