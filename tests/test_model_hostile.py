@@ -119,6 +119,17 @@ def sequence_input() -> onnx.ModelProto:
     return m
 
 
+def scalar_output() -> onnx.ModelProto:
+    """x (2, 16) -> MatMul w1 -> ReduceSum to a scalar."""
+    a, _ = _weights()
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w1"], ["h"]),
+                           helper.make_node("ReduceSum", ["h"], ["y"], keepdims=0)], "s",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 16])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])],
+                          initializer=[numpy_helper.from_array(a, "w1")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
 def string_input() -> onnx.ModelProto:
     m = tiny()
     m.graph.input.append(helper.make_tensor_value_info("t", TensorProto.STRING, ["n"]))
@@ -145,6 +156,7 @@ def m(tmp_path_factory) -> SimpleNamespace:
     ns.no_weights = _save(no_weights(), d / "no_weights.onnx")
     ns.sequence = _save(sequence_input(), d / "sequence.onnx")
     ns.string = _save(string_input(), d / "string.onnx")
+    ns.scalar = _save(scalar_output(), d / "scalar.onnx")
     broken = tiny()
     broken.graph.node[1].op_type = "NoSuchOp"
     ns.broken = _save(broken, d / "broken.onnx")
@@ -279,6 +291,8 @@ CASES = [
     ("budgets-zero", lambda m, t: T(m) + ["--budgets", "0"], "(0, 1024]"),
     ("budgets-below", lambda m, t: T(m) + ["--budgets", "9,1", "--no-float"],
      "below the cheapest"),
+    ("budgets-too-many", lambda m, t: T(m) + ["--budgets", ",".join(["9"] * 65)],
+     "at most 64"),
     ("plan-needs-budget", lambda m, t: T(m) + ["--plan", t / "p.json"], "--budget"),
     ("export-needs-budget", lambda m, t: T(m) + ["--export", t / "e.onnx"], "--budget"),
     # --dim, --threads, --seed, --int-range, --sentences
@@ -369,6 +383,8 @@ CASES = [
     ("initializer-short-raw", lambda m, t: [m.short_raw], "initializer 'w1' holds 2044 bytes"),
     ("initializer-short-typed", lambda m, t: [m.short_typed], "initializer 'w1' holds 511"),
     ("initializer-short-external", lambda m, t: [m.ext_short], "'w"),
+    ("logits-of-a-scalar", lambda m, t: [m.scalar, "--recipes", RECIPES, "--logits"],
+     "--logits: output 'y' has shape ()"),
     ("weight-nan", lambda m, t: [m.nan_w, "--recipes", RECIPES, "--budget", "9"],
      "'w1' (1 of 512)"),
     ("weight-inf", lambda m, t: [m.inf_w, "--recipes", RECIPES, "--budget", "9"], "'w1'"),
@@ -425,7 +441,9 @@ CASES = [
 
 
 @pytest.mark.parametrize("case_id, argv, word", CASES, ids=[c[0] for c in CASES])
-def test_hostile_cli_case_is_one_error_line(m, tmp_path, capsys, case_id, argv, word):
+def test_hostile_cli_case_is_one_error_line(m, tmp_path, capfd, case_id, argv, word):
+    """capfd: onnxruntime's own log lines (written to the file descriptor) count too."""
+    capsys = capfd
     args = argv(m, tmp_path)
     if case_id.startswith(("sentences-over", "minilm-")):
         pytest.importorskip("tokenizers")

@@ -37,6 +37,8 @@ __all__ = ["MAX_BUDGET", "MAX_INPUT_BYTES", "ModelError", "check_budget", "check
 MAX_INPUT_BYTES = 1 << 30
 #: The largest budget in bits per weight (every recipe and float32 cost less).
 MAX_BUDGET = 1024.0
+#: The most budgets --budgets takes.
+MAX_BUDGETS = 64
 #: Table suffixes --out writes.
 TABLE_SUFFIXES = (".csv", ".parquet")
 
@@ -69,7 +71,11 @@ def parse_budgets(text: str | None) -> list[float]:
     if not text:
         return []
     out = []
-    for item in (v.strip() for v in text.split(",")):
+    items = [v.strip() for v in text.split(",")]
+    if len(items) > MAX_BUDGETS:
+        raise ModelError(f"--budgets: {len(items)} budgets; give at most {MAX_BUDGETS} (each "
+                         f"is a plan and a model run)")
+    for item in items:
         if not item:
             continue
         try:
@@ -465,6 +471,9 @@ def check_case(case: Any, tensors: Sequence[str]) -> None:
                          f"outputs to measure; give inputs with at least one row")
     for n, y in zip(names, case.reference):
         y = np.asarray(y)
+        if getattr(case, "kind", "") == "logits" and (y.ndim == 0 or y.shape[-1] == 0):
+            raise ModelError(f"--logits: output {n!r} has shape {y.shape}; logits need a last "
+                             f"axis of classes (leave --logits out for this model)")
         if y.dtype.kind in "fc" and y.size and not np.all(np.isfinite(y)):
             k = int(y.size - np.count_nonzero(np.isfinite(y)))
             raise ModelError(f"the float model's output {n!r} holds {k} NaN or +-Inf values on "

@@ -144,7 +144,7 @@ def session_options(threads: int = 0) -> Any:
     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     so.add_session_config_entry("session.disable_prepacking", "1")
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    so.log_severity_level = 3
+    so.log_severity_level = 4  # fatal only: a failed run raises with its reason, said once
     if threads:
         so.intra_op_num_threads = int(threads)
     return so
