@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import QuantizationError
+from ..io.onnx import ModelError
 
 __all__ = ["MAX_BUDGET", "MAX_INPUT_BYTES", "ModelError", "check_budget", "check_case",
            "check_dim", "check_feed", "check_initializers", "check_int_range_fits",
@@ -41,10 +41,6 @@ MAX_BUDGET = 1024.0
 MAX_BUDGETS = 64
 #: Table suffixes --out writes.
 TABLE_SUFFIXES = (".csv", ".parquet")
-
-
-class ModelError(QuantizationError):
-    """A model, its inputs or a plan the tool cannot use (a ValueError)."""
 
 
 def _gib(n: float) -> str:
