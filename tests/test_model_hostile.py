@@ -97,11 +97,34 @@ def short_raw(kind: str) -> onnx.ModelProto:
     return m
 
 
-def external_short(folder: Path) -> Path:
-    path = _save(tiny(), folder / "ext.onnx", save_as_external_data=True,
-                 all_tensors_to_one_file=True, location="ext.bin", size_threshold=0)
-    data = (folder / "ext.bin").read_bytes()
-    (folder / "ext.bin").write_bytes(data[:-64])
+def constant_short() -> onnx.ModelProto:
+    """w1 as a Constant node whose tensor is 4 bytes short."""
+    m = tiny()
+    t = m.graph.initializer[0]
+    t.raw_data = t.raw_data[:-4]
+    const = helper.make_node("Constant", [], ["w1"], value=t)
+    del m.graph.initializer[0]
+    m.graph.node.insert(0, const)
+    return m
+
+
+def external_short(folder: Path, keep_length: bool) -> Path:
+    """The tiny model's weights in an external file 64 bytes short (the last one, w2, is cut);
+    without ``keep_length``, w1 alone is external and records no length, so onnx reads the
+    1984 bytes there."""
+    stem = "ext" if keep_length else "ext_nolength"
+    path = _save(tiny(), folder / f"{stem}.onnx", save_as_external_data=True,
+                 all_tensors_to_one_file=True, location=f"{stem}.bin",
+                 size_threshold=0 if keep_length else 1500)  # else: w1 alone is external
+    if not keep_length:
+        model = onnx.load(path, load_external_data=False)
+        for t in model.graph.initializer:
+            keep = [e for e in t.external_data if e.key != "length"]
+            del t.external_data[:]
+            t.external_data.extend(keep)
+        onnx.save(model, path)
+    data = (folder / f"{stem}.bin").read_bytes()
+    (folder / f"{stem}.bin").write_bytes(data[:-64])
     return path
 
 
@@ -152,7 +175,9 @@ def m(tmp_path_factory) -> SimpleNamespace:
     ns.inner = _save(tiny(x_dims=("n", "k")), d / "inner.onnx")
     ns.short_raw = _save(short_raw("raw"), d / "short_raw.onnx")
     ns.short_typed = _save(short_raw("typed"), d / "short_typed.onnx")
-    ns.ext_short = external_short(d)
+    ns.ext_short = external_short(d, True)
+    ns.ext_short_nolength = external_short(d, False)
+    ns.const_short = _save(constant_short(), d / "const_short.onnx")
     ns.no_weights = _save(no_weights(), d / "no_weights.onnx")
     ns.sequence = _save(sequence_input(), d / "sequence.onnx")
     ns.string = _save(string_input(), d / "string.onnx")
@@ -382,7 +407,10 @@ CASES = [
     ("model-string-input", lambda m, t: [m.string], "'t' has type"),
     ("initializer-short-raw", lambda m, t: [m.short_raw], "initializer 'w1' holds 2044 bytes"),
     ("initializer-short-typed", lambda m, t: [m.short_typed], "initializer 'w1' holds 511"),
-    ("initializer-short-external", lambda m, t: [m.ext_short], "'w"),
+    ("external-short", lambda m, t: [m.ext_short], "for tensor 'w2'"),
+    ("external-short-no-length", lambda m, t: [m.ext_short_nolength],
+     "initializer 'w1' holds 1984 bytes"),
+    ("constant-short-raw", lambda m, t: [m.const_short], "Constant 'w1' holds 2044 bytes"),
     ("logits-of-a-scalar", lambda m, t: [m.scalar, "--recipes", RECIPES, "--logits"],
      "--logits: output 'y' has shape ()"),
     ("weight-nan", lambda m, t: [m.nan_w, "--recipes", RECIPES, "--budget", "9"],
@@ -496,6 +524,7 @@ API_CASES = [
         _uint8(), {"i": np.array([[None] * 16], dtype=object)}), "object"),
     ("check_budget-bool", lambda: checks.check_budget(False), "bits per weight"),
     ("check_threads-bool", lambda: checks.check_threads(True), "--threads"),
+    ("session-threads-huge", lambda: graph.session_options(100000), "--threads 100000"),
     ("check_outputs-same", lambda: checks.check_outputs_distinct({"--plan": "/tmp/a",
                                                                   "--export": "/tmp//a"}),
      "same file"),

@@ -410,39 +410,52 @@ def _element_bits(onnx: Any, data_type: int) -> int | None:
 
 
 def check_initializers(model: Any, where: str = "model") -> None:
-    """Every initializer holds the bytes (or values) its shape needs: a short ``raw_data`` or
-    external file would otherwise fail deep in NumPy, or not at all."""
+    """Every initializer (of the main graph and every subgraph) and every Constant node's
+    tensor holds the bytes (or values) its shape needs: a short ``raw_data`` or external file
+    would otherwise fail deep in NumPy, or not at all."""
     import onnx
 
-    for t in model.graph.initializer:
-        dims = list(t.dims)
-        if any(d < 0 for d in dims):
-            raise ModelError(f"{where}: initializer {t.name!r} has a negative dimension {dims}")
-        n = math.prod(dims)
-        bits = _element_bits(onnx, t.data_type)
-        if bits is None:
-            continue
-        if t.data_location == onnx.TensorProto.EXTERNAL:
-            raise ModelError(f"{where}: initializer {t.name!r} keeps its data in an external "
-                             f"file that was not loaded")
-        if t.HasField("raw_data") or not n:
-            have, need = len(t.raw_data), (n * bits + 7) // 8
-            if n and have != need:
-                raise ModelError(f"{where}: initializer {t.name!r} holds {have} bytes; its shape "
-                                 f"{dims} of {onnx.TensorProto.DataType.Name(t.data_type)} "
-                                 f"needs {need}")
-            continue
-        if bits < 8 or bits == 6:
-            continue  # packed in typed fields: onnx's own rules
-        try:
-            field = onnx.helper.tensor_dtype_to_field(t.data_type)
-        except Exception:  # noqa: BLE001
-            continue
-        per = 2 if "COMPLEX" in onnx.TensorProto.DataType.Name(t.data_type) else 1
-        have = len(getattr(t, field))
-        if have != n * per:
-            raise ModelError(f"{where}: initializer {t.name!r} holds {have} values; its shape "
-                             f"{dims} needs {n * per}")
+    from ..io.onnx import iter_graphs
+
+    for _, g in iter_graphs(model.graph):
+        for t in g.initializer:
+            _check_tensor(onnx, t, f"initializer {t.name!r}", where)
+        for n in g.node:
+            if n.op_type == "Constant":
+                for a in n.attribute:
+                    if a.type == onnx.AttributeProto.TENSOR:
+                        _check_tensor(onnx, a.t, f"Constant {(n.output or [''])[0]!r}", where)
+
+
+def _check_tensor(onnx: Any, t: Any, what: str, where: str) -> None:
+    dims = list(t.dims)
+    if any(d < 0 for d in dims):
+        raise ModelError(f"{where}: {what} has a negative dimension {dims}")
+    n = math.prod(dims)
+    bits = _element_bits(onnx, t.data_type)
+    if bits is None:
+        return
+    if t.data_location == onnx.TensorProto.EXTERNAL:
+        raise ModelError(f"{where}: {what} keeps its data in an external file that was not "
+                         f"loaded")
+    type_name = onnx.TensorProto.DataType.Name(t.data_type)
+    if t.HasField("raw_data") or not n:
+        have, need = len(t.raw_data), (n * bits + 7) // 8
+        if n and have != need:
+            raise ModelError(f"{where}: {what} holds {have} bytes; its shape {dims} of "
+                             f"{type_name} needs {need}")
+        return
+    if bits < 8 or bits == 6:
+        return  # packed in typed fields: onnx's own rules
+    try:
+        field = onnx.helper.tensor_dtype_to_field(t.data_type)
+    except Exception:  # noqa: BLE001
+        return
+    per = 2 if "COMPLEX" in type_name else 1
+    have = len(getattr(t, field))
+    if have != n * per:
+        raise ModelError(f"{where}: {what} holds {have} values; its shape {dims} needs "
+                         f"{n * per}")
 
 
 def check_case(case: Any, tensors: Sequence[str]) -> None:

@@ -160,7 +160,9 @@ def read_inputs(path: str | os.PathLike, model: Any) -> dict[str, np.ndarray]:
 
 
 def session_options(threads: int = 0) -> Any:
-    """onnxruntime options: spinning off, no graph optimisations, no prepacking (module doc)."""
+    """onnxruntime options: spinning off, no graph optimisations, no prepacking (module doc);
+    ``threads`` 0 (onnxruntime's default) or 1..4 × the cores (more crashes onnxruntime)."""
+    threads = checks.check_threads(threads)
     ort = require("onnxruntime")
     so = ort.SessionOptions()
     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
