@@ -392,6 +392,13 @@ CASES = [
                                                      t / "x.onnx"], "same file"),
     ("export-is-out", lambda m, t: T(m) + ["--budget", "9", "--out", t / "x.csv", "--export",
                                            t / "x.csv"], "same file"),
+    ("export-over-the-model", lambda m, t: T(m) + ["--budget", "9", "--export", m.tiny],
+     "MODEL and --export name the same file"),
+    ("out-over-the-inputs", lambda m, t: T(m) + ["--inputs", m.npz["good"], "--out",
+                                                 m.npz["good"].with_suffix(".csv")], None),
+    ("plan-over-the-inputs", lambda m, t: T(m) + ["--inputs", m.npz["good"], "--budget", "9",
+                                                  "--plan", m.npz["good"]],
+     "--inputs and --plan name the same file"),
     ("unknown-flag", lambda m, t: T(m) + ["--frobnicate"], "unrecognized"),
     # the model
     ("model-missing", lambda m, t: [t / "none.onnx"], "no such file"),

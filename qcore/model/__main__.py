@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
 from typing import NoReturn, TextIO
@@ -119,7 +120,10 @@ def check_args(args: argparse.Namespace) -> tuple[list[str] | None, tuple[int, i
         checks.check_output_path("--plan", args.plan)
     if args.export:
         checks.check_output_path("--export", args.export)
-    checks.check_outputs_distinct({"--out": args.out, "--plan": args.plan,
+    sources = {"MODEL": args.model, "--inputs": args.inputs}
+    checks.check_outputs_distinct({**{k: v for k, v in sources.items()
+                                      if v and "\x00" not in v and os.path.isfile(v)},
+                                   "--out": args.out, "--plan": args.plan,
                                    "--export": args.export})
     return checks.parse_tensors(args.tensors), checks.parse_int_range(args.int_range)
 

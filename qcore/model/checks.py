@@ -200,8 +200,8 @@ def check_output_path(flag: str, path: str | os.PathLike,
 
 
 def check_outputs_distinct(paths: Mapping[str, str | os.PathLike | None]) -> None:
-    """No two outputs (``{flag: path}``) name the same file: the later write would replace the
-    earlier one without a word."""
+    """No two of ``{flag: path}`` name the same file: an output written over another output,
+    or over the model or the inputs read, would replace it without a word."""
     seen: dict[str, str] = {}
     for flag, path in paths.items():
         if not path:
