@@ -221,6 +221,10 @@ def m(tmp_path_factory) -> SimpleNamespace:
     npz("inf_in", x=np.where(np.arange(64).reshape(4, 16) == 5, np.inf, x).astype(np.float32))
     npz("overflow", x=np.full((4, 16), 1e300))
     npz("empty_batch", x=np.zeros((0, 16), np.float32))
+    npz("structured", x=np.zeros((4, 16), dtype=[("a", "<f4")]))
+    npz("datetime", x=np.zeros((4, 16), dtype="datetime64[s]"))
+    npz("big_endian", x=x.astype(">f4"))
+    npz("fortran", x=np.asfortranarray(np.tile(x, (1, 1))))
     npz("int_300", i=np.full((4, 16), 300, np.int64))
     npz("int_neg", i=np.full((4, 16), -1, np.int64))
     npz("int_ok", i=np.arange(64, dtype=np.int64).reshape(4, 16) % 100)
@@ -437,6 +441,10 @@ CASES = [
     ("inputs-bytes", lambda m, t: T(m) + ["--inputs", m.npz["bytes"]], "'x' holds |S1"),
     ("inputs-object", lambda m, t: T(m) + ["--inputs", m.npz["object"]], "'x' holds object"),
     ("inputs-complex", lambda m, t: T(m) + ["--inputs", m.npz["complex"]], "complex64"),
+    ("inputs-structured", lambda m, t: T(m) + ["--inputs", m.npz["structured"]], "'x' holds"),
+    ("inputs-datetime", lambda m, t: T(m) + ["--inputs", m.npz["datetime"]], "datetime64"),
+    ("inputs-big-endian", lambda m, t: T(m) + ["--inputs", m.npz["big_endian"]], None),
+    ("inputs-fortran-order", lambda m, t: T(m) + ["--inputs", m.npz["fortran"]], None),
     ("inputs-ints-for-float", lambda m, t: T(m) + ["--inputs", m.npz["ints_for_float"]],
      "'x' is int32"),
     ("inputs-unknown-name", lambda m, t: T(m) + ["--inputs", m.npz["unknown"]],
@@ -863,3 +871,13 @@ def test_a_server_path_through_a_symlink_out_of_the_allowed_folders_is_refused(t
     with pytest.raises(QuantizationError, match="allowed folders"):
         sources.allowed(str(ok / "link.onnx"))
     assert sources.allowed(str(ok / "link_in.onnx")) == str(ok / "inside.onnx")
+
+
+def test_big_endian_and_fortran_inputs_give_the_native_inputs_figures(tmp_path, capsys, m):
+    tables = []
+    for name in ("good", "big_endian", "fortran"):
+        out = tmp_path / f"{name}.csv"
+        rc, _, err = cli(T(m) + ["--inputs", m.npz[name], "--out", out], capsys)
+        assert rc == 0, err
+        tables.append([(r["tensor"], r["recipe"], r["output_sqnr_db"]) for r in _table(out)])
+    assert tables[0] == tables[1] == tables[2]
