@@ -270,3 +270,9 @@ def test_a_real_model_matches_the_model_tool():
             assert row["bits_per_element"] == pytest.approx(q.bits_per_element, rel=1e-12)
     assert (rows.loc[(mm[0], "int8:per-axis"), "axis"], rows.loc[(mm[0], "int4:blocked32"),
                                                                   "axis"]) == (1, 0)
+
+
+def test_an_axis_beyond_the_tensor_is_an_error_row_not_a_failure(model_path):
+    rows = run_report(model_path, ["int8:per-axis/3"]).rows.set_index("tensor")
+    assert rows.loc["w_conv", "error"] == "" and rows.loc["w_conv", "axis"] == 3
+    assert "names axis 3" in rows.loc["w_mm", "error"] and "(128, 96)" in rows.loc["w_mm", "error"]
