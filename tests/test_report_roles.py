@@ -185,6 +185,14 @@ def test_csv_and_parquet_keep_axis_and_view(model_path, report_rows, tmp_path):
         back = read_rows(tmp_path / f)
         pd.testing.assert_frame_equal(back, out, check_exact=True)
         assert "8x360" in set(back["view"])
+    # a report written before the view column existed still reads (view empty)
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.Table.from_pandas(out.drop(columns=["view"]), preserve_index=False),
+                   tmp_path / "old.parquet")
+    old = read_rows(tmp_path / "old.parquet")
+    assert list(old.columns) == list(out.columns) and (old["view"] == "").all()
 
 
 def _old_journal(rows: pd.DataFrame, ident: dict, path):
