@@ -1,5 +1,6 @@
 """python -m qcore.model MODEL [--inputs FILE.npz] [--recipes R1,R2,...] [--budget BITS]
-[--out TABLE.csv] [--plan PLAN.json] [--export QDQ.onnx]
+[--out TABLE.csv] [--plan PLAN.json] [--export QDQ.onnx] [--activations MODE]
+[--calibrate FILE.npz] [--float-activations K] [--smooth ALPHA]
 
 Sensitivity of every weight × every recipe (alone) and of every recipe on all weights; with
 --budget, the exactly optimal plan, run and measured; with --export, the plan as a QDQ model.
@@ -74,6 +75,18 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-float", action="store_true",
                    help="the plan may not leave a weight in float32")
     p.add_argument("--threads", type=int, default=0, help="onnxruntime intra-op threads")
+    p.add_argument("--activations", default="none",
+                   help="none | dynamic | static[:TYPE][@METHOD]: quantize the activation sites "
+                   "(the data inputs of MatMul/Gemm/Conv); TYPE int8 (default), uint8, int16, "
+                   "uint16, float8e4m3fn, float8e5m2, …; METHOD minmax (default), percentile, "
+                   "mse, entropy")
+    p.add_argument("--calibrate", help=".npz of graph inputs the static activation scales "
+                   "are calibrated on (default: the inputs)")
+    p.add_argument("--float-activations", type=int, default=0, metavar="K",
+                   help="the plan keeps the K most sensitive activation sites in float")
+    p.add_argument("--smooth", type=float, metavar="ALPHA",
+                   help="SmoothQuant: migrate activation outliers into the weights with "
+                   "strength ALPHA in [0, 1] (e.g. 0.5)")
     return p
 
 
@@ -114,6 +127,15 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     from ..report.recipes import parse_recipes
 
     recipes = [r.name for r in parse_recipes(args.recipes)]
+    from . import activations as act
+
+    mode = act.parse_activations(args.activations)
+    if mode.mode == "none" and (args.float_activations or args.calibrate):
+        raise QuantizationError("--float-activations and --calibrate need --activations "
+                                "dynamic or static[:TYPE][@METHOD]")
+    if args.float_activations < 0:
+        raise QuantizationError(f"--float-activations {args.float_activations}: give a count "
+                                f">= 0")
     t0 = time.perf_counter()
     case = load_case(args.model, args.inputs, sentences=args.sentences, seed=args.seed,
                      int_range=(lo, hi), dim=args.dim, kind="logits" if args.logits else None,
@@ -127,10 +149,11 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         _check_budget(case, tensors or case.weights, recipes, b, not args.no_float)
     print(f"{case.name}: {len(tensors or case.weights)} weight tensors, "
           f"{len(recipes)} recipes ({time.perf_counter() - t0:.1f} s to load)", file=out)
+    case, specs, act_rows = _activations(case, mode, args, out)
     t1 = time.perf_counter()
     sens = measure(case, recipes, tensors, Bar("sensitivity"))
     t_sens = time.perf_counter() - t1
-    rows = sens.rows + uniform(case, recipes, tensors, Bar("uniform    "))
+    rows = sens.rows + act_rows + uniform(case, recipes, tensors, Bar("uniform    "))
     corr = correlation(sens.rows)
     print(f"sensitivity: {len(sens.rows)} runs in {t_sens:.1f} s; tensor SQNR vs output SQNR: "
           f"Pearson {_fmt(corr['pearson'], 3)}, Spearman {_fmt(corr['spearman'], 3)} "
@@ -141,10 +164,13 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
             extra = _extra(case.kind, r)
             print(f"{r['recipe']:28s} {r['bits_per_element']:7.3f} "
                   f"{_fmt(r['output_sqnr_db']):>15s} {r['max_abs']:10.3g}{extra}", file=out)
+            if specs:
+                _print_with_activations(case, r["recipe"], tensors, specs, mode.name, out)
     if args.out:
         write_csv(rows, args.out)
     for b in _floats(args.budgets):
         p = make_plan(sens, b, allow_float=not args.no_float)
+        _attach(p, specs, act_rows, args.float_activations, mode.name)
         m = run_plan(case, p)
         extra = _extra(case.kind, m)
         print(f"{'plan @ ' + str(b):28s} {p.bits_per_element:7.3f} "
@@ -155,6 +181,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     t2 = time.perf_counter()
     plan = make_plan(sens, args.budget, allow_float=not args.no_float)
     t_plan = time.perf_counter() - t2
+    _attach(plan, specs, act_rows, args.float_activations, mode.name)
     run_plan(case, plan)
     print(f"plan at {args.budget} bits/weight ({t_plan * 1000:.0f} ms): "
           f"{plan.bits_per_element:.4f} bits/weight, output SQNR predicted "
@@ -166,6 +193,66 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     if args.export:
         write_export(case, plan, args.export, out)
     return 0
+
+
+def _activations(case, mode, args: argparse.Namespace, out: TextIO):
+    """(case, specs, rows): smoothing applied (--smooth), the sites' specs calibrated, each
+    site's sensitivity measured alone."""
+    from . import activations as act
+
+    if mode.mode == "none" and args.smooth is None:
+        return case, [], []
+    calib = act.calibration_case(case, args.calibrate) if args.calibrate else None
+    if args.smooth is not None:
+        case, info = act.smoothed_case(case, args.smooth, calib)
+        folded = sum(v == "layernorm" for v in info.folded.values())
+        print(f"smoothing (alpha {args.smooth}): {len(info.factors)} sites, {folded} folded "
+              f"into LayerNorm, {len(info.factors) - folded} by a Mul", file=out)
+        if calib is not None:
+            calib = act.calibration_case(case, calib.batches[0])
+    if mode.mode == "none":
+        return case, [], []
+    t = time.perf_counter()
+    specs = act.specs_for(case, mode, calibration=calib)
+    if args.float_activations > len(specs):
+        raise QuantizationError(f"--float-activations {args.float_activations}: the model has "
+                                f"{len(specs)} activation sites")
+    rows = act.activation_rows(case, specs, Bar("activations"), mode.name)
+    allq = act.evaluate(case, specs)
+    print(f"activations {mode.name}: {len(specs)} sites ({time.perf_counter() - t:.1f} s); "
+          f"all quantized, weights float: output SQNR {_fmt(allq['output_sqnr_db'])} dB; "
+          f"most sensitive alone:", file=out)
+    for r in sorted(rows, key=lambda r: r["output_sqnr_db"])[:5]:
+        print(f"  {r['tensor']:40s} {_fmt(r['output_sqnr_db']):>8s} dB", file=out)
+    return case, specs, rows
+
+
+def _print_with_activations(case, recipe: str, tensors, specs, name: str, out: TextIO) -> None:
+    """One recipe on every weight with every activation site quantized, printed as a row."""
+    from .activations import evaluate
+    from .fidelity import qdq
+
+    replace = {}
+    for t in tensors or case.weights:
+        try:
+            replace[t] = qdq(case.arrays[t], recipe).x_hat
+        except ValueError:
+            continue
+    m = evaluate(case, specs, replace)
+    print(f"{'  + ' + name:28s} {'':7s} {_fmt(m['output_sqnr_db']):>15s} "
+          f"{m['max_abs']:10.3g}{_extra(case.kind, m)}", file=out)
+
+
+def _attach(plan, specs, rows, k: int, name: str) -> None:
+    """The activation specs on a plan, the ``k`` most sensitive sites left in float."""
+    from .activations import keep_float
+
+    if not specs:
+        return
+    keep = keep_float(rows, k)
+    plan.activations = [s for s in specs if s.site not in keep]
+    plan.float_activations = keep
+    plan.activation_mode = name
 
 
 def _check_budget(case, tensors: list[str], recipes: list[str], budget: float,
@@ -202,8 +289,12 @@ def write_export(case, plan, path: str, out: TextIO) -> None:
     from .plan import planned_weights
 
     model = export_plan(case.model, plan, case.arrays)
-    save(model, path)
     bad = unsupported_nodes(model)
+    if plan.activations:
+        from .activations import insert_qdq
+
+        model = insert_qdq(model, plan.activations)
+    save(model, path)
     if bad:
         print(f"export: {path} is valid ONNX; onnxruntime has no kernel for {len(bad)} "
               f"DequantizeLinear node(s): {', '.join(bad)}", file=out)
@@ -215,7 +306,12 @@ def write_export(case, plan, path: str, out: TextIO) -> None:
                                          for k in range(len(names))]
     if case.order is not None:
         outs = [_restore(o, case.order) for o in outs]
-    fake = case.run(planned_weights(case, plan))
+    if plan.activations:
+        from .activations import runner_for
+
+        fake = runner_for(case).run(plan.activations, planned_weights(case, plan))
+    else:
+        fake = case.run(planned_weights(case, plan))
     same = all(np.array_equal(a, b) for a, b in zip(outs, fake))
     worst = max(float(np.max(np.abs(a.astype(np.float64) - b))) for a, b in zip(outs, fake))
     print(f"export: {path}; onnxruntime runs it; outputs "

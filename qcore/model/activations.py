@@ -60,7 +60,7 @@ from . import require
 
 __all__ = ["ACTIVATION_TYPES", "METHODS", "ActivationConfig", "ActivationRunner",
            "ActivationSpec", "Site", "activation_rows", "calibrate", "entropy_threshold",
-           "evaluate", "fake_quant", "find_sites", "insert_qdq", "keep_float",
+           "calibration_case", "evaluate", "fake_quant", "find_sites", "insert_qdq", "keep_float",
            "parse_activations", "runner_for", "smooth_model", "smoothed_case", "specs_for"]
 
 #: node type -> (data input index, weight input index)
@@ -766,3 +766,15 @@ def smoothed_case(case: Any, alpha: float, calibration: Any = None) -> tuple[Any
                     case.threads)
     new.reference = case.reference
     return new, info
+
+
+def calibration_case(case: Any, path: Any) -> Any:
+    """A :class:`~qcore.model.fidelity.ModelCase` of ``case``'s model on the inputs of the
+    ``.npz`` at ``path`` (``--calibrate``): the static scales' calibration set."""
+    from .fidelity import ModelCase
+    from .graph import check_inputs, read_inputs
+
+    feeds = check_inputs(case.model, path) if isinstance(path, Mapping) else \
+        read_inputs(path, case.model)
+    return ModelCase(case.name + ".calibration", case.model, [feeds], case.kind, None,
+                     case.weights, case.threads)
