@@ -415,10 +415,7 @@ class ActivationRunner:
             values.update(cached)
         else:
             values.update(batch)
-            values.update(self.case.runner.weights)
-            if replace:
-                values.update({k: np.ascontiguousarray(v, np.float32)
-                               for k, v in replace.items()})
+            values.update(self.case.runner.weight_feeds(replace))
         by_level: dict[int, list[str]] = {}
         for s, lv in self.site_level.items():
             by_level.setdefault(lv, []).append(s)
@@ -497,7 +494,8 @@ def evaluate(case: Any, specs: Sequence[ActivationSpec],
     ``replace``'s weights fake-quantized."""
     from .fidelity import compare
 
-    return compare(case.reference, runner_for(case).run(specs, replace), case.kind)
+    return compare(case.reference, runner_for(case).run(specs, replace), case.kind,
+                   case.runner.output_names, getattr(case, "outputs", None))
 
 
 # ---------------------------------------------------------------------------- calibration
@@ -631,7 +629,8 @@ def activation_rows(case: Any, specs: Sequence[ActivationSpec],
             progress(i, len(specs), sp.site)
         from .fidelity import compare
 
-        fid = compare(case.reference, run.run([sp]), case.kind)
+        fid = compare(case.reference, run.run([sp]), case.kind, case.runner.output_names,
+                      getattr(case, "outputs", None))
         x = run.site_values(sp.site)
         xh = [fake_quant(v, sp) for v in x]
         n = int(sum(v.size for v in x))
@@ -763,7 +762,7 @@ def smoothed_case(case: Any, alpha: float, calibration: Any = None) -> tuple[Any
     model, info = smooth_model(case.model, {s: source.site_values(s) for s in source.names},
                                alpha)
     new = ModelCase(case.name, model, case.batches, case.kind, case.order, case.weights,
-                    case.threads)
+                    case.threads, case.outputs)
     new.reference = case.reference
     return new, info
 
@@ -777,4 +776,4 @@ def calibration_case(case: Any, path: Any) -> Any:
     feeds = check_inputs(case.model, path) if isinstance(path, Mapping) else \
         read_inputs(path, case.model)
     return ModelCase(case.name + ".calibration", case.model, [feeds], case.kind, None,
-                     case.weights, case.threads)
+                     case.weights, case.threads, case.outputs)
