@@ -248,7 +248,8 @@ def _print_with_activations(case, recipe: str, tensors, specs, name: str, out: T
 
 
 def _attach(plan, specs, rows, k: int, name: str) -> None:
-    """The activation specs on a plan, the ``k`` most sensitive sites left in float."""
+    """The activation specs on a plan, the ``k`` most sensitive sites left in float; the
+    quantized sites' noise powers (each measured alone) join the additive prediction."""
     from .activations import keep_float
 
     if not specs:
@@ -257,6 +258,8 @@ def _attach(plan, specs, rows, k: int, name: str) -> None:
     plan.activations = [s for s in specs if s.site not in keep]
     plan.float_activations = keep
     plan.activation_mode = name
+    plan.noise_predicted += sum(float(r["noise_power"]) for r in rows
+                                if r["tensor"] not in keep)
 
 
 def _check_budget(case, tensors: list[str], recipes: list[str], budget: float,

@@ -78,8 +78,9 @@ class Plan:
                 "output_sqnr_db": num(self.measured.get("output_sqnr_db", math.nan)),
                 "outputs": num(self.measured.get("outputs", {})),
                 "measured": {k: num(v) for k, v in self.measured.items()},
-                "additive_model": "predicted output noise power = sum over tensors of the "
-                                  "noise power measured with that tensor alone quantized",
+                "additive_model": "predicted output noise power = sum over tensors (and "
+                                  "quantized activation sites) of the noise power measured "
+                                  "with that tensor (site) alone quantized",
                 "recipes": dict(self.recipes),
                 "activation_mode": self.activation_mode,
                 "activations": [a.to_json() for a in self.activations],
