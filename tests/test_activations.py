@@ -264,6 +264,11 @@ def test_cli_activations_float_activations_and_export(tmp_path, capsys):
     js = json.load(open(tmp_path / "p.json"))
     assert js["float_activations"] == [most] and js["activation_mode"] == "static:int8@minmax"
     assert sorted(a["site"] for a in js["activations"]) == sorted({"x", "h", "y3"} - {most})
+    # at 32 bits every weight stays float: the prediction is the quantized sites' noise alone
+    assert set(js["recipes"].values()) == {"float32"}
+    noise = sum(float(r["noise_power"]) for r in act_rows if r["tensor"] != most)
+    signal = js["measured"]["signal_power"]
+    assert js["output_sqnr_db_predicted"] == pytest.approx(10 * np.log10(signal / noise))
     # the scales come from the calibration inputs (x·3), not the evaluation inputs
     if "x" != most:
         s = next(a for a in js["activations"] if a["site"] == "x")
