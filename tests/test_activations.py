@@ -332,3 +332,20 @@ def test_smoothing_keeps_the_float_model_and_divides_by_s(alpha, branchy_case):
     assert [s.name for s in act.find_sites(b_smoothed.model)] == ["x.smooth", "h.smooth", "y3"]
     for a, b in zip(b_smoothed.run(), branchy_case.reference):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+
+
+def test_study_is_what_the_qdq_export_of_weights_and_sites_gives(branchy_case):
+    from qcore.model.export import export_plan
+    from qcore.model.plan import Plan
+
+    s = act.study(branchy_case, "static:float8e4m3fn@minmax", recipe="int8:per-axis")
+    assert [r["tensor"] for r in s.rows] == ["x", "h", "y3"] and s.rows[1]["consumers"] == \
+        "w2, w3"
+    p = Plan(8, {w: "int8:per-axis" for w in branchy_case.weights}, 0, 1, 0.0, 1.0)
+    exported = act.insert_qdq(export_plan(branchy_case.model, p, branchy_case.arrays), s.specs)
+    real = _run_ort(exported, branchy_case)
+    assert s.with_weights["output_sqnr_db"] == compare(branchy_case.reference, real)[
+        "output_sqnr_db"]
+    assert s.activations_only["output_sqnr_db"] == compare(
+        branchy_case.reference, _run_ort(act.insert_qdq(branchy_case.model, s.specs),
+                                         branchy_case))["output_sqnr_db"]

@@ -202,34 +202,33 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
 
 def _activations(case, mode, args: argparse.Namespace, out: TextIO):
     """(case, specs, rows): smoothing applied (--smooth), the sites' specs calibrated, each
-    site's sensitivity measured alone."""
+    site's sensitivity measured alone (:func:`qcore.model.activations.study`)."""
     from . import activations as act
 
     if mode.mode == "none" and args.smooth is None:
         return case, [], []
     calib = act.calibration_case(case, args.calibrate) if args.calibrate else None
-    if args.smooth is not None:
-        case, info = act.smoothed_case(case, args.smooth, calib)
-        folded = sum(v == "layernorm" for v in info.folded.values())
-        print(f"smoothing (alpha {args.smooth}): {len(info.factors)} sites, {folded} folded "
-              f"into LayerNorm, {len(info.factors) - folded} by a Mul", file=out)
-        if calib is not None:
-            calib = act.calibration_case(case, calib.batches[0])
-    if mode.mode == "none":
-        return case, [], []
+    if mode.mode != "none" and args.float_activations:
+        n = len(act.find_sites(case.model))
+        if args.float_activations > n:
+            raise QuantizationError(f"--float-activations {args.float_activations}: the model "
+                                    f"has {n} activation sites")
     t = time.perf_counter()
-    specs = act.specs_for(case, mode, calibration=calib)
-    if args.float_activations > len(specs):
-        raise QuantizationError(f"--float-activations {args.float_activations}: the model has "
-                                f"{len(specs)} activation sites")
-    rows = act.activation_rows(case, specs, Bar("activations"), mode.name)
-    allq = act.evaluate(case, specs)
-    print(f"activations {mode.name}: {len(specs)} sites ({time.perf_counter() - t:.1f} s); "
-          f"all quantized, weights float: output SQNR {_fmt(allq['output_sqnr_db'])} dB; "
-          f"most sensitive alone:", file=out)
-    for r in sorted(rows, key=lambda r: r["output_sqnr_db"])[:5]:
-        print(f"  {r['tensor']:40s} {_fmt(r['output_sqnr_db']):>8s} dB", file=out)
-    return case, specs, rows
+    s = act.study(case, mode, alpha=args.smooth, calibration=calib,
+                  progress=Bar("activations"))
+    if s.smoothing is not None:
+        folded = sum(v == "layernorm" for v in s.smoothing.folded.values())
+        print(f"smoothing (alpha {args.smooth}): {len(s.smoothing.factors)} sites, {folded} "
+              f"folded into LayerNorm, {len(s.smoothing.factors) - folded} by a Mul", file=out)
+    if mode.mode == "none":
+        return s.case, [], []
+    print(f"activations {mode.name}: {len(s.specs)} sites ({time.perf_counter() - t:.1f} s); "
+          f"all quantized, weights float: output SQNR "
+          f"{_fmt(s.activations_only['output_sqnr_db'])} dB; most sensitive alone:", file=out)
+    for r in sorted(s.rows, key=lambda r: r["output_sqnr_db"])[:5]:
+        print(f"  {r['tensor']:32s} {_fmt(r['output_sqnr_db']):>8s} dB  "
+              f"(read by {r['consumers'][:60]})", file=out)
+    return s.case, s.specs, s.rows
 
 
 def _print_with_activations(case, recipe: str, tensors, specs, name: str, out: TextIO) -> None:

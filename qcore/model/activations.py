@@ -61,7 +61,8 @@ from . import require
 __all__ = ["ACTIVATION_TYPES", "METHODS", "ActivationConfig", "ActivationRunner",
            "ActivationSpec", "Site", "activation_rows", "calibrate", "entropy_threshold",
            "calibration_case", "evaluate", "fake_quant", "find_sites", "insert_qdq", "keep_float",
-           "parse_activations", "runner_for", "smooth_model", "smoothed_case", "specs_for"]
+           "parse_activations", "runner_for", "smooth_model", "smoothed_case", "specs_for",
+           "Study", "study"]
 
 #: node type -> (data input index, weight input index)
 WEIGHT_CONSUMERS = {"MatMul": (0, 1), "Gemm": (0, 1), "Conv": (0, 1), "ConvTranspose": (0, 1)}
@@ -450,6 +451,10 @@ class ActivationRunner:
             per.append([v[o] for o in self.case.runner.output_names])
         return self.case._combine(per)
 
+    def site(self, name: str) -> Site:
+        """The :class:`Site` called ``name``."""
+        return self.sites[self.names.index(name)]
+
     def site_values(self, site: str) -> list[np.ndarray]:
         """The float values of ``site``, one array per batch."""
         return [v[site] for v in self.float_values]
@@ -621,7 +626,8 @@ def activation_rows(case: Any, specs: Sequence[ActivationSpec],
                     progress: Callable[[int, int, str], None] | None = None,
                     recipe: str | None = None) -> list[dict]:
     """One sensitivity row per spec: that site alone quantized (weights float); ``kind``
-    ``"activation"``, ``tensor`` the site, ``recipe`` the activation mode's name."""
+    ``"activation"``, ``tensor`` the site, ``recipe`` the activation mode's name,
+    ``consumers`` the weights of the nodes that read it (not a CSV column)."""
     run = runner_for(case)
     rows = []
     for i, sp in enumerate(specs):
@@ -637,6 +643,7 @@ def activation_rows(case: Any, specs: Sequence[ActivationSpec],
         bits = get_format(sp.dtype).bits
         name = recipe or (sp.mode if sp.mode == "dynamic" else f"static:{sp.dtype}@{sp.method}")
         rows.append({"kind": "activation", "tensor": sp.site, "recipe": name,
+                     "consumers": ", ".join(c[3] for c in run.site(sp.site).consumers),
                      "bits_per_element": float(bits), "tensor_sqnr_db": _sqnr(x, xh),
                      "output_sqnr_db": fid["output_sqnr_db"], "max_abs": fid["max_abs"],
                      "bits": bits * n, "elements": n, "noise_power": fid["noise_power"],
@@ -777,3 +784,49 @@ def calibration_case(case: Any, path: Any) -> Any:
         read_inputs(path, case.model)
     return ModelCase(case.name + ".calibration", case.model, [feeds], case.kind, None,
                      case.weights, case.threads, case.outputs)
+
+
+@dataclass
+class Study:
+    """What a page or the command line shows for one activation mode (:func:`study`):
+    the case measured (the smoothed one with ``alpha``), the specs, one sensitivity row per
+    site, the fidelity with every site quantized and weights float, and with ``recipe`` on
+    every weight too (None without a recipe)."""
+
+    config: ActivationConfig
+    case: Any
+    specs: list[ActivationSpec]
+    rows: list[dict]
+    activations_only: dict[str, Any]
+    with_weights: dict[str, Any] | None
+    smoothing: Smoothing | None = None
+
+
+def study(case: Any, activations: str | ActivationConfig, *, recipe: str | None = None,
+          alpha: float | None = None, calibration: Any = None,
+          progress: Callable[[int, int, str], None] | None = None) -> Study:
+    """One activation mode on a case: smoothing (``alpha``), calibration (``calibration``: a
+    case of the same model on other inputs, :func:`calibration_case`; default the case),
+    per-site sensitivity, and the fidelity of all sites quantized (with ``recipe`` on every
+    weight too, where given)."""
+    config = parse_activations(activations) if isinstance(activations, str) else activations
+    smoothing = None
+    if alpha is not None:
+        case, smoothing = smoothed_case(case, alpha, calibration)
+        if calibration is not None:
+            calibration = calibration_case(case, calibration.batches[0])
+    if config.mode == "none":
+        return Study(config, case, [], [], {}, None, smoothing)
+    specs = specs_for(case, config, calibration=calibration)
+    rows = activation_rows(case, specs, progress, config.name)
+    alone = evaluate(case, specs)
+    both = None
+    if recipe is not None:
+        replace = {}
+        for t in case.weights:
+            try:
+                replace[t] = case.quantize(t, recipe).x_hat
+            except ValueError:
+                continue
+        both = evaluate(case, specs, replace)
+    return Study(config, case, specs, rows, alone, both, smoothing)
