@@ -209,7 +209,7 @@ def _activations(case, mode, args: argparse.Namespace, out: TextIO):
         return case, [], []
     calib = act.calibration_case(case, args.calibrate) if args.calibrate else None
     if mode.mode != "none" and args.float_activations:
-        n = len(act.find_sites(case.model))
+        n = len(act.runner_for(case).names)
         if args.float_activations > n:
             raise QuantizationError(f"--float-activations {args.float_activations}: the model "
                                     f"has {n} activation sites")

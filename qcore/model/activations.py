@@ -329,8 +329,6 @@ class ActivationRunner:
                 raise QuantizationError(f"activation sites {missing} are not sites of the model;"
                                         f" its sites: {', '.join(by)}")
             all_sites = [by[s] for s in sites]
-        self.sites = all_sites
-        self.names = [s.name for s in all_sites]
         model = onnx.ModelProto()
         model.CopyFrom(runner.exposed)
         g = model.graph
@@ -338,6 +336,13 @@ class ActivationRunner:
         types = {v.name: v.type.tensor_type.elem_type
                  for v in list(inferred.graph.value_info) + list(g.input) + list(g.output)}
         types.update({t.name: t.data_type for t in g.initializer})
+        other = [s.name for s in all_sites if types.get(s.name) != onnx.TensorProto.FLOAT]
+        if other and sites is not None:
+            raise QuantizationError(f"activation sites {other} are not float32 (or of a type "
+                                    f"shape inference cannot tell); float32 sites are quantized")
+        all_sites = [s for s in all_sites if s.name not in other]  # float16 sites stay float
+        self.sites = all_sites
+        self.names = [s.name for s in all_sites]
         _rewire(g, all_sites, {s: qdq_name(s) for s in self.names})
         inits = {t.name: t for t in g.initializer}
         level: dict[str, int] = {i.name: 0 for i in g.input}
