@@ -196,6 +196,16 @@ def test_fake_quant_equals_the_qdq_model_in_onnxruntime(branchy_case, mode):
         np.testing.assert_array_equal(a, b)
 
 
+def test_dynamic_on_all_zero_sites_agrees_with_onnxruntime():
+    """DynamicQuantizeLinear of zeros: scale 1 in onnxruntime, 1/255 in qcore (docs/semantics.md);
+    the codes and zero point are 0 in both, so the dequantized site and the outputs agree."""
+    case = ModelCase("zeros", branchy_model(), [{"x": np.zeros((3, 8), np.float32)}])
+    specs = act.specs_for(case, act.parse_activations("dynamic"))
+    fake = act.runner_for(case).run(specs)
+    for a, b in zip(fake, _run_ort(act.insert_qdq(case.model, specs), case)):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_no_quantized_site_gives_the_float_outputs(branchy_case):
     for a, b in zip(act.runner_for(branchy_case).run([]), branchy_case.reference):
         np.testing.assert_array_equal(a, b)
