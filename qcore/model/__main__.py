@@ -217,9 +217,10 @@ def _activations(case, mode, args: argparse.Namespace, out: TextIO):
     s = act.study(case, mode, alpha=args.smooth, calibration=calib,
                   progress=Bar("activations"))
     if s.smoothing is not None:
-        folded = sum(v == "layernorm" for v in s.smoothing.folded.values())
-        print(f"smoothing (alpha {args.smooth}): {len(s.smoothing.factors)} sites, {folded} "
-              f"folded into LayerNorm, {len(s.smoothing.factors) - folded} by a Mul", file=out)
+        how = list(s.smoothing.folded.values())
+        print(f"smoothing (alpha {args.smooth}): {len(s.smoothing.factors)} sites, "
+              f"{how.count('layernorm')} folded into LayerNorm, {how.count('upstream')} into "
+              f"constants or weights upstream, {how.count('mul')} by a Mul", file=out)
     if mode.mode == "none":
         return s.case, [], []
     print(f"activations {mode.name}: {len(s.specs)} sites ({time.perf_counter() - t:.1f} s); "

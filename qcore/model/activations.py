@@ -679,11 +679,90 @@ def _channel_amax(values: Sequence[np.ndarray]) -> np.ndarray:
                   axis=0)
 
 
-def smooth_model(model: Any, site_values: Mapping[str, Sequence[np.ndarray]], alpha: float
-                 ) -> tuple[Any, Smoothing]:
+def _upstream_fold(site: str, s: np.ndarray, producer: Mapping[str, Any],
+                   readers: Mapping[str, list[Any]], inits: Mapping[str, Any],
+                   outputs: set[str], weights: set[str]) -> list[tuple[str, np.ndarray]] | None:
+    """Initializer changes that divide ``site``'s last axis by s without a new node, or None.
+
+    Walks up from the site through values no other node reads: layout ops (Reshape,
+    Transpose, Identity), a MatMul of two activations (P·V: V's columns are the output's), a
+    Mul (either operand); it stops at a Mul by a constant (the constant becomes c / s), a Gemm
+    or a MatMul + Add on weights (output columns and bias divided by s). The channel mapping
+    through layout ops is not checked here: :func:`smoothed_case` checks it on the data."""
+    from onnx import helper, numpy_helper
+
+    c = s.size
+    inv = (1.0 / s.astype(np.float64)).astype(np.float32)
+
+    def own(name: str) -> bool:
+        return name in inits and len(readers.get(name, [])) == 1
+
+    def walk(t: str, depth: int) -> list[tuple[str, np.ndarray]] | None:
+        n = producer.get(t)
+        if n is None or depth > 12:
+            return None
+        op = n.op_type
+        if op in ("Reshape", "Transpose", "Identity"):
+            return step(n.input[0], depth)
+        if op == "MatMul" and n.input[1] not in weights:
+            return step(n.input[1], depth)
+        if op == "Mul":
+            for k in (0, 1):
+                name = n.input[k]
+                if own(name):
+                    a = numpy_helper.to_array(inits[name]).astype(np.float32)
+                    if a.size == 1 or a.shape == (c,):
+                        return [(name, (a.reshape(-1) * inv).astype(np.float32))]
+            for k in (0, 1):
+                got = step(n.input[k], depth)
+                if got is not None:
+                    return got
+            return None
+        if op == "Gemm" and own(n.input[1]):
+            attrs = {a.name: helper.get_attribute_value(a) for a in n.attribute}
+            if attrs.get("transA", 0):
+                return None
+            w = numpy_helper.to_array(inits[n.input[1]]).astype(np.float32)
+            if w.ndim != 2 or (w.shape[0] if attrs.get("transB", 0) else w.shape[1]) != c:
+                return None
+            w = w * (inv[:, None] if attrs.get("transB", 0) else inv[None, :])
+            mods = [(n.input[1], w)]
+            if len(n.input) > 2 and n.input[2]:
+                if not own(n.input[2]):
+                    return None
+                b = numpy_helper.to_array(inits[n.input[2]]).astype(np.float32)
+                if b.shape != (c,):
+                    return None
+                mods.append((n.input[2], b * inv))
+            return mods
+        if op == "Add":
+            for k in (0, 1):
+                bias, other = n.input[k], n.input[1 - k]
+                m = producer.get(other)
+                if (own(bias) and m is not None and m.op_type == "MatMul" and own(m.input[1])
+                        and len(readers.get(other, [])) == 1 and other not in outputs):
+                    b = numpy_helper.to_array(inits[bias]).astype(np.float32)
+                    w = numpy_helper.to_array(inits[m.input[1]]).astype(np.float32)
+                    if b.shape == (c,) and w.ndim == 2 and w.shape[1] == c:
+                        return [(m.input[1], w * inv[None, :]), (bias, b * inv)]
+        return None
+
+    def step(t: str, depth: int) -> list[tuple[str, np.ndarray]] | None:
+        if t in outputs or len(readers.get(t, [])) != 1:
+            return None
+        return walk(t, depth + 1)
+
+    return walk(site, 0)
+
+
+def smooth_model(model: Any, site_values: Mapping[str, Sequence[np.ndarray]], alpha: float,
+                 no_fold: Sequence[str] = ()) -> tuple[Any, Smoothing]:
     """A SmoothQuant copy of ``model`` (module doc) for the sites in ``site_values`` (their
-    float calibration values). Sites read by a Gemm with transA, a Conv, or a weight that
-    something else also reads are left as they are."""
+    float calibration values). The division by s folds into the producing LayerNormalization,
+    or into constants and weights upstream (:func:`_upstream_fold`), where only the weight
+    consumers read the site (and the site is not in ``no_fold``); else a Mul is inserted. Sites
+    read by a Gemm with transA, a Conv, or a weight that something else also reads are left as
+    they are."""
     onnx = require("onnx")
     from onnx import helper, numpy_helper
 
@@ -700,6 +779,7 @@ def smooth_model(model: Any, site_values: Mapping[str, Sequence[np.ndarray]], al
     producer = {o: n for n in g.node for o in n.output}
     outputs = {o.name for o in g.output}
     info = Smoothing(float(alpha))
+    weights = _weight_names(g)
     new_nodes: dict[str, Any] = {}
     for site in find_sites(out):
         if site.name not in site_values:
@@ -736,7 +816,15 @@ def smooth_model(model: Any, site_values: Mapping[str, Sequence[np.ndarray]], al
             inits[wname].CopyFrom(numpy_helper.from_array(w.astype(np.float32), wname))
         prod = producer.get(site.name)
         only_weights = all(r.output[0] in consumer_outs for r in readers[site.name])
-        if (prod is not None and prod.op_type == "LayerNormalization" and only_weights
+        upstream = None
+        if only_weights and site.name not in outputs and site.name not in no_fold:
+            upstream = _upstream_fold(site.name, s, producer, readers, inits, outputs, weights)
+        if upstream is not None and (prod is None or prod.op_type != "LayerNormalization"):
+            for name, value in upstream:
+                inits[name].CopyFrom(numpy_helper.from_array(np.asarray(value, np.float32)
+                                                             .reshape(value.shape), name))
+            info.folded[site.name] = "upstream"
+        elif (prod is not None and prod.op_type == "LayerNormalization" and only_weights
                 and site.name not in outputs and len(prod.input) >= 3
                 and prod.input[1] in inits and prod.input[2] in inits
                 and len(readers[prod.input[1]]) == 1 and len(readers[prod.input[2]]) == 1):
@@ -771,10 +859,21 @@ def smoothed_case(case: Any, alpha: float, calibration: Any = None) -> tuple[Any
     from .fidelity import ModelCase
 
     source = runner_for(calibration if calibration is not None else case)
-    model, info = smooth_model(case.model, {s: source.site_values(s) for s in source.names},
-                               alpha)
-    new = ModelCase(case.name, model, case.batches, case.kind, case.order, case.weights,
-                    case.threads, case.outputs)
+    values = {s: source.site_values(s) for s in source.names}
+    model, info = smooth_model(case.model, values, alpha)
+    upstream = [s for s, how in info.folded.items() if how == "upstream"]
+    try:
+        new = ModelCase(case.name, model, case.batches, case.kind, case.order, case.weights,
+                        case.threads, case.outputs)
+        wrong = [s for s in upstream if not _divided(runner_for(case).site_values(s),
+                                                     runner_for(new).site_values(s),
+                                                     info.factors[s])]
+    except QuantizationError:  # a fold that broke the graph's shapes: fold none upstream
+        wrong = upstream
+    if wrong:  # a layout op permuted the channels: those sites take a Mul
+        model, info = smooth_model(case.model, values, alpha, no_fold=wrong)
+        new = ModelCase(case.name, model, case.batches, case.kind, case.order, case.weights,
+                        case.threads, case.outputs)
     new.reference = case.reference
     return new, info
 
@@ -835,3 +934,15 @@ def study(case: Any, activations: str | ActivationConfig, *, recipe: str | None 
                 continue
         both = evaluate(case, specs, replace)
     return Study(config, case, specs, rows, alone, both, smoothing)
+
+
+def _divided(before: Sequence[np.ndarray], after: Sequence[np.ndarray], s: np.ndarray) -> bool:
+    """Whether ``after`` is ``before`` / s along the last axis, to float rounding."""
+    for b, a in zip(before, after):
+        if a.shape != b.shape or a.shape[-1] != s.size:
+            return False
+        want = b.astype(np.float64) / s.astype(np.float64)
+        tol = 1e-3 * float(np.max(np.abs(want))) if want.size else 0.0
+        if not np.allclose(a, want, rtol=1e-3, atol=tol):
+            return False
+    return True
