@@ -291,6 +291,13 @@ def test_cli_activations_float_activations_and_export(tmp_path, capsys):
         assert len(err) == 1 and err[0].startswith("error:")
         return err[0]
 
+    assert js["smoothing"] == {}
+    assert main(args[:-2] + ["--smooth", "0.5"]) == 0
+    js = json.load(open(tmp_path / "p.json"))
+    assert js["smoothing"] == {"alpha": 0.5, "sites": {"x": "mul", "h": "mul"}}
+    assert {a["site"] for a in js["activations"]} <= {"x.smooth", "h.smooth", "y3"}
+    capsys.readouterr()
+
     assert "--activations" in error([str(model), "--activations", "static:int3"])
     assert "need --activations" in error([str(model), "--float-activations", "2"])
     assert "3 activation sites" in error([str(model), "--activations", "dynamic",

@@ -154,7 +154,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         _check_budget(case, tensors or case.weights, recipes, b, not args.no_float)
     print(f"{case.name}: {len(tensors or case.weights)} weight tensors, "
           f"{len(recipes)} recipes ({time.perf_counter() - t0:.1f} s to load)", file=out)
-    case, specs, act_rows = _activations(case, mode, args, out)
+    case, specs, act_rows, smoothing = _activations(case, mode, args, out)
     t1 = time.perf_counter()
     sens = measure(case, recipes, tensors, Bar("sensitivity"))
     t_sens = time.perf_counter() - t1
@@ -175,7 +175,8 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         write_csv(rows, args.out)
     for b in _floats(args.budgets):
         p = make_plan(sens, b, allow_float=not args.no_float)
-        _attach(p, specs, act_rows, args.float_activations, mode.name)
+        _attach(p, specs, act_rows, args.float_activations, mode.name,
+                smoothing)
         m = run_plan(case, p)
         extra = _extra(case.kind, m)
         print(f"{'plan @ ' + str(b):28s} {p.bits_per_element:7.3f} "
@@ -186,7 +187,8 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     t2 = time.perf_counter()
     plan = make_plan(sens, args.budget, allow_float=not args.no_float)
     t_plan = time.perf_counter() - t2
-    _attach(plan, specs, act_rows, args.float_activations, mode.name)
+    _attach(plan, specs, act_rows, args.float_activations, mode.name,
+            smoothing)
     run_plan(case, plan)
     print(f"plan at {args.budget} bits/weight ({t_plan * 1000:.0f} ms): "
           f"{plan.bits_per_element:.4f} bits/weight, output SQNR predicted "
@@ -201,12 +203,12 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _activations(case, mode, args: argparse.Namespace, out: TextIO):
-    """(case, specs, rows): smoothing applied (--smooth), the sites' specs calibrated, each
+    """(case, specs, rows, smoothing as the plan records it): smoothing applied (--smooth), the sites' specs calibrated, each
     site's sensitivity measured alone (:func:`qcore.model.activations.study`)."""
     from . import activations as act
 
     if mode.mode == "none" and args.smooth is None:
-        return case, [], []
+        return case, [], [], {}
     calib = act.calibration_case(case, args.calibrate) if args.calibrate else None
     if mode.mode != "none" and args.float_activations:
         n = len(act.runner_for(case).names)
@@ -221,15 +223,17 @@ def _activations(case, mode, args: argparse.Namespace, out: TextIO):
         print(f"smoothing (alpha {args.smooth}): {len(s.smoothing.factors)} sites, "
               f"{how.count('layernorm')} folded into LayerNorm, {how.count('upstream')} into "
               f"constants or weights upstream, {how.count('mul')} by a Mul", file=out)
+    smoothing = ({"alpha": s.smoothing.alpha, "sites": dict(s.smoothing.folded)}
+                 if s.smoothing is not None else {})
     if mode.mode == "none":
-        return s.case, [], []
+        return s.case, [], [], smoothing
     print(f"activations {mode.name}: {len(s.specs)} sites ({time.perf_counter() - t:.1f} s); "
           f"all quantized, weights float: output SQNR "
           f"{_fmt(s.activations_only['output_sqnr_db'])} dB; most sensitive alone:", file=out)
     for r in sorted(s.rows, key=lambda r: r["output_sqnr_db"])[:5]:
         print(f"  {r['tensor']:32s} {_fmt(r['output_sqnr_db']):>8s} dB  "
               f"(read by {r['consumers'][:60]})", file=out)
-    return s.case, s.specs, s.rows
+    return s.case, s.specs, s.rows, smoothing
 
 
 def _print_with_activations(case, recipe: str, tensors, specs, name: str, out: TextIO) -> None:
@@ -247,11 +251,12 @@ def _print_with_activations(case, recipe: str, tensors, specs, name: str, out: T
           f"{m['max_abs']:10.3g}{_extra(case.kind, m)}", file=out)
 
 
-def _attach(plan, specs, rows, k: int, name: str) -> None:
+def _attach(plan, specs, rows, k: int, name: str, smoothing: dict | None = None) -> None:
     """The activation specs on a plan, the ``k`` most sensitive sites left in float; the
     quantized sites' noise powers (each measured alone) join the additive prediction."""
     from .activations import keep_float
 
+    plan.smoothing = dict(smoothing or {})
     if not specs:
         return
     keep = keep_float(rows, k)

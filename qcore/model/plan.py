@@ -53,6 +53,9 @@ class Plan:
     activations: list[Any] = field(default_factory=list)
     float_activations: list[str] = field(default_factory=list)
     activation_mode: str = "none"
+    #: SmoothQuant applied before planning (--smooth): alpha and, per site, how the division
+    #: was made (layernorm, upstream, mul); empty without smoothing.
+    smoothing: dict[str, Any] = field(default_factory=dict)
 
     @property
     def bits_per_element(self) -> float:
@@ -84,7 +87,8 @@ class Plan:
                 "recipes": dict(self.recipes),
                 "activation_mode": self.activation_mode,
                 "activations": [a.to_json() for a in self.activations],
-                "float_activations": list(self.float_activations)}
+                "float_activations": list(self.float_activations),
+                "smoothing": dict(self.smoothing)}
 
 
 def _cap(budget: float, elements: int) -> int:
