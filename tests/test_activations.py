@@ -349,6 +349,10 @@ def test_smoothing_keeps_the_float_model_and_divides_by_s(alpha, branchy_case):
     assert [s.name for s in act.find_sites(b_smoothed.model)] == ["x.smooth", "h.smooth", "y3"]
     for a, b in zip(b_smoothed.run(), branchy_case.reference):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+    specs = act.specs_for(b_smoothed, act.parse_activations("dynamic"))
+    fake = act.runner_for(b_smoothed).run(specs)
+    for a, b in zip(fake, _run_ort(act.insert_qdq(b_smoothed.model, specs), b_smoothed)):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_study_is_what_the_qdq_export_of_weights_and_sites_gives(branchy_case):
