@@ -206,6 +206,23 @@ def test_dynamic_on_all_zero_sites_agrees_with_onnxruntime():
         np.testing.assert_array_equal(a, b)
 
 
+def test_names_the_model_already_uses_get_a_suffix():
+    m = branchy_model()
+    for n in m.graph.node:  # the model's own values called h.qdq and h.scale
+        n.input[:] = [{"ag": "h.qdq", "a": "h.scale"}.get(i, i) for i in n.input]
+        n.output[:] = [{"ag": "h.qdq", "a": "h.scale"}.get(o, o) for o in n.output]
+    m.graph.node.reverse()  # and listed consumers first
+    x = np.random.default_rng(12).standard_normal((4, 8)).astype(np.float32)
+    case = ModelCase("names", m, [{"x": x}])
+    for mode in ("dynamic", "static:int8@minmax"):
+        specs = act.specs_for(case, act.parse_activations(mode))
+        q = act.insert_qdq(case.model, specs)
+        onnx.checker.check_model(q)
+        assert "h.qdq_1" in {o for n in q.graph.node for o in n.output}
+        for a, b in zip(act.runner_for(case).run(specs), _run_ort(q, case)):
+            np.testing.assert_array_equal(a, b)
+
+
 def test_no_quantized_site_gives_the_float_outputs(branchy_case):
     for a, b in zip(act.runner_for(branchy_case).run([]), branchy_case.reference):
         np.testing.assert_array_equal(a, b)

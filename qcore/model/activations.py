@@ -231,37 +231,45 @@ def insert_qdq(model: Any, specs: Sequence[ActivationSpec]) -> Any:
     """A copy of ``model`` with each spec's site quantized as ONNX nodes: ``QuantizeLinear →
     DequantizeLinear`` (static; scale and zero point as initializers ``SITE.scale``,
     ``SITE.zero_point``) or ``DynamicQuantizeLinear → DequantizeLinear`` (dynamic), whose
-    output ``SITE.qdq`` the site's weight consumers read. The opset import is raised to the
-    newest the pairs need (float8: 19, 16-bit: 21)."""
-    onnx = require("onnx")
+    output ``SITE.qdq`` the site's weight consumers read (a name the model already uses gets
+    a suffix, ``SITE.scale_1``). Nodes are topologically sorted first. The opset import is
+    raised to the newest the pairs need (float8: 19, 16-bit: 21)."""
+    require("onnx")  # ImportError naming the extra
     from onnx import helper, numpy_helper
 
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
+    from ..io.onnx import topologically_sorted
+    from .export import fresh_name, graph_names
+
+    out = topologically_sorted(model)
     g = out.graph
     sites = {s.name: s for s in find_sites(out)}
     unknown = [sp.site for sp in specs if sp.site not in sites]
     if unknown:
         raise QuantizationError(f"activation sites {unknown} are not sites of the model; its "
                                 f"sites: {', '.join(sites)}")
-    _rewire(g, [sites[sp.site] for sp in specs], {sp.site: qdq_name(sp.site) for sp in specs})
+    taken = graph_names(g)
+    qnames = {sp.site: fresh_name(qdq_name(sp.site), taken) for sp in specs}
+    _rewire(g, [sites[sp.site] for sp in specs], qnames)
     producer = {o: i for i, n in enumerate(g.node) for o in n.output}
     inserts: dict[int, list[Any]] = {}
     for sp in specs:
         s = sp.site
+        codes, scale, zp = (fresh_name(s + suffix, taken)
+                            for suffix in (".codes", ".scale", ".zero_point"))
+        quantize, dequantize = (fresh_name(s + suffix, taken)
+                                for suffix in (".quantize", ".dequantize"))
         if sp.mode == "dynamic":
-            nodes = [helper.make_node("DynamicQuantizeLinear", [s], [s + ".codes", s + ".scale",
-                                      s + ".zero_point"], name=s + ".quantize"),
-                     helper.make_node("DequantizeLinear", [s + ".codes", s + ".scale",
-                                      s + ".zero_point"], [qdq_name(s)], name=s + ".dequantize")]
+            nodes = [helper.make_node("DynamicQuantizeLinear", [s], [codes, scale, zp],
+                                      name=quantize),
+                     helper.make_node("DequantizeLinear", [codes, scale, zp], [qnames[s]],
+                                      name=dequantize)]
         else:
             g.initializer.append(numpy_helper.from_array(
-                np.asarray(sp.scale, np.float32).reshape(()), s + ".scale"))
-            g.initializer.append(_zero_point_proto(sp, s + ".zero_point"))
-            ins = [s, s + ".scale", s + ".zero_point"]
-            nodes = [helper.make_node("QuantizeLinear", ins, [s + ".codes"], name=s + ".quantize"),
-                     helper.make_node("DequantizeLinear", [s + ".codes"] + ins[1:], [qdq_name(s)],
-                                      name=s + ".dequantize")]
+                np.asarray(sp.scale, np.float32).reshape(()), scale))
+            g.initializer.append(_zero_point_proto(sp, zp))
+            nodes = [helper.make_node("QuantizeLinear", [s, scale, zp], [codes], name=quantize),
+                     helper.make_node("DequantizeLinear", [codes, scale, zp], [qnames[s]],
+                                      name=dequantize)]
         inserts.setdefault(producer.get(s, -1), []).extend(nodes)
     ordered = list(inserts.get(-1, []))
     for i, n in enumerate(g.node):
@@ -343,11 +351,15 @@ class ActivationRunner:
         all_sites = [s for s in all_sites if s.name not in other]  # float16 sites stay float
         self.sites = all_sites
         self.names = [s.name for s in all_sites]
-        _rewire(g, all_sites, {s: qdq_name(s) for s in self.names})
+        from .export import fresh_name, graph_names
+
+        taken = graph_names(g)
+        self.qnames = {s: fresh_name(qdq_name(s), taken) for s in self.names}
+        _rewire(g, all_sites, self.qnames)
         inits = {t.name: t for t in g.initializer}
         level: dict[str, int] = {i.name: 0 for i in g.input}
         level.update({n: 0 for n in inits})
-        qdq_of = {qdq_name(s): s for s in self.names}
+        qdq_of = {q: s for s, q in self.qnames.items()}
         node_level: list[int] = []
         reads: list[list[str]] = []
         for n in g.node:
@@ -438,7 +450,7 @@ class ActivationRunner:
                                             + (msg[-1] if msg else type(exc).__name__)) from None
                 values.update(zip(outs, got))
             for s in by_level.get(lv, []):
-                values[qdq_name(s)] = fake_quant(values[s], specs[s]) if s in specs else values[s]
+                values[self.qnames[s]] = fake_quant(values[s], specs[s]) if s in specs else values[s]
         return values
 
     def run(self, specs: Sequence[ActivationSpec] | Mapping[str, ActivationSpec] = (),
@@ -763,14 +775,17 @@ def smooth_model(model: Any, site_values: Mapping[str, Sequence[np.ndarray]], al
     consumers read the site (and the site is not in ``no_fold``); else a Mul is inserted. Sites
     read by a Gemm with transA, a Conv, or a weight that something else also reads are left as
     they are."""
-    onnx = require("onnx")
+    require("onnx")  # ImportError naming the extra
     from onnx import helper, numpy_helper
 
     if not 0 <= float(alpha) <= 1:
         raise QuantizationError(f"--smooth {alpha}: alpha must be in [0, 1]")
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
+    from ..io.onnx import topologically_sorted
+    from .export import fresh_name, graph_names
+
+    out = topologically_sorted(model)
     g = out.graph
+    taken = graph_names(g)
     inits = {t.name: t for t in g.initializer}
     readers: dict[str, list[Any]] = {}
     for n in g.node:
@@ -834,11 +849,11 @@ def smooth_model(model: Any, site_values: Mapping[str, Sequence[np.ndarray]], al
                 t.CopyFrom(numpy_helper.from_array(v.astype(np.float32), t.name))
             info.folded[site.name] = "layernorm"
         else:
-            new = site.name + ".smooth"
-            g.initializer.append(numpy_helper.from_array((1.0 / s).astype(np.float32),
-                                                         new + ".factor"))
-            new_nodes[site.name] = helper.make_node("Mul", [site.name, new + ".factor"], [new],
-                                                    name=new)
+            new = fresh_name(site.name + ".smooth", taken)
+            factor = fresh_name(new + ".factor", taken)
+            g.initializer.append(numpy_helper.from_array((1.0 / s).astype(np.float32), factor))
+            new_nodes[site.name] = helper.make_node("Mul", [site.name, factor], [new],
+                                                    name=fresh_name(new, taken))
             _rewire(g, [site], {site.name: new})
             info.folded[site.name] = "mul"
             info.renamed[site.name] = new
