@@ -309,7 +309,13 @@ def test_cli_activations_float_activations_and_export(tmp_path, capsys):
         return err[0]
 
     assert js["smoothing"] == {}
-    assert main(args[:-2] + ["--smooth", "0.5"]) == 0
+    pytest.importorskip("pyarrow")
+    smooth = [str(tmp_path / "t.parquet") if a.endswith("t.csv") else a for a in args[:-2]]
+    assert main(smooth + ["--smooth", "0.5"]) == 0
+    import pyarrow.parquet as pq
+
+    kinds = pq.read_table(tmp_path / "t.parquet").column("kind").to_pylist()
+    assert kinds.count("activation") == 3 and kinds.count("weight") == 5
     js = json.load(open(tmp_path / "p.json"))
     assert js["smoothing"] == {"alpha": 0.5, "sites": {"x": "mul", "h": "mul"}}
     assert {a["site"] for a in js["activations"]} <= {"x.smooth", "h.smooth", "y3"}

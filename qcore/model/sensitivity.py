@@ -166,14 +166,15 @@ def write_table(rows: Sequence[dict], path: str | os.PathLike) -> None:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        types = {"tensor": pa.string(), "recipe": pa.string(), "bits": pa.int64(),
+        types = {"tensor": pa.string(), "recipe": pa.string(), "kind": pa.string(),
+                 "bits": pa.int64(),
                  "elements": pa.int64(), "opset": pa.int64()}
         schema = pa.schema([(c, types.get(c, pa.float64())) for c in COLUMNS])
 
         def cell(c: str, v):
             if v is None or v == "" or (isinstance(v, float) and math.isnan(v)):
                 return None
-            return str(v) if c in ("tensor", "recipe") else (
+            return str(v) if c in ("tensor", "recipe", "kind") else (
                 int(v) if c in ("bits", "elements", "opset") else float(v))
         table = pa.Table.from_pylist([{c: cell(c, r.get(c)) for c in COLUMNS} for r in rows],
                                      schema=schema)
