@@ -138,7 +138,23 @@ def check_args(args: argparse.Namespace) -> tuple[list[str] | None, tuple[int, i
                                       if v and "\x00" not in v and os.path.isfile(v)},
                                    "--out": args.out, "--plan": args.plan,
                                    "--export": args.export})
+    _check_activation_args(args)
     return checks.parse_tensors(args.tensors), checks.parse_int_range(args.int_range)
+
+
+def _check_activation_args(args: argparse.Namespace) -> None:
+    """--activations parsed; --float-activations, --calibrate and --smooth consistent with it."""
+    from .activations import parse_activations
+
+    mode = parse_activations(args.activations)
+    if mode.mode == "none" and (args.float_activations or args.calibrate):
+        raise QuantizationError("--float-activations and --calibrate need --activations "
+                                "dynamic or static[:TYPE][@METHOD]")
+    if args.float_activations < 0:
+        raise QuantizationError(f"--float-activations {args.float_activations}: give a count "
+                                f">= 0")
+    if args.smooth is not None and not 0 <= args.smooth <= 1:
+        raise QuantizationError(f"--smooth {args.smooth}: alpha must be in [0, 1]")
 
 
 def _fmt(v: float, nd: int = 2) -> str:
@@ -158,14 +174,6 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     from . import activations as act
 
     mode = act.parse_activations(args.activations)
-    if mode.mode == "none" and (args.float_activations or args.calibrate):
-        raise QuantizationError("--float-activations and --calibrate need --activations "
-                                "dynamic or static[:TYPE][@METHOD]")
-    if args.float_activations < 0:
-        raise QuantizationError(f"--float-activations {args.float_activations}: give a count "
-                                f">= 0")
-    if args.smooth is not None and not 0 <= args.smooth <= 1:
-        raise QuantizationError(f"--smooth {args.smooth}: alpha must be in [0, 1]")
     t0 = time.perf_counter()
     case = load_case(args.model, args.inputs, sentences=args.sentences, seed=args.seed,
                      int_range=(lo, hi), dim=args.dim, kind="logits" if args.logits else None,
