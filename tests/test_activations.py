@@ -181,7 +181,9 @@ def _run_ort(model, case):
 
 @pytest.mark.parametrize("mode", ["dynamic", "static:int8@minmax", "static:uint8@entropy",
                                   "static:float8e4m3fn@minmax", "static:float8e5m2@mse",
-                                  "static:int16@percentile"])
+                                  "static:int16@percentile", "static:uint16@entropy",
+                                  "static:float8e4m3fnuz@minmax",
+                                  "static:float8e5m2fnuz@entropy"])
 def test_fake_quant_equals_the_qdq_model_in_onnxruntime(branchy_case, mode):
     specs = act.specs_for(branchy_case, act.parse_activations(mode))
     assert [s.site for s in specs] == ["x", "h", "y3"]
