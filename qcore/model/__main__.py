@@ -134,10 +134,14 @@ def check_args(args: argparse.Namespace) -> tuple[list[str] | None, tuple[int, i
     if args.export:
         checks.check_output_path("--export", args.export)
     sources = {"MODEL": args.model, "--inputs": args.inputs}
-    checks.check_outputs_distinct({**{k: v for k, v in sources.items()
-                                      if v and "\x00" not in v and os.path.isfile(v)},
-                                   "--out": args.out, "--plan": args.plan,
-                                   "--export": args.export})
+    checks.check_outputs_distinct({"--out": args.out, "--plan": args.plan,
+                                   "--export": args.export},
+                                  {k: v for k, v in sources.items()
+                                   if v and "\x00" not in v and os.path.isfile(v)})
+    for flag, path in (("--inputs", args.inputs), ("--calibrate", args.calibrate)):
+        if path and args.model.lower() != "minilm":
+            checks.check_input_file(flag, path)
+    checks.parse_tensors(args.outputs, "--outputs", "output")
     _check_activation_args(args)
     return checks.parse_tensors(args.tensors), checks.parse_int_range(args.int_range)
 

@@ -163,11 +163,12 @@ def check_inputs(model: Any, feeds: Mapping[str, np.ndarray]) -> dict[str, np.nd
             for name, dtype, dims in expected}
 
 
-def read_inputs(path: str | os.PathLike, model: Any) -> dict[str, np.ndarray]:
+def read_inputs(path: str | os.PathLike, model: Any, flag: str = "--inputs"
+                ) -> dict[str, np.ndarray]:
     """Inputs from an ``.npz`` whose array names are the graph's input names, checked from
     the zip directory and the ``.npy`` headers before any array is read
     (:func:`qcore.model.checks.read_npz`)."""
-    return checks.read_npz(path, graph_inputs(model))
+    return checks.read_npz(path, graph_inputs(model), flag=flag)
 
 
 def session_options(threads: int = 0) -> Any:
