@@ -12,6 +12,7 @@ import csv
 import io
 import json
 import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -858,7 +859,10 @@ def test_an_upload_folder_cannot_be_planted(tmp_path):
     planted = Path(tempfile.gettempdir()) / f"qcore-upload-{hashlib.sha256(data).hexdigest()[:24]}"
     planted.mkdir(exist_ok=True)
     (planted / "model.onnx").write_bytes(b"planted by someone else")
-    path = Path(sources.saved_upload("model.onnx", data))
+    try:
+        path = Path(sources.saved_upload("model.onnx", data))
+    finally:
+        shutil.rmtree(planted, ignore_errors=True)
     assert path.read_bytes() == data and planted not in path.parents
     root = sources.upload_root()
     assert root in path.parents and (root.stat().st_mode & 0o777) == 0o700
