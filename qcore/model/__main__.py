@@ -74,6 +74,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-float", action="store_true",
                    help="the plan may not leave a weight in float32")
     p.add_argument("--threads", type=int, default=0, help="onnxruntime intra-op threads")
+    p.add_argument("--workers", type=int, default=0, metavar="N",
+                   help="run the sensitivity runs on a Dask LocalCluster of N worker processes "
+                   "(the same rows as in this process)")
+    p.add_argument("--scheduler", metavar="ADDRESS",
+                   help="run the sensitivity runs on a running Dask cluster (its workers read "
+                   "the model and inputs at the same paths)")
     return p
 
 
@@ -128,7 +134,10 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     print(f"{case.name}: {len(tensors or case.weights)} weight tensors, "
           f"{len(recipes)} recipes ({time.perf_counter() - t0:.1f} s to load)", file=out)
     t1 = time.perf_counter()
-    sens = measure(case, recipes, tensors, Bar("sensitivity"))
+    if args.workers or args.scheduler:
+        sens = _measure_on_dask(args, recipes, tensors, (lo, hi))
+    else:
+        sens = measure(case, recipes, tensors, Bar("sensitivity"))
     t_sens = time.perf_counter() - t1
     rows = sens.rows + uniform(case, recipes, tensors, Bar("uniform    "))
     corr = correlation(sens.rows)
@@ -166,6 +175,19 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     if args.export:
         write_export(case, plan, args.export, out)
     return 0
+
+
+def _measure_on_dask(args: argparse.Namespace, recipes: list[str], tensors: list[str] | None,
+                     int_range: tuple[int, int]):
+    """The sensitivity rows from Dask workers (:mod:`qcore.model.distributed`)."""
+    from ..report.progress import ProgressBar
+    from .distributed import CaseSpec, measure_on_dask
+
+    spec = CaseSpec(args.model, args.inputs, args.sentences, args.seed, int_range, args.dim,
+                    "logits" if args.logits else None, args.threads,
+                    getattr(args, "feedback", None), getattr(args, "outputs", None))
+    return measure_on_dask(spec, recipes, tensors, workers=args.workers,
+                           scheduler=args.scheduler, progress=ProgressBar(label="sensitivity "))
 
 
 def _check_budget(case, tensors: list[str], recipes: list[str], budget: float,

@@ -1,0 +1,60 @@
+"""The model tool's sensitivity runs on a real Dask LocalCluster (2 workers): the same rows,
+bit for bit, as in one process, on a real recurrent model (silero-vad, PyTorch export)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+pytest.importorskip("distributed")
+pytest.importorskip("onnxruntime")
+
+import real_models  # noqa: E402
+
+from qcore.errors import QuantizationError  # noqa: E402
+from qcore.model.distributed import CaseSpec, measure_on_dask  # noqa: E402
+from qcore.model.sensitivity import measure  # noqa: E402
+
+RECIPES = ["int8:per-axis", "int4:blocked32"]
+
+
+def _same(a: dict, b: dict) -> bool:
+    """Rows equal value for value (NaN equal to NaN, floats bit for bit)."""
+    if a.keys() != b.keys():
+        return False
+    for k in a:
+        x, y = a[k], b[k]
+        if isinstance(x, float) and isinstance(y, float) and math.isnan(x) and math.isnan(y):
+            continue
+        if x != y or type(x) is not type(y):
+            return False
+    return True
+
+
+def test_local_cluster_rows_equal_in_process_rows(tmp_path):
+    path = real_models.require("silero-vad")
+    feeds = tmp_path / "in.npz"
+    np.savez(feeds, **real_models.inputs("silero-vad"))
+    spec = CaseSpec(str(path), str(feeds))
+    local = measure(spec.load(), RECIPES)
+    seen = []
+    dist = measure_on_dask(spec, RECIPES, workers=2,
+                           progress=lambda d, t, e, et: seen.append((d, t, e, et)))
+    assert dist.tensors == local.tensors and dist.recipes == local.recipes
+    assert dist.elements == local.elements and dist.float_bits == local.float_bits
+    assert dist.signal_power == local.signal_power
+    assert len(dist.rows) == len(local.rows) == len(local.tensors) * len(RECIPES)
+    assert all(_same(a, b) for a, b in zip(dist.rows, local.rows))
+    total_el = sum(local.elements.values()) * len(RECIPES)
+    assert seen[0] == (0, len(local.tensors), 0, total_el)
+    assert seen[-1] == (len(local.tensors), len(local.tensors), total_el, total_el)
+
+
+def test_workers_and_scheduler_are_checked_before_anything_runs():
+    spec = CaseSpec("nowhere.onnx")
+    with pytest.raises(QuantizationError, match="--workers 0"):
+        measure_on_dask(spec, RECIPES, workers=0)
+    with pytest.raises(QuantizationError, match="--scheduler"):
+        measure_on_dask(spec, RECIPES, scheduler="tcp://127.0.0.1:1")
