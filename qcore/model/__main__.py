@@ -74,6 +74,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-float", action="store_true",
                    help="the plan may not leave a weight in float32")
     p.add_argument("--threads", type=int, default=0, help="onnxruntime intra-op threads")
+    p.add_argument("--refine", type=int, metavar="N",
+                   help="improve the plan by up to N measured runs of local search (without it, "
+                   "a plan whose measurement misses its prediction by more than 1 dB is "
+                   "refined by up to 20 runs)")
     p.add_argument("--workers", type=int, default=0, metavar="N",
                    help="run the sensitivity runs on a Dask LocalCluster of N worker processes "
                    "(the same rows as in this process)")
@@ -169,12 +173,44 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
           f"{plan.bits_per_element:.4f} bits/weight, output SQNR predicted "
           f"{_fmt(plan.output_sqnr_db_predicted)} dB, measured "
           f"{_fmt(plan.measured['output_sqnr_db'])} dB", file=out)
+    plan_json = plan.to_json()
+    refined = _refine(args, case, sens, plan, out)
+    if refined is not None:
+        plan = refined.plan
+        plan_json = plan.to_json()
+        plan_json["refine"] = refined.to_json()
     if args.plan:
         with open(args.plan, "w", encoding="utf-8") as f:
-            json.dump(plan.to_json(), f, indent=1)
+            json.dump(plan_json, f, indent=1)
     if args.export:
         write_export(case, plan, args.export, out)
     return 0
+
+
+def _refine(args: argparse.Namespace, case, sens, plan, out: TextIO):
+    """With --refine N, or where measured and predicted differ by more than 1 dB: the plan
+    improved by local search on measured runs (:mod:`qcore.model.refine`); else None."""
+    from .refine import DEFAULT_RUNS, GAP_DB, refine
+
+    measured = plan.measured["output_sqnr_db"]
+    predicted = plan.output_sqnr_db_predicted
+    gap = abs(measured - predicted) if math.isfinite(measured) and math.isfinite(predicted) \
+        else (0.0 if measured == predicted else math.inf)
+    if args.refine is None and gap <= GAP_DB:
+        return None
+    if args.refine is not None and args.refine < 0:
+        raise QuantizationError(f"--refine {args.refine}: give a number of runs >= 0")
+    runs = DEFAULT_RUNS if args.refine is None else args.refine
+    r = refine(case, sens, plan, runs=runs, allow_float=not args.no_float,
+               progress=Bar("refine     "))
+    uni = ("no uniform recipe fits" if r.uniform is None else
+           f"best uniform {r.to_json()['uniform']['recipe']} "
+           f"{_fmt(r.uniform.measured['output_sqnr_db'])} dB")
+    print(f"refined: output SQNR {_fmt(r.figure)} dB at {r.plan.bits_per_element:.4f} "
+          f"bits/weight (predicted {_fmt(plan.output_sqnr_db_predicted)}, measured "
+          f"{_fmt(measured)}; {uni}; start {r.start}, {r.runs} runs, "
+          f"{len(r.moves)} moves kept)", file=out)
+    return r
 
 
 def _measure_on_dask(args: argparse.Namespace, recipes: list[str], tensors: list[str] | None,
