@@ -58,3 +58,15 @@ def test_workers_and_scheduler_are_checked_before_anything_runs():
         measure_on_dask(spec, RECIPES, workers=0)
     with pytest.raises(QuantizationError, match="--scheduler"):
         measure_on_dask(spec, RECIPES, scheduler="tcp://127.0.0.1:1")
+
+
+def test_fed_back_case_on_dask_gives_the_same_rows(tmp_path):
+    path = real_models.require("silero-vad")
+    seq = tmp_path / "seq.npz"
+    np.savez(seq, **real_models.audio_steps("silero-vad", 6))
+    spec = CaseSpec(str(path), str(seq), feedback="stateN=state")
+    local = measure(spec.load(), RECIPES[:1])
+    dist = measure_on_dask(spec, RECIPES[:1], workers=2)
+    assert len(dist.rows) == len(local.tensors)
+    assert all(_same(a, b) for a, b in zip(dist.rows, local.rows))
+    assert dist.signal_power == local.signal_power

@@ -78,6 +78,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="improve the plan by up to N measured runs of local search (without it, "
                    "a plan whose measurement misses its prediction by more than 1 dB is "
                    "refined by up to 20 runs)")
+    p.add_argument("--feedback", metavar="OUT=IN[,...]",
+                   help="run over a sequence: the --inputs arrays hold a leading step axis, each "
+                   "step's output OUT is fed to the next step's input IN (states left out of "
+                   "the file start from zeros); fidelity over all steps and per step")
     p.add_argument("--workers", type=int, default=0, metavar="N",
                    help="run the sensitivity runs on a Dask LocalCluster of N worker processes "
                    "(the same rows as in this process)")
@@ -125,9 +129,15 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
 
     recipes = [r.name for r in parse_recipes(args.recipes)]
     t0 = time.perf_counter()
-    case = load_case(args.model, args.inputs, sentences=args.sentences, seed=args.seed,
-                     int_range=(lo, hi), dim=args.dim, kind="logits" if args.logits else None,
-                     threads=args.threads)
+    if args.feedback:
+        from .feedback import load_fed_back_case
+
+        case = load_fed_back_case(args.model, args.inputs, args.feedback, dim=args.dim,
+                                  kind="logits" if args.logits else None, threads=args.threads)
+    else:
+        case = load_case(args.model, args.inputs, sentences=args.sentences, seed=args.seed,
+                         int_range=(lo, hi), dim=args.dim,
+                         kind="logits" if args.logits else None, threads=args.threads)
     if tensors:
         missing = [t for t in tensors if t not in case.arrays]
         if missing:
@@ -173,10 +183,12 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
           f"{plan.bits_per_element:.4f} bits/weight, output SQNR predicted "
           f"{_fmt(plan.output_sqnr_db_predicted)} dB, measured "
           f"{_fmt(plan.measured['output_sqnr_db'])} dB", file=out)
+    _print_steps(plan.measured, out)
     plan_json = plan.to_json()
     refined = _refine(args, case, sens, plan, out)
     if refined is not None:
         plan = refined.plan
+        _print_steps(plan.measured, out)
         plan_json = plan.to_json()
         plan_json["refine"] = refined.to_json()
     if args.plan:
@@ -185,6 +197,19 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     if args.export:
         write_export(case, plan, args.export, out)
     return 0
+
+
+def _print_steps(measured: dict, out: TextIO) -> None:
+    """With --feedback: the plan's SQNR per step, summarised."""
+    from .feedback import per_step_rows
+
+    rows = per_step_rows(measured)
+    if not rows:
+        return
+    sq = [r["sqnr_db"] for r in rows]
+    worst = min(range(len(sq)), key=lambda i: sq[i])
+    print(f"  over {len(sq)} steps (state fed back): first {_fmt(sq[0])} dB, last "
+          f"{_fmt(sq[-1])} dB, worst {_fmt(sq[worst])} dB at step {worst}", file=out)
 
 
 def _refine(args: argparse.Namespace, case, sens, plan, out: TextIO):
@@ -266,13 +291,16 @@ def write_export(case, plan, path: str, out: TextIO) -> None:
         print(f"export: {path} is valid ONNX; onnxruntime has no kernel for {len(bad)} "
               f"DequantizeLinear node(s): {', '.join(bad)}", file=out)
         return
-    session = make_session(model, case.threads)
-    names = [o.name for o in session.get_outputs()]
-    per = [session.run(names, b) for b in case.batches]
-    outs = per[0] if len(per) == 1 else [np.concatenate([p[k] for p in per])
-                                         for k in range(len(names))]
-    if case.order is not None:
-        outs = [_restore(o, case.order) for o in outs]
+    if hasattr(case, "run_model"):  # a fed-back case runs the export over its steps
+        outs = case.run_model(model)
+    else:
+        session = make_session(model, case.threads)
+        names = [o.name for o in session.get_outputs()]
+        per = [session.run(names, b) for b in case.batches]
+        outs = per[0] if len(per) == 1 else [np.concatenate([p[k] for p in per])
+                                             for k in range(len(names))]
+        if case.order is not None:
+            outs = [_restore(o, case.order) for o in outs]
     fake = case.run(planned_weights(case, plan))
     same = all(np.array_equal(a, b) for a, b in zip(outs, fake))
     worst = max(float(np.max(np.abs(a.astype(np.float64) - b))) for a, b in zip(outs, fake))

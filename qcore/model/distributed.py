@@ -49,14 +49,15 @@ class CaseSpec:
 
     def load(self) -> ModelCase:
         from .cases import load_case
+        from .feedback import load_fed_back_case
 
-        case = load_case(self.model, self.inputs, sentences=self.sentences, seed=self.seed,
-                         int_range=self.int_range, dim=self.dim, kind=self.kind,
-                         threads=self.threads)
         if self.feedback:
-            from .feedback import fed_back_case
-
-            case = fed_back_case(case, self.feedback)
+            case = load_fed_back_case(self.model, self.inputs, self.feedback, kind=self.kind,
+                                      dim=self.dim, threads=self.threads)
+        else:
+            case = load_case(self.model, self.inputs, sentences=self.sentences, seed=self.seed,
+                             int_range=self.int_range, dim=self.dim, kind=self.kind,
+                             threads=self.threads)
         if self.outputs:
             select = getattr(case, "select_outputs", None)
             if select is not None:
