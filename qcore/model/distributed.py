@@ -51,18 +51,14 @@ class CaseSpec:
         from .cases import load_case
         from .feedback import load_fed_back_case
 
+        outputs = [o.strip() for o in self.outputs.split(",") if o.strip()] \
+            if self.outputs else None
         if self.feedback:
-            case = load_fed_back_case(self.model, self.inputs, self.feedback, kind=self.kind,
-                                      dim=self.dim, threads=self.threads)
-        else:
-            case = load_case(self.model, self.inputs, sentences=self.sentences, seed=self.seed,
-                             int_range=self.int_range, dim=self.dim, kind=self.kind,
-                             threads=self.threads)
-        if self.outputs:
-            select = getattr(case, "select_outputs", None)
-            if select is not None:
-                select([o.strip() for o in self.outputs.split(",") if o.strip()])
-        return case
+            return load_fed_back_case(self.model, self.inputs, self.feedback, kind=self.kind,
+                                      dim=self.dim, threads=self.threads, outputs=outputs)
+        return load_case(self.model, self.inputs, sentences=self.sentences, seed=self.seed,
+                         int_range=self.int_range, dim=self.dim, kind=self.kind,
+                         threads=self.threads, outputs=outputs)
 
 
 _CASES: dict[CaseSpec, ModelCase] = {}

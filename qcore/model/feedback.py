@@ -184,8 +184,11 @@ class FedBackCase(ModelCase):
     def fidelity(self, replace: Mapping[str, np.ndarray] | None = None) -> dict[str, Any]:
         """:func:`compare` over all steps, with ``sqnr_db_per_step`` and ``max_abs_per_step``."""
         per = self.run_steps(replace)
-        res: dict[str, Any] = compare(self.reference, _stack(per), self.kind)
-        steps = [compare(ref, out) for ref, out in zip(self.per_step_reference, per)]
+        names = self.runner.output_names
+        res: dict[str, Any] = compare(self.reference, _stack(per), self.kind, names,
+                                      self.outputs)
+        steps = [compare(ref, out, names=names, outputs=self.outputs)
+                 for ref, out in zip(self.per_step_reference, per)]
         res["steps"] = len(per)
         res["sqnr_db_per_step"] = [float(s["output_sqnr_db"]) for s in steps]
         res["max_abs_per_step"] = [float(s["max_abs"]) for s in steps]
@@ -194,9 +197,11 @@ class FedBackCase(ModelCase):
 
 def load_fed_back_case(model: str | os.PathLike | Any, inputs: str | os.PathLike | Mapping,
                        feedback: str, *, kind: str | None = None, dim: int = 1,
-                       tensors: list[str] | None = None, threads: int = 0) -> FedBackCase:
+                       tensors: list[str] | None = None, threads: int = 0,
+                       outputs: list[str] | None = None) -> FedBackCase:
     """A :class:`FedBackCase` of a model path (or ``onnx.ModelProto``), an ``.npz`` path (or a
-    dict) laid out with a step axis, and ``OUT=IN[,...]``."""
+    dict) laid out with a step axis, and ``OUT=IN[,...]``; ``outputs``: the outputs the figure
+    averages over (default all)."""
     if isinstance(model, (str, os.PathLike)):
         if str(model).lower() in ("minilm", "all-minilm-l6-v2"):
             raise ModelError("--feedback is for a model given by path (MiniLM has no state)")
@@ -219,7 +224,7 @@ def load_fed_back_case(model: str | os.PathLike | Any, inputs: str | os.PathLike
     first = dict(steps[0])
     first.update(initial)
     return FedBackCase(name, proto, [first], kind or "generic", None, tensors, threads,
-                       steps=steps, initial=initial, pairs=pairs)
+                       outputs, steps=steps, initial=initial, pairs=pairs)
 
 
 def per_step_rows(measured: Mapping[str, Any]) -> list[dict[str, Any]]:
