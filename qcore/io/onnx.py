@@ -218,9 +218,15 @@ def iter_graphs(graph: Any, path: str = MAIN):
                     yield from iter_graphs(g, f"{path}/{_label(node, i)}.{a.name}[{k}]")
 
 
+#: Nodes that pass a weight on with its layout unchanged: the weight's role is its readers'
+#: (a float16 weight stored with a Cast to float32 after it is a Conv kernel, not rows).
+PASS_THROUGH = ("Cast", "Identity")
+
+
 def _consumers(graph: Any, path: str, name: str) -> list[Consumer]:
     """Uses of ``name`` in ``graph`` and, where a subgraph does not define it again, in the
-    subgraphs below (which read outer-scope names)."""
+    subgraphs below (which read outer-scope names); a :data:`PASS_THROUGH` node's own
+    readers follow it."""
     out = []
     for i, node in enumerate(graph.node):
         label = _label(node, i)
@@ -228,6 +234,8 @@ def _consumers(graph: Any, path: str, name: str) -> list[Consumer]:
             if inp == name:
                 attrs = tuple((a.name, int(a.i)) for a in node.attribute if a.type == 2)
                 out.append(Consumer(path, label, node.op_type, k, attrs))
+                if node.op_type in PASS_THROUGH and node.output and node.output[0]:
+                    out.extend(_consumers(graph, path, node.output[0]))
         for a in node.attribute:
             subs = [a.g] if a.type == 5 else list(a.graphs) if a.type == 10 else []
             for j, g in enumerate(subs):
