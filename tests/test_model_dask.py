@@ -14,7 +14,9 @@ pytest.importorskip("onnxruntime")
 import real_models  # noqa: E402
 
 from qcore.errors import QuantizationError  # noqa: E402
+from qcore.model.cases import load_case  # noqa: E402
 from qcore.model.distributed import CaseSpec, measure_on_dask  # noqa: E402
+from qcore.model.graph import ModelError, load_model  # noqa: E402
 from qcore.model.sensitivity import measure  # noqa: E402
 
 RECIPES = ["int8:per-axis", "int4:blocked32"]
@@ -38,7 +40,7 @@ def test_local_cluster_rows_equal_in_process_rows(tmp_path):
     feeds = tmp_path / "in.npz"
     np.savez(feeds, **real_models.inputs("silero-vad"))
     spec = CaseSpec(str(path), str(feeds))
-    local = measure(spec.load(), RECIPES)
+    local = measure(load_case(str(path), str(feeds)), RECIPES)
     seen = []
     dist = measure_on_dask(spec, RECIPES, workers=2,
                            progress=lambda d, t, e, et: seen.append((d, t, e, et)))
@@ -70,3 +72,30 @@ def test_fed_back_case_on_dask_gives_the_same_rows(tmp_path):
     assert len(dist.rows) == len(local.tensors)
     assert all(_same(a, b) for a, b in zip(dist.rows, local.rows))
     assert dist.signal_power == local.signal_power
+
+
+def test_weights_read_from_external_data_on_disk_equal_loaded_ones(tmp_path):
+    """A worker keeps external weights on disk (load_model weights_on_disk): the same arrays
+    and rows as the model loaded whole; a location outside the model's folder is refused."""
+    import onnx
+
+    model = onnx.load(str(real_models.require("silero-vad")))
+    path = tmp_path / "m" / "silero.onnx"
+    path.parent.mkdir()
+    onnx.save(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+              location="silero.data", size_threshold=0)
+    feeds = real_models.inputs("silero-vad")
+    whole = load_case(str(path), feeds)
+    lean = load_case(load_model(path, weights_on_disk=True), feeds)
+    assert lean.weights == whole.weights
+    for t in whole.weights:
+        assert np.array_equal(lean.arrays[t], whole.arrays[t])
+    rows = measure(lean, RECIPES[:1]).rows
+    assert all(_same(a, b) for a, b in zip(rows, measure(whole, RECIPES[:1]).rows))
+    escaped = onnx.load(str(path), load_external_data=False)
+    t = next(t for t in escaped.graph.initializer if t.data_location == 1)
+    next(e for e in t.external_data if e.key == "location").value = "../outside.data"
+    (tmp_path / "outside.data").write_bytes(b"\0" * 4096)
+    onnx.save(escaped, str(path))
+    with pytest.raises(ModelError, match="inside the model's folder"):
+        load_model(path, weights_on_disk=True)

@@ -335,9 +335,9 @@ def weight_array(model: Any, record: WeightRecord) -> np.ndarray:
 
     t = weight_proto(model, record)
     if t.data_location == 1:
-        raise ModelError(f"weight {record.key!r} is stored in external data that is not "
-                         f"loaded; load the model with its external data")
-    a = numpy_helper.to_array(t)
+        a = _read_on_disk(t, record)
+    else:
+        a = numpy_helper.to_array(t)
     if record.dtype == "bfloat16":
         import ml_dtypes
 
@@ -346,9 +346,32 @@ def weight_array(model: Any, record: WeightRecord) -> np.ndarray:
     return np.ascontiguousarray(a)
 
 
+_DISK_DTYPES = {1: "<f4", 10: "<f2", 16: "<u2"}  # float32, float16, bfloat16 (as raw bits)
+
+
+def _read_on_disk(t: Any, record: WeightRecord) -> np.ndarray:
+    """A weight left in external data at an absolute location
+    (:func:`qcore.model.graph.load_model` with ``weights_on_disk``), read from its file."""
+    import os
+
+    info = {e.key: e.value for e in t.external_data}
+    where = info.get("location", "")
+    if not os.path.isabs(where) or t.data_type not in _DISK_DTYPES:
+        raise ModelError(f"weight {record.key!r} is stored in external data that is not "
+                         f"loaded; load the model with its external data")
+    dtype = np.dtype(_DISK_DTYPES[t.data_type])
+    count = int(np.prod([int(d) for d in t.dims], dtype=np.int64))
+    offset = int(info.get("offset", 0))
+    if offset < 0 or offset + count * dtype.itemsize > os.path.getsize(where):
+        raise ModelError(f"weight {record.key!r}: its external data runs past the end of "
+                         f"{os.path.basename(where)!r}")
+    a = np.fromfile(where, dtype=dtype, count=count, offset=offset)
+    return a.reshape(tuple(int(d) for d in t.dims)).astype(dtype.newbyteorder("="), copy=False)
+
+
 def as_float32(a: np.ndarray) -> np.ndarray:
     """A weight widened to float32: exact for float16 and bfloat16 (every value is a float32)."""
-    return np.ascontiguousarray(np.asarray(a).astype(np.float32))
+    return np.ascontiguousarray(np.asarray(a).astype(np.float32, copy=False))
 
 
 # ---------------------------------------------------------------------------------------------

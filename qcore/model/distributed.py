@@ -48,15 +48,22 @@ class CaseSpec:
     outputs: str | None = None  # output names the figure uses (None: all)
 
     def load(self) -> ModelCase:
-        from .cases import load_case
+        """The case, its weights read from external data without a copy in the protobuf
+        (:func:`qcore.model.graph.load_model` ``weights_on_disk``)."""
+        from .cases import MINILM, load_case
         from .feedback import load_fed_back_case
+        from .graph import load_model
+
+        model: Any = self.model
+        if str(model).lower() not in (MINILM, "all-minilm-l6-v2"):
+            model = load_model(model, weights_on_disk=True)
 
         outputs = [o.strip() for o in self.outputs.split(",") if o.strip()] \
             if self.outputs else None
         if self.feedback:
-            return load_fed_back_case(self.model, self.inputs, self.feedback, kind=self.kind,
+            return load_fed_back_case(model, self.inputs, self.feedback, kind=self.kind,
                                       dim=self.dim, threads=self.threads, outputs=outputs)
-        return load_case(self.model, self.inputs, sentences=self.sentences, seed=self.seed,
+        return load_case(model, self.inputs, sentences=self.sentences, seed=self.seed,
                          int_range=self.int_range, dim=self.dim, kind=self.kind,
                          threads=self.threads, outputs=outputs)
 

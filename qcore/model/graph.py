@@ -43,18 +43,55 @@ __all__ = ["ModelError", "PrefixCache", "Runner", "generate_inputs", "graph_inpu
            "read_inputs", "session_options", "weight_names", "weight_records"]
 
 
-def load_model(path: str | os.PathLike) -> Any:
-    """The ``onnx.ModelProto`` at ``path``, external data loaded from beside it."""
+def load_model(path: str | os.PathLike, weights_on_disk: bool = False) -> Any:
+    """The ``onnx.ModelProto`` at ``path``, external data loaded from beside it.
+
+    ``weights_on_disk``: weights (float initializers of rank >= 2) kept in external data stay
+    there, their location made absolute, and :func:`qcore.io.onnx.weight_array` reads each
+    straight from the file — a process then holds each weight once (as the float32 array it
+    quantizes), not also inside the protobuf. Such a model is for measuring (a Dask worker,
+    :mod:`qcore.model.distributed`), not for saving. Every location must lie inside the
+    model's folder."""
     onnx = require("onnx")
     p = Path(path).expanduser()
     if not p.is_file():
         raise ModelError(f"model {str(path)!r}: no such file (give a .onnx path or 'minilm')")
     try:
-        return onnx.load(str(p), load_external_data=True)
+        model = onnx.load(str(p), load_external_data=not weights_on_disk)
     except Exception as exc:  # noqa: BLE001 - onnx raises many types for a bad file
         raise ModelError(f"model {str(path)!r} is not an ONNX model onnx can load: "
                          f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
                          ) from None
+    if weights_on_disk:
+        _weights_stay_on_disk(model, p.resolve().parent, str(path))
+    return model
+
+
+def _weights_stay_on_disk(model: Any, base: Path, label: str) -> None:
+    """External weights keep an absolute location; every other external tensor is loaded."""
+    onnx = require("onnx")
+    from onnx.external_data_helper import load_external_data_for_tensor
+
+    from ..io.onnx import WEIGHT_TYPES, iter_graphs
+
+    for _, g in iter_graphs(model.graph):
+        for t in g.initializer:
+            if t.data_location != onnx.TensorProto.EXTERNAL:
+                continue
+            info = {e.key: e.value for e in t.external_data}
+            target = (base / info.get("location", "")).resolve()
+            if base not in target.parents or not target.is_file():
+                raise ModelError(f"model {label!r}: tensor {t.name!r} names external data "
+                                 f"{info.get('location')!r}, not a file inside the model's "
+                                 f"folder")
+            if t.data_type in WEIGHT_TYPES and len(t.dims) >= 2:
+                for e in t.external_data:
+                    if e.key == "location":
+                        e.value = str(target)
+                continue
+            load_external_data_for_tensor(t, str(base))
+            t.data_location = onnx.TensorProto.DEFAULT
+            del t.external_data[:]
 
 
 def weight_records(model: Any, min_rank: int = 2) -> list[WeightRecord]:
