@@ -119,6 +119,7 @@ def export_plan(model: Any, plan: Plan, weights: dict[str, np.ndarray] | None = 
     old = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
     opset = max([old] + [q.opset for q in quantized.values()])
     out = topologically_sorted(model)
+    dropped: dict[str, set[str]] = {}  # graph path -> initializers the DQ nodes replace
     for t in planned:
         rec = records[t]
         # looked up afresh: rewriting a graph's node list copies the subgraphs below it
@@ -127,9 +128,7 @@ def export_plan(model: Any, plan: Plan, weights: dict[str, np.ndarray] | None = 
         g.initializer.extend(inits)
         existing = list(g.node)
         if rec.kind == "initializer":
-            keep = [i for i in g.initializer if i.name != rec.name]
-            del g.initializer[:]
-            g.initializer.extend(keep)
+            dropped.setdefault(rec.graph, set()).add(rec.name)
             at = 0
         else:
             at = next(k for k, n in enumerate(existing)
@@ -137,6 +136,12 @@ def export_plan(model: Any, plan: Plan, weights: dict[str, np.ndarray] | None = 
             existing.pop(at)
         del g.node[:]
         g.node.extend(existing[:at] + nodes + existing[at:])
+    graphs = dict(iter_graphs(out.graph))
+    for path, names in dropped.items():  # one pass per graph: a rewrite copies the field
+        g = graphs[path]
+        keep = [i for i in g.initializer if i.name not in names]
+        del g.initializer[:]
+        g.initializer.extend(keep)
     for o in out.opset_import:
         if o.domain in ("", "ai.onnx"):
             o.version = opset

@@ -232,19 +232,18 @@ def expose_weights(model: Any, records: list[WeightRecord]) -> tuple[Any, dict[s
         taken |= {i for n in g.node for i in n.input}
     feed: dict[str, str] = {}
     new_inputs = []
+    direct_names = set()
     for r in records:
-        # looked up afresh: rewriting a graph's node list copies the subgraphs below it
-        g = dict(iter_graphs(out.graph))[r.graph]
         direct = r.graph == "main" and r.kind == "initializer" and r.dtype == "float32"
         name = r.name if direct else _unique(f"qcore.weight.{r.key}", taken)
         feed[r.key] = name
         new_inputs.append(helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT,
                                                         list(r.shape)))
         if direct:
-            keep = [t for t in g.initializer if t.name != r.name]
-            del g.initializer[:]
-            g.initializer.extend(keep)
+            direct_names.add(r.name)
             continue
+        # looked up afresh: rewriting a graph's node list copies the subgraphs below it
+        g = dict(iter_graphs(out.graph))[r.graph]
         if r.dtype == "float32":
             read = helper.make_node("Identity", [name], [r.name], name=f"{name}.read")
         else:  # a Cast, as in the export: the consumers see a computed half-precision weight
@@ -262,6 +261,10 @@ def expose_weights(model: Any, records: list[WeightRecord]) -> tuple[Any, dict[s
             nodes.pop(at)
         del g.node[:]
         g.node.extend(nodes[:at] + [read] + nodes[at:])
+    if direct_names:  # one pass: each rewrite of a repeated field copies it into the arena
+        keep = [t for t in out.graph.initializer if t.name not in direct_names]
+        del out.graph.initializer[:]
+        out.graph.initializer.extend(keep)
     out.graph.input.extend(new_inputs)
     return out, feed
 
