@@ -32,6 +32,7 @@ from ..io.onnx import (
     NoWeightsError,
     WeightRecord,
     as_float32,
+    check_external_data,
     find_weights,
     iter_graphs,
     topologically_sorted,
@@ -44,31 +45,42 @@ __all__ = ["ModelError", "PrefixCache", "Runner", "generate_inputs", "graph_inpu
 
 
 def load_model(path: str | os.PathLike, weights_on_disk: bool = False) -> Any:
-    """The ``onnx.ModelProto`` at ``path``, external data loaded from beside it.
+    """The ``onnx.ModelProto`` at ``path``, external data loaded from beside it (checked first:
+    :func:`qcore.io.onnx.check_external_data`).
 
     ``weights_on_disk``: weights (float initializers of rank >= 2) kept in external data stay
     there, their location made absolute, and :func:`qcore.io.onnx.weight_array` reads each
     straight from the file — a process then holds each weight once (as the float32 array it
     quantizes), not also inside the protobuf. Such a model is for measuring (a Dask worker,
-    :mod:`qcore.model.distributed`), not for saving. Every location must lie inside the
-    model's folder."""
+    :mod:`qcore.model.distributed`), not for saving."""
     onnx = require("onnx")
     p = Path(path).expanduser()
     if not p.is_file():
         raise ModelError(f"model {str(path)!r}: no such file (give a .onnx path or 'minilm')")
     try:
-        model = onnx.load(str(p), load_external_data=not weights_on_disk)
+        model = onnx.load(str(p), load_external_data=False)
     except Exception as exc:  # noqa: BLE001 - onnx raises many types for a bad file
         raise ModelError(f"model {str(path)!r} is not an ONNX model onnx can load: "
                          f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
                          ) from None
-    if weights_on_disk:
-        _weights_stay_on_disk(model, p.resolve().parent, str(path))
+    check_external_data(model, p.parent)  # no path escape, inside its file, before reading
+    try:
+        if weights_on_disk:
+            _weights_stay_on_disk(model, p.resolve().parent)
+        else:
+            from onnx.external_data_helper import load_external_data_for_model
+
+            load_external_data_for_model(model, str(p.parent))
+    except Exception as exc:  # noqa: BLE001
+        raise ModelError(f"model {str(path)!r}: its external data cannot be read: "
+                         f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+                         ) from None
     return model
 
 
-def _weights_stay_on_disk(model: Any, base: Path, label: str) -> None:
-    """External weights keep an absolute location; every other external tensor is loaded."""
+def _weights_stay_on_disk(model: Any, base: Path) -> None:
+    """External weights keep an absolute location; every other external tensor is loaded
+    (locations checked already)."""
     onnx = require("onnx")
     from onnx.external_data_helper import load_external_data_for_tensor
 
@@ -78,16 +90,10 @@ def _weights_stay_on_disk(model: Any, base: Path, label: str) -> None:
         for t in g.initializer:
             if t.data_location != onnx.TensorProto.EXTERNAL:
                 continue
-            info = {e.key: e.value for e in t.external_data}
-            target = (base / info.get("location", "")).resolve()
-            if base not in target.parents or not target.is_file():
-                raise ModelError(f"model {label!r}: tensor {t.name!r} names external data "
-                                 f"{info.get('location')!r}, not a file inside the model's "
-                                 f"folder")
             if t.data_type in WEIGHT_TYPES and len(t.dims) >= 2:
                 for e in t.external_data:
                     if e.key == "location":
-                        e.value = str(target)
+                        e.value = str((base / e.value).resolve())
                 continue
             load_external_data_for_tensor(t, str(base))
             t.data_location = onnx.TensorProto.DEFAULT
