@@ -84,20 +84,19 @@ def _weights_stay_on_disk(model: Any, base: Path) -> None:
     onnx = require("onnx")
     from onnx.external_data_helper import load_external_data_for_tensor
 
-    from ..io.onnx import WEIGHT_TYPES, iter_graphs
+    from ..io.onnx import WEIGHT_TYPES, _all_tensors
 
-    for _, g in iter_graphs(model.graph):
-        for t in g.initializer:
-            if t.data_location != onnx.TensorProto.EXTERNAL:
-                continue
-            if t.data_type in WEIGHT_TYPES and len(t.dims) >= 2:
-                for e in t.external_data:
-                    if e.key == "location":
-                        e.value = str((base / e.value).resolve())
-                continue
-            load_external_data_for_tensor(t, str(base))
-            t.data_location = onnx.TensorProto.DEFAULT
-            del t.external_data[:]
+    for t in _all_tensors(model):  # initializers of every graph and Constant values
+        if t.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        if t.data_type in WEIGHT_TYPES and len(t.dims) >= 2:
+            for e in t.external_data:
+                if e.key == "location":
+                    e.value = str((base / e.value).resolve())
+            continue
+        load_external_data_for_tensor(t, str(base))
+        t.data_location = onnx.TensorProto.DEFAULT
+        del t.external_data[:]
 
 
 def weight_records(model: Any, min_rank: int = 2) -> list[WeightRecord]:
