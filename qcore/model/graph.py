@@ -346,7 +346,8 @@ class PrefixCache:
         self.batch_inputs = [dict(b) for b in batches]
         self.sessions: dict[str, Any] = {}
         g = runner.exposed.graph
-        self.plans: dict[str, tuple[Any, list[str], list[str], list[str]]] = {}
+        self.plans: dict[str, tuple[np.ndarray, list[str], list[str], list[str]]] = {}
+        self.types: dict[str, int] = {}
         self.values: list[dict[str, np.ndarray]] = []
         graph_attr = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
         if any(a.type in graph_attr for n in g.node for a in n.attribute):
@@ -358,12 +359,14 @@ class PrefixCache:
         inits = {t.name for t in g.initializer}
         outputs = [o.name for o in g.output]
         cuts: dict[str, list[str]] = {}
+        self.types = types
         for key in runner.names:
             w = runner.feed_names[key]
-            tainted, marked = {w}, []
-            for n in g.node:
+            tainted, marked, at = {w}, [], []
+            for k, n in enumerate(g.node):
                 if any(i in tainted for i in n.input if i):
                     marked.append(n)
+                    at.append(k)
                     tainted.update(o for o in n.output if o)
             made = {o for n in marked for o in n.output}
             frontier = sorted({i for n in marked for i in n.input
@@ -372,9 +375,10 @@ class PrefixCache:
             feeds = sorted({i for n in marked for i in n.input if i in graph_inputs})
             if any(not types.get(f) for f in frontier) or len(marked) == len(g.node):
                 continue  # untyped values, or nothing to save: the whole model runs
-            sub = self._submodel(runner.exposed, marked, frontier, feeds, types,
-                                 [o for o in outputs if o in made])
-            self.plans[key] = (sub, frontier, feeds, [o for o in outputs if o in made])
+            # the sub-model is built when first run: node indices only until then (a model of
+            # 900 weights and 5000 nodes held 2 M node copies, 2.9 GB, in its sub-models)
+            self.plans[key] = (np.asarray(at, np.int32), frontier, feeds,
+                               [o for o in outputs if o in made])
             cuts[key] = frontier
         needed = sorted({f for fr in cuts.values() for f in fr})
         if not needed:
@@ -412,9 +416,12 @@ class PrefixCache:
 
     def run(self, weight: str, value: np.ndarray) -> list[list[np.ndarray]]:
         """Per batch, the model's outputs with ``weight`` replaced by ``value``."""
-        sub, frontier, feeds, outs = self.plans[weight]
+        at, frontier, feeds, outs = self.plans[weight]
         if weight not in self.sessions:
             self.sessions.clear()  # one sub-model session at a time: each keeps its own arena
+            nodes = self.runner.exposed.graph.node
+            sub = self._submodel(self.runner.exposed, [nodes[int(k)] for k in at], frontier,
+                                 feeds, self.types, outs)
             self.sessions[weight] = make_session(sub, self.runner.threads)
         session = self.sessions[weight]
         weight_feeds = self.runner.weight_feeds({weight: value})
