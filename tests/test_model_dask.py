@@ -22,6 +22,13 @@ from qcore.model.sensitivity import measure  # noqa: E402
 RECIPES = ["int8:per-axis", "int4:blocked32"]
 
 
+def _peak_rss() -> int:
+    """This process's peak resident memory in bytes (run on each worker)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
 def _same(a: dict, b: dict) -> bool:
     """Rows equal value for value (NaN equal to NaN, floats bit for bit)."""
     if a.keys() != b.keys():
@@ -41,9 +48,11 @@ def test_local_cluster_rows_equal_in_process_rows(tmp_path):
     np.savez(feeds, **real_models.inputs("silero-vad"))
     spec = CaseSpec(str(path), str(feeds))
     local = measure(load_case(str(path), str(feeds)), RECIPES)
-    seen = []
+    seen, peaks = [], {}
     dist = measure_on_dask(spec, RECIPES, workers=2,
-                           progress=lambda d, t, e, et: seen.append((d, t, e, et)))
+                           progress=lambda d, t, e, et: seen.append((d, t, e, et)),
+                           on_client=lambda c: peaks.update(c.run(_peak_rss)))
+    assert len(peaks) == 2 and max(peaks.values()) <= path.stat().st_size + 2**30
     assert dist.tensors == local.tensors and dist.recipes == local.recipes
     assert dist.elements == local.elements and dist.float_bits == local.float_bits
     assert dist.signal_power == local.signal_power
@@ -90,8 +99,17 @@ def test_weights_read_from_external_data_on_disk_equal_loaded_ones(tmp_path):
     assert lean.weights == whole.weights
     for t in whole.weights:
         assert np.array_equal(lean.arrays[t], whole.arrays[t])
-    rows = measure(lean, RECIPES[:1]).rows
-    assert all(_same(a, b) for a, b in zip(rows, measure(whole, RECIPES[:1]).rows))
+    sens = measure(lean, RECIPES[:1])
+    assert all(_same(a, b) for a, b in zip(sens.rows, measure(whole, RECIPES[:1]).rows))
+    # the export of a model whose weights stay on disk is a model of its own: the float
+    # weights it keeps are copied in, and it equals the export of the model loaded whole
+    from qcore.model.export import export_plan
+    from qcore.model.plan import Plan
+
+    plan = Plan(8.0, {whole.weights[0]: "int8:per-axis"}, 0, 1, 0.0, 1.0)
+    a, b = export_plan(lean.model, plan, lean.arrays), export_plan(whole.model, plan, whole.arrays)
+    assert all(t.data_location == 0 for t in a.graph.initializer)
+    assert a.SerializeToString() == b.SerializeToString()
     escaped = onnx.load(str(path), load_external_data=False)
     t = next(t for t in escaped.graph.initializer if t.data_location == 1)
     next(e for e in t.external_data if e.key == "location").value = "../outside.data"

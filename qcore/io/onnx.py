@@ -336,7 +336,7 @@ def weight_array(model: Any, record: WeightRecord) -> np.ndarray:
 
     t = weight_proto(model, record)
     if t.data_location == 1:
-        a = _read_on_disk(t, record)
+        a = read_on_disk(t, record.key)
     else:
         a = numpy_helper.to_array(t)
     if record.dtype == "bfloat16":
@@ -350,21 +350,22 @@ def weight_array(model: Any, record: WeightRecord) -> np.ndarray:
 _DISK_DTYPES = {1: "<f4", 10: "<f2", 16: "<u2"}  # float32, float16, bfloat16 (as raw bits)
 
 
-def _read_on_disk(t: Any, record: WeightRecord) -> np.ndarray:
+def read_on_disk(t: Any, key: str) -> np.ndarray:
     """A weight left in external data at an absolute location
-    (:func:`qcore.model.graph.load_model` with ``weights_on_disk``), read from its file."""
+    (:func:`qcore.model.graph.load_model` with ``weights_on_disk``), read from its file in its
+    stored type (bfloat16 as uint16 bits); ``key`` names it in errors."""
     import os
 
     info = {e.key: e.value for e in t.external_data}
     where = info.get("location", "")
     if not os.path.isabs(where) or t.data_type not in _DISK_DTYPES:
-        raise ModelError(f"weight {record.key!r} is stored in external data that is not "
+        raise ModelError(f"weight {key!r} is stored in external data that is not "
                          f"loaded; load the model with its external data")
     dtype = np.dtype(_DISK_DTYPES[t.data_type])
     count = int(np.prod([int(d) for d in t.dims], dtype=np.int64))
     offset = int(info.get("offset", 0))
     if offset < 0 or offset + count * dtype.itemsize > os.path.getsize(where):
-        raise ModelError(f"weight {record.key!r}: its external data runs past the end of "
+        raise ModelError(f"weight {key!r}: its external data runs past the end of "
                          f"{os.path.basename(where)!r}")
     a = np.fromfile(where, dtype=dtype, count=count, offset=offset)
     return a.reshape(tuple(int(d) for d in t.dims)).astype(dtype.newbyteorder("="), copy=False)

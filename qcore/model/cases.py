@@ -43,7 +43,7 @@ def load_case(model: str | os.PathLike | Any, inputs: str | os.PathLike | dict |
                          outputs)
     if isinstance(model, (str, os.PathLike)):
         name = os.path.basename(str(model))
-        proto = load_model(model)
+        proto = load_model(model, weights_on_disk=True)  # each weight held once, as float32
     else:
         name, proto = "model", model
     if inputs is None:

@@ -142,6 +142,7 @@ def export_plan(model: Any, plan: Plan, weights: dict[str, np.ndarray] | None = 
         keep = [i for i in g.initializer if i.name not in names]
         del g.initializer[:]
         g.initializer.extend(keep)
+    _weights_into_model(out)
     for o in out.opset_import:
         if o.domain in ("", "ai.onnx"):
             o.version = opset
@@ -165,6 +166,25 @@ def export_plan(model: Any, plan: Plan, weights: dict[str, np.ndarray] | None = 
                          f"operators may not exist unchanged there): {str(exc).splitlines()[0]}"
                          ) from None
     return out
+
+
+def _weights_into_model(model: Any) -> None:
+    """Weights a model keeps on disk (:func:`qcore.model.graph.load_model` with
+    ``weights_on_disk``) copied in, in their stored type: the export is a model of its own."""
+    import os
+
+    from ..io.onnx import _all_tensors, read_on_disk
+
+    for t in _all_tensors(model):
+        if t.data_location != 1:
+            continue
+        where = next((e.value for e in t.external_data if e.key == "location"), "")
+        if not os.path.isabs(where):
+            continue
+        a = read_on_disk(t, t.name)
+        t.raw_data = np.ascontiguousarray(a, a.dtype.newbyteorder("<")).tobytes()
+        t.data_location = 0
+        del t.external_data[:]
 
 
 def _header(model: Any) -> Any:

@@ -205,7 +205,7 @@ def load_fed_back_case(model: str | os.PathLike | Any, inputs: str | os.PathLike
     if isinstance(model, (str, os.PathLike)):
         if str(model).lower() in ("minilm", "all-minilm-l6-v2"):
             raise ModelError("--feedback is for a model given by path (MiniLM has no state)")
-        name, proto = os.path.basename(str(model)), load_model(model)
+        name, proto = os.path.basename(str(model)), load_model(model, weights_on_disk=True)
     else:
         name, proto = "model", model
     if inputs is None:
