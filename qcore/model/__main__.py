@@ -53,7 +53,8 @@ class Bar:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m qcore.model", description=__doc__.split("\n\n")[1])
-    p.add_argument("model", help="a .onnx path or 'minilm'")
+    p.add_argument("model", help="a .onnx path, 'minilm' or 'minilm-matmul' (its linear layers as "
+                   "MatMul on [in, out] weights)")
     p.add_argument("--inputs", help=".npz whose arrays are the graph inputs (else generated)")
     p.add_argument("--recipes", default=",".join(DEFAULT_RECIPES),
                    help="comma-separated report recipes (default: the report's eight)")

@@ -50,12 +50,12 @@ class CaseSpec:
     def load(self) -> ModelCase:
         """The case, its weights read from external data without a copy in the protobuf
         (:func:`qcore.model.graph.load_model` ``weights_on_disk``)."""
-        from .cases import MINILM, load_case
+        from .cases import MINILM_NAMES, load_case
         from .feedback import load_fed_back_case
         from .graph import load_model
 
         model: Any = self.model
-        if str(model).lower() not in (MINILM, "all-minilm-l6-v2"):
+        if str(model).lower() not in MINILM_NAMES:
             model = load_model(model, weights_on_disk=True)
 
         outputs = [o.strip() for o in self.outputs.split(",") if o.strip()] \
@@ -179,8 +179,8 @@ def measure_on_dask(spec: CaseSpec, recipes: Sequence[str] | str,
 
 def _absolute(path: str) -> str:
     """A path workers can open from any working folder (``minilm`` stays a name)."""
-    from .cases import MINILM
+    from .cases import MINILM_NAMES
 
-    if str(path).lower() in (MINILM, "all-minilm-l6-v2"):
+    if str(path).lower() in MINILM_NAMES:
         return str(path)
     return os.path.abspath(os.path.expanduser(str(path)))

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from .cases import MINILM_NAMES
 from .fidelity import ModelCase, compare
 from .graph import ModelError, graph_inputs, load_model
 
@@ -203,7 +204,7 @@ def load_fed_back_case(model: str | os.PathLike | Any, inputs: str | os.PathLike
     dict) laid out with a step axis, and ``OUT=IN[,...]``; ``outputs``: the outputs the figure
     averages over (default all)."""
     if isinstance(model, (str, os.PathLike)):
-        if str(model).lower() in ("minilm", "all-minilm-l6-v2"):
+        if str(model).lower() in MINILM_NAMES:
             raise ModelError("--feedback is for a model given by path (MiniLM has no state)")
         name, proto = os.path.basename(str(model)), load_model(model, weights_on_disk=True)
     else:
