@@ -12,9 +12,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
-from typing import TextIO
+from typing import NoReturn, TextIO
 
 from ..errors import QuantizationError
 from ..report.recipes import DEFAULT_RECIPES
@@ -51,8 +52,13 @@ class Bar:
         self.stream.flush()
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line, like every other refusal
+        self.exit(2, f"error: {message} (see --help)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m qcore.model", description=__doc__.split("\n\n")[1])
+    p = _Parser(prog="python -m qcore.model", description=__doc__.split("\n\n")[1])
     p.add_argument("model", help="a .onnx path, 'minilm' or 'minilm-matmul' (its linear layers as "
                    "MatMul on [in, out] weights)")
     p.add_argument("--inputs", help=".npz whose arrays are the graph inputs (else generated)")
@@ -104,12 +110,37 @@ def _extra(kind: str, m: dict) -> str:
 
 
 def _floats(text: str | None) -> list[float]:
-    if not text:
-        return []
-    try:
-        return [float(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise QuantizationError(f"--budgets {text!r}: give numbers, e.g. 4.25,5,6") from None
+    from .checks import parse_budgets
+
+    return parse_budgets(text)
+
+
+def check_args(args: argparse.Namespace) -> tuple[list[str] | None, tuple[int, int]]:
+    """Every argument the model is not needed for, checked before anything is loaded
+    (:mod:`qcore.model.checks`): (the --tensors names, the --int-range)."""
+    from . import checks
+
+    if (args.plan or args.export) and args.budget is None:
+        raise QuantizationError("--plan and --export need --budget BITS (bits per weight)")
+    if args.budget is not None:
+        checks.check_budget(args.budget)
+    checks.parse_budgets(args.budgets)
+    checks.check_threads(args.threads)
+    checks.check_dim(args.dim)
+    checks.check_seed(args.seed)
+    checks.check_sentences(args.sentences, None)
+    if args.out:
+        checks.check_output_path("--out", args.out, checks.TABLE_SUFFIXES)
+    if args.plan:
+        checks.check_output_path("--plan", args.plan)
+    if args.export:
+        checks.check_output_path("--export", args.export)
+    sources = {"MODEL": args.model, "--inputs": args.inputs}
+    checks.check_outputs_distinct({**{k: v for k, v in sources.items()
+                                      if v and "\x00" not in v and os.path.isfile(v)},
+                                   "--out": args.out, "--plan": args.plan,
+                                   "--export": args.export})
+    return checks.parse_tensors(args.tensors), checks.parse_int_range(args.int_range)
 
 
 def _fmt(v: float, nd: int = 2) -> str:
@@ -118,17 +149,11 @@ def _fmt(v: float, nd: int = 2) -> str:
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
     from .cases import load_case
+    from .checks import check_case
     from .plan import make_plan, run_plan
-    from .sensitivity import correlation, measure, uniform, write_csv
+    from .sensitivity import correlation, measure, uniform, write_table
 
-    if (args.plan or args.export) and args.budget is None:
-        raise QuantizationError("--plan and --export need --budget BITS (bits per weight)")
-    try:
-        lo, hi = (int(v) for v in args.int_range.split(","))
-    except ValueError:
-        raise QuantizationError(f"--int-range {args.int_range!r}: give LO,HI, e.g. 0,100"
-                                ) from None
-    tensors = [t.strip() for t in args.tensors.split(",") if t.strip()] if args.tensors else None
+    tensors, (lo, hi) = check_args(args)
     from ..report.recipes import parse_recipes
 
     recipes = [r.name for r in parse_recipes(args.recipes)]
@@ -151,6 +176,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         if missing:
             raise QuantizationError(f"--tensors {missing} are not weights of the model; "
                                     f"its weights: {', '.join(case.weights)}")
+    check_case(case, tensors or case.weights)
     for b in ([args.budget] if args.budget is not None else []) + _floats(args.budgets):
         _check_budget(case, tensors or case.weights, recipes, b, not args.no_float)
     print(f"{case.name}: {len(tensors or case.weights)} weight tensors, "
@@ -173,7 +199,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
             print(f"{r['recipe']:28s} {r['bits_per_element']:7.3f} "
                   f"{_fmt(r['output_sqnr_db']):>15s} {r['max_abs']:10.3g}{extra}", file=out)
     if args.out:
-        write_csv(rows, args.out)
+        write_table(rows, args.out)
     for b in _floats(args.budgets):
         p = make_plan(sens, b, allow_float=not args.no_float)
         m = run_plan(case, p)
@@ -339,14 +365,34 @@ def save(model, path: str) -> None:
         onnx.save(model, path)
 
 
+def _line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def main(argv: list[str] | None = None) -> int:
+    """The command line: exit 0 done; 2 a refusal (one ``error:`` line on stderr); 130
+    interrupted. A failure no check names (onnx, onnxruntime, NumPy, a file) is one line too."""
     args = _parser().parse_args(argv)
     try:
         return run(args, sys.stdout)
-    except (QuantizationError, ImportError, OSError) as exc:
-        print(f"error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",
+    except QuantizationError as exc:
+        print(f"error: {_line(exc)}", file=sys.stderr)
+    except ImportError as exc:
+        print(f"error: {_line(exc)}", file=sys.stderr)
+    except OSError as exc:
+        where = f" ({exc.filename})" if exc.filename else ""
+        print(f"error: {exc.strerror or _line(exc)}{where}", file=sys.stderr)
+    except MemoryError:
+        print("error: out of memory; give fewer sentences, a smaller --dim or smaller inputs",
               file=sys.stderr)
-        return 2
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - the boundary: one line, never a traceback
+        print(f"error: unexpected {type(exc).__name__}: {_line(exc)} (a case qcore.model does "
+              f"not check yet; please report it)", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

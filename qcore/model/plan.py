@@ -30,8 +30,8 @@ from typing import Any
 
 import numpy as np
 
+from .checks import ModelError, check_budget
 from .fidelity import FLOAT
-from .graph import ModelError
 from .sensitivity import Sensitivity
 
 __all__ = ["Plan", "make_plan", "options"]
@@ -99,8 +99,15 @@ def options(sens: Sensitivity, allow_float: bool = True
 
 
 def make_plan(sens: Sensitivity, budget: float, allow_float: bool = True) -> Plan:
-    """The exactly optimal plan at ``budget`` bits per weight element (module doc)."""
+    """The exactly optimal plan at ``budget`` bits per weight element (module doc); a budget
+    that is not a finite number in (0, 1024], or a measured noise that is NaN, is refused."""
+    budget = check_budget(budget, "budget")
     opts = options(sens, allow_float)
+    unmeasured = [(t, r) for t in opts for r, _, n in opts[t] if math.isnan(n)]
+    if unmeasured:
+        raise ModelError(f"the output noise of {unmeasured[:3]} (tensor, recipe) is NaN: the "
+                         f"float outputs or the weights hold NaN or Inf, so no plan can be "
+                         f"chosen")
     tensors = [t for t in sens.tensors if opts[t]]
     missing = [t for t in sens.tensors if not opts[t]]
     if missing:
@@ -128,6 +135,8 @@ def make_plan(sens: Sensitivity, budget: float, allow_float: bool = True) -> Pla
         front = nn < prev_min  # strictly less noise than every cheaper (or equal-cost) state
         cost, noise, idx = cc[front], nn[front], keep[front]
         back.append((idx // len(c), idx % len(c)))
+    if not len(noise):  # every state ran over the cap (cannot happen with finite costs)
+        raise ModelError(f"budget {budget} bits per weight: no plan of these recipes fits")
     best = int(np.argmin(noise))  # noise decreases with cost along the front: the last one
     choice: dict[str, str] = {}
     j = best

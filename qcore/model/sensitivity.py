@@ -20,7 +20,7 @@ from ..report.recipes import parse_recipes
 from .fidelity import ModelCase, compare, float_bits, spearman
 
 __all__ = ["COLUMNS", "Sensitivity", "correlation", "measure", "sensitivity_of", "tensor_rows",
-           "uniform", "write_csv"]
+           "uniform", "write_csv", "write_table"]
 
 #: The table's columns (the CLI's contract is the first five).
 COLUMNS = ("tensor", "recipe", "bits_per_element", "tensor_sqnr_db", "output_sqnr_db",
@@ -170,6 +170,29 @@ def correlation(rows: Sequence[dict]) -> dict[str, float]:
         return {"pearson": math.nan, "spearman": math.nan, "n": len(pairs)}
     return {"pearson": float(np.corrcoef(pairs[:, 0], pairs[:, 1])[0, 1]),
             "spearman": spearman(pairs[:, 0], pairs[:, 1]), "n": len(pairs)}
+
+
+def write_table(rows: Sequence[dict], path: str | os.PathLike) -> None:
+    """The rows as ``.parquet`` (pyarrow; NaN as null, opset null on ``*`` rows) or, for any
+    other name, CSV (:func:`write_csv`)."""
+    if str(path).lower().endswith(".parquet"):
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        types = {"tensor": pa.string(), "recipe": pa.string(), "bits": pa.int64(),
+                 "elements": pa.int64(), "opset": pa.int64()}
+        schema = pa.schema([(c, types.get(c, pa.float64())) for c in COLUMNS])
+
+        def cell(c: str, v):
+            if v is None or v == "" or (isinstance(v, float) and math.isnan(v)):
+                return None
+            return str(v) if c in ("tensor", "recipe") else (
+                int(v) if c in ("bits", "elements", "opset") else float(v))
+        table = pa.Table.from_pylist([{c: cell(c, r.get(c)) for c in COLUMNS} for r in rows],
+                                     schema=schema)
+        pq.write_table(table, path)
+        return
+    write_csv(rows, path)
 
 
 def write_csv(rows: Sequence[dict], path: str | os.PathLike) -> None:

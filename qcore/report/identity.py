@@ -62,16 +62,27 @@ def read_identity(journal: Path, out: Path) -> dict[str, Any] | None:
             with open(journal, encoding="utf-8") as fh:
                 first = fh.readline(1 << 24)
             if first.startswith(IDENTITY_PREFIX):
-                return json.loads(first[len(IDENTITY_PREFIX):])
+                return _checked(json.loads(first[len(IDENTITY_PREFIX):]))
             return None
         side = identity_path(out)
         if side.exists():
-            return json.loads(side.read_text(encoding="utf-8"))
+            return _checked(json.loads(side.read_text(encoding="utf-8")))
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise TensorFileError(f"{journal if journal.exists() else identity_path(out)}: the "
                               f"saved run's identity cannot be read ({exc}); rerun with "
                               f"--resume --fresh to start afresh") from None
     return None
+
+
+def _checked(saved: Any) -> dict[str, Any]:
+    """A saved identity of the right shape: a mapping whose ``files`` is a mapping of
+    [size, mtime] pairs (ValueError otherwise)."""
+    if not isinstance(saved, dict):
+        raise ValueError(f"a JSON {type(saved).__name__}, not an object")
+    files = saved.get("files", {})
+    if not isinstance(files, dict):
+        raise ValueError(f"'files' is a JSON {type(files).__name__}, not an object")
+    return saved
 
 
 def compare(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
