@@ -20,6 +20,7 @@ as an input and the same weight computed by a DequantizeLinear node go through t
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -93,9 +94,18 @@ def _weights_stay_on_disk(model: Any, base: Path) -> None:
         if t.data_location != onnx.TensorProto.EXTERNAL:
             continue
         if t.data_type in WEIGHT_TYPES and len(t.dims) >= 2:
+            info = {e.key: e.value for e in t.external_data}
+            target = (base / info["location"]).resolve()
+            have = (int(info["length"]) if "length" in info
+                    else target.stat().st_size - int(info.get("offset", 0)))
+            need = math.prod(t.dims) * (4 if t.data_type == onnx.TensorProto.FLOAT else 2)
+            if have != need:  # what check_initializers says of a loaded tensor
+                raise ModelError(f"model: initializer {t.name!r} holds {have} bytes; its shape "
+                                 f"{list(t.dims)} of "
+                                 f"{onnx.TensorProto.DataType.Name(t.data_type)} needs {need}")
             for e in t.external_data:
                 if e.key == "location":
-                    e.value = str((base / e.value).resolve())
+                    e.value = str(target)
             continue
         load_external_data_for_tensor(t, str(base))
         t.data_location = onnx.TensorProto.DEFAULT
