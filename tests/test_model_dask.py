@@ -23,10 +23,14 @@ RECIPES = ["int8:per-axis", "int4:blocked32"]
 
 
 def _peak_rss() -> int:
-    """This process's peak resident memory in bytes (run on each worker)."""
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    """This process's peak resident memory in bytes (run on each worker): VmHWM, which starts
+    afresh with the worker's own address space (ru_maxrss would keep the peak of the process
+    it was forked from, across exec)."""
+    with open("/proc/self/status", encoding="ascii") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return 0
 
 
 def _same(a: dict, b: dict) -> bool:
