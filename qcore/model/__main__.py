@@ -1,5 +1,6 @@
 """python -m qcore.model MODEL [--inputs FILE.npz] [--recipes R1,R2,...] [--budget BITS]
-[--out TABLE.csv] [--plan PLAN.json] [--export QDQ.onnx]
+[--out TABLE.csv] [--plan PLAN.json] [--export QDQ.onnx] [--activations MODE]
+[--calibrate FILE.npz] [--float-activations K] [--smooth ALPHA]
 
 Sensitivity of every weight × every recipe (alone) and of every recipe on all weights; with
 --budget, the exactly optimal plan, run and measured; with --export, the plan as a QDQ model.
@@ -98,6 +99,18 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--scheduler", metavar="ADDRESS",
                    help="run the sensitivity runs on a running Dask cluster (its workers read "
                    "the model and inputs at the same paths)")
+    p.add_argument("--activations", default="none",
+                   help="none | dynamic | static[:TYPE][@METHOD]: quantize the activation sites "
+                   "(the data inputs of MatMul/Gemm/Conv); TYPE int8 (default), uint8, int16, "
+                   "uint16, float8e4m3fn, float8e5m2, …; METHOD minmax (default), percentile, "
+                   "mse, entropy")
+    p.add_argument("--calibrate", help=".npz of graph inputs the static activation scales "
+                   "are calibrated on (default: the inputs)")
+    p.add_argument("--float-activations", type=int, default=0, metavar="K",
+                   help="the plan keeps the K most sensitive activation sites in float")
+    p.add_argument("--smooth", type=float, metavar="ALPHA",
+                   help="SmoothQuant: migrate activation outliers into the weights with "
+                   "strength ALPHA in [0, 1] (e.g. 0.5)")
     return p
 
 
@@ -140,7 +153,23 @@ def check_args(args: argparse.Namespace) -> tuple[list[str] | None, tuple[int, i
                                       if v and "\x00" not in v and os.path.isfile(v)},
                                    "--out": args.out, "--plan": args.plan,
                                    "--export": args.export})
+    _check_activation_args(args)
     return checks.parse_tensors(args.tensors), checks.parse_int_range(args.int_range)
+
+
+def _check_activation_args(args: argparse.Namespace) -> None:
+    """--activations parsed; --float-activations, --calibrate and --smooth consistent with it."""
+    from .activations import parse_activations
+
+    mode = parse_activations(args.activations)
+    if mode.mode == "none" and (args.float_activations or args.calibrate):
+        raise QuantizationError("--float-activations and --calibrate need --activations "
+                                "dynamic or static[:TYPE][@METHOD]")
+    if args.float_activations < 0:
+        raise QuantizationError(f"--float-activations {args.float_activations}: give a count "
+                                f">= 0")
+    if args.smooth is not None and not 0 <= args.smooth <= 1:
+        raise QuantizationError(f"--smooth {args.smooth}: alpha must be in [0, 1]")
 
 
 def _fmt(v: float, nd: int = 2) -> str:
@@ -157,6 +186,9 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     from ..report.recipes import parse_recipes
 
     recipes = [r.name for r in parse_recipes(args.recipes)]
+    from . import activations as act
+
+    mode = act.parse_activations(args.activations)
     t0 = time.perf_counter()
     outputs = ([o.strip() for o in args.outputs.split(",") if o.strip()]
                if args.outputs else None)
@@ -181,13 +213,14 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         _check_budget(case, tensors or case.weights, recipes, b, not args.no_float)
     print(f"{case.name}: {len(tensors or case.weights)} weight tensors, "
           f"{len(recipes)} recipes ({time.perf_counter() - t0:.1f} s to load)", file=out)
+    case, specs, act_rows, smoothing = _activations(case, mode, args, out)
     t1 = time.perf_counter()
     if args.workers or args.scheduler:
         sens = _measure_on_dask(args, recipes, tensors, (lo, hi))
     else:
         sens = measure(case, recipes, tensors, Bar("sensitivity"))
     t_sens = time.perf_counter() - t1
-    rows = sens.rows + uniform(case, recipes, tensors, Bar("uniform    "))
+    rows = sens.rows + act_rows + uniform(case, recipes, tensors, Bar("uniform    "))
     corr = correlation(sens.rows)
     print(f"sensitivity: {len(sens.rows)} runs in {t_sens:.1f} s; tensor SQNR vs output SQNR: "
           f"Pearson {_fmt(corr['pearson'], 3)}, Spearman {_fmt(corr['spearman'], 3)} "
@@ -198,10 +231,14 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
             extra = _extra(case.kind, r)
             print(f"{r['recipe']:28s} {r['bits_per_element']:7.3f} "
                   f"{_fmt(r['output_sqnr_db']):>15s} {r['max_abs']:10.3g}{extra}", file=out)
+            if specs:
+                _print_with_activations(case, r["recipe"], tensors, specs, mode.name, out)
     if args.out:
         write_table(rows, args.out)
     for b in _floats(args.budgets):
         p = make_plan(sens, b, allow_float=not args.no_float)
+        _attach(p, specs, act_rows, args.float_activations, mode.name,
+                smoothing)
         m = run_plan(case, p)
         extra = _extra(case.kind, m)
         print(f"{'plan @ ' + str(b):28s} {p.bits_per_element:7.3f} "
@@ -212,6 +249,8 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     t2 = time.perf_counter()
     plan = make_plan(sens, args.budget, allow_float=not args.no_float)
     t_plan = time.perf_counter() - t2
+    _attach(plan, specs, act_rows, args.float_activations, mode.name,
+            smoothing)
     run_plan(case, plan)
     print(f"plan at {args.budget} bits/weight ({t_plan * 1000:.0f} ms): "
           f"{plan.bits_per_element:.4f} bits/weight, output SQNR predicted "
@@ -285,6 +324,71 @@ def _measure_on_dask(args: argparse.Namespace, recipes: list[str], tensors: list
                            scheduler=args.scheduler, progress=ProgressBar(label="sensitivity "))
 
 
+def _activations(case, mode, args: argparse.Namespace, out: TextIO):
+    """(case, specs, rows, smoothing as the plan records it): smoothing applied (--smooth), the sites' specs calibrated, each
+    site's sensitivity measured alone (:func:`qcore.model.activations.study`)."""
+    from . import activations as act
+
+    if mode.mode == "none" and args.smooth is None:
+        return case, [], [], {}
+    calib = act.calibration_case(case, args.calibrate) if args.calibrate else None
+    if mode.mode != "none" and args.float_activations:
+        n = len(act.runner_for(case).names)
+        if args.float_activations > n:
+            raise QuantizationError(f"--float-activations {args.float_activations}: the model "
+                                    f"has {n} activation sites")
+    t = time.perf_counter()
+    s = act.study(case, mode, alpha=args.smooth, calibration=calib,
+                  progress=Bar("activations"))
+    if s.smoothing is not None:
+        how = list(s.smoothing.folded.values())
+        print(f"smoothing (alpha {args.smooth}): {len(s.smoothing.factors)} sites, "
+              f"{how.count('layernorm')} folded into LayerNorm, {how.count('upstream')} into "
+              f"constants or weights upstream, {how.count('mul')} by a Mul", file=out)
+    smoothing = ({"alpha": s.smoothing.alpha, "sites": dict(s.smoothing.folded)}
+                 if s.smoothing is not None else {})
+    if mode.mode == "none":
+        return s.case, [], [], smoothing
+    print(f"activations {mode.name}: {len(s.specs)} sites ({time.perf_counter() - t:.1f} s); "
+          f"all quantized, weights float: output SQNR "
+          f"{_fmt(s.activations_only['output_sqnr_db'])} dB; most sensitive alone:", file=out)
+    for r in sorted(s.rows, key=lambda r: r["output_sqnr_db"])[:5]:
+        print(f"  {r['tensor']:32s} {_fmt(r['output_sqnr_db']):>8s} dB  "
+              f"(read by {r['consumers'][:60]})", file=out)
+    return s.case, s.specs, s.rows, smoothing
+
+
+def _print_with_activations(case, recipe: str, tensors, specs, name: str, out: TextIO) -> None:
+    """One recipe on every weight with every activation site quantized, printed as a row."""
+    from .activations import evaluate
+
+    replace = {}
+    for t in tensors or case.weights:
+        try:
+            replace[t] = case.quantize(t, recipe).x_hat
+        except ValueError:
+            continue
+    m = evaluate(case, specs, replace)
+    print(f"{'  + ' + name:28s} {'':7s} {_fmt(m['output_sqnr_db']):>15s} "
+          f"{m['max_abs']:10.3g}{_extra(case.kind, m)}", file=out)
+
+
+def _attach(plan, specs, rows, k: int, name: str, smoothing: dict | None = None) -> None:
+    """The activation specs on a plan, the ``k`` most sensitive sites left in float; the
+    quantized sites' noise powers (each measured alone) join the additive prediction."""
+    from .activations import keep_float
+
+    plan.smoothing = dict(smoothing or {})
+    if not specs:
+        return
+    keep = keep_float(rows, k)
+    plan.activations = [s for s in specs if s.site not in keep]
+    plan.float_activations = keep
+    plan.activation_mode = name
+    plan.noise_predicted += sum(float(r["noise_power"]) for r in rows
+                                if r["tensor"] not in keep)
+
+
 def _check_budget(case, tensors: list[str], recipes: list[str], budget: float,
                   allow_float: bool) -> None:
     """Refuse a budget below the cheapest plan before the long part (bits depend on the shape
@@ -319,8 +423,12 @@ def write_export(case, plan, path: str, out: TextIO) -> None:
     from .plan import planned_weights
 
     model = export_plan(case.model, plan, case.arrays)
-    save(model, path)
     bad = unsupported_nodes(model)
+    if plan.activations:
+        from .activations import insert_qdq
+
+        model = insert_qdq(model, plan.activations)
+    save(model, path)
     if bad:
         print(f"export: {path} is valid ONNX; onnxruntime has no kernel for {len(bad)} "
               f"DequantizeLinear node(s): {', '.join(bad)}", file=out)
@@ -336,6 +444,19 @@ def write_export(case, plan, path: str, out: TextIO) -> None:
         if case.order is not None:
             outs = [_restore(o, case.order) for o in outs]
     fake = case.run(planned_weights(case, plan))
+    session = make_session(model, case.threads)
+    names = [o.name for o in session.get_outputs()]
+    per = [session.run(names, b) for b in case.batches]
+    outs = per[0] if len(per) == 1 else [np.concatenate([p[k] for p in per])
+                                         for k in range(len(names))]
+    if case.order is not None:
+        outs = [_restore(o, case.order) for o in outs]
+    if plan.activations:
+        from .activations import runner_for
+
+        fake = runner_for(case).run(plan.activations, planned_weights(case, plan))
+    else:
+        fake = case.run(planned_weights(case, plan))
     same = all(np.array_equal(a, b) for a, b in zip(outs, fake))
     worst = max(float(np.max(np.abs(a.astype(np.float64) - b))) for a, b in zip(outs, fake))
     print(f"export: {path}; onnxruntime runs it; outputs "

@@ -48,6 +48,14 @@ class Plan:
     noise_predicted: float
     signal_power: float
     measured: dict[str, Any] = field(default_factory=dict)
+    #: Activation sites quantized with the weights (qcore.model.activations.ActivationSpec),
+    #: the sites kept in float, and the --activations mode's name.
+    activations: list[Any] = field(default_factory=list)
+    float_activations: list[str] = field(default_factory=list)
+    activation_mode: str = "none"
+    #: SmoothQuant applied before planning (--smooth): alpha and, per site, how the division
+    #: was made (layernorm, upstream, mul); empty without smoothing.
+    smoothing: dict[str, Any] = field(default_factory=dict)
 
     @property
     def bits_per_element(self) -> float:
@@ -73,9 +81,14 @@ class Plan:
                 "output_sqnr_db": num(self.measured.get("output_sqnr_db", math.nan)),
                 "outputs": num(self.measured.get("outputs", {})),
                 "measured": {k: num(v) for k, v in self.measured.items()},
-                "additive_model": "predicted output noise power = sum over tensors of the "
-                                  "noise power measured with that tensor alone quantized",
-                "recipes": dict(self.recipes)}
+                "additive_model": "predicted output noise power = sum over tensors (and "
+                                  "quantized activation sites) of the noise power measured "
+                                  "with that tensor (site) alone quantized",
+                "recipes": dict(self.recipes),
+                "activation_mode": self.activation_mode,
+                "activations": [a.to_json() for a in self.activations],
+                "float_activations": list(self.float_activations),
+                "smoothing": dict(self.smoothing)}
 
 
 def _cap(budget: float, elements: int) -> int:
@@ -89,7 +102,7 @@ def options(sens: Sensitivity, allow_float: bool = True
     """Per tensor: (recipe, bits, noise power) choices; float32 (noise 0) when allowed."""
     out: dict[str, list[tuple[str, int, float]]] = {t: [] for t in sens.tensors}
     for r in sens.rows:
-        if r["tensor"] in out:
+        if r["tensor"] in out and r.get("kind", "weight") == "weight":
             noise = float(r["noise_power"])
             out[r["tensor"]].append((r["recipe"], int(r["bits"]), noise))
     if allow_float:
@@ -172,7 +185,13 @@ def planned_weights(case: Any, plan: Plan) -> dict[str, np.ndarray]:
 
 
 def run_plan(case: Any, plan: Plan) -> dict[str, Any]:
-    """Run the planned mixed model; its measured fidelity is stored in ``plan.measured``."""
+    """Run the planned mixed model (its activation sites fake-quantized too); its measured
+    fidelity is stored in ``plan.measured``."""
+    if plan.activations:
+        from .activations import evaluate
+
+        plan.measured = evaluate(case, plan.activations, planned_weights(case, plan))
+        return plan.measured
     plan.measured = case.fidelity(planned_weights(case, plan))
     return plan.measured
 

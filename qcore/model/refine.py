@@ -18,7 +18,8 @@ model runs:
 
 So the final plan's measured SQNR is at least that of the additive plan and of the best uniform
 recipe within the budget: by construction, not by chance. The figure is the ``output_sqnr_db``
-of :meth:`qcore.model.fidelity.ModelCase.fidelity` (docs/semantics.md, Definitions).
+of :func:`qcore.model.plan.run_plan` (docs/semantics.md, Definitions); every plan tried carries
+the additive plan's activation sites and smoothing, so all are measured alike.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .fidelity import FLOAT
-from .plan import Plan, _cap, options, planned_weights
+from .plan import Plan, _cap, options
 from .sensitivity import Sensitivity
 
 __all__ = ["DEFAULT_RUNS", "GAP_DB", "Refined", "refine", "uniform_plans"]
@@ -167,7 +168,21 @@ def refine(case: Any, sens: Sensitivity, additive: Plan, *, runs: int = DEFAULT_
     cap = _cap(budget, additive.elements)
     if not additive.measured:
         run_plan(case, additive)
-    ups = list(uniform_plans(sens, budget, allow_float) if uniform is None else uniform)
+    # activation sites (--activations) and smoothing stay as the additive plan has them: every
+    # plan tried is measured the same way, by run_plan, with their noise in its prediction
+    act_noise = additive.noise_predicted - _plan(sens, options(sens, True), budget,
+                                                 additive.recipes).noise_predicted
+
+    def like_additive(p: Plan) -> Plan:
+        p.activations = list(additive.activations)
+        p.float_activations = list(additive.float_activations)
+        p.activation_mode = additive.activation_mode
+        p.smoothing = dict(additive.smoothing)
+        p.noise_predicted += act_noise
+        return p
+
+    ups = [like_additive(p) for p in
+           (uniform_plans(sens, budget, allow_float) if uniform is None else uniform)]
     for p in ups:
         if not p.measured:
             run_plan(case, p)
@@ -187,13 +202,13 @@ def refine(case: Any, sens: Sensitivity, additive: Plan, *, runs: int = DEFAULT_
                 break
             recipes = dict(current.recipes)
             recipes.update(dict(change))
-            trial = _plan(sens, opts, budget, recipes)
+            trial = like_additive(_plan(sens, opts, budget, recipes))
             if trial.bits > cap:
                 continue
             tried.add(change)
             if progress:
                 progress(result.runs, runs, " ".join(f"{t}→{r}" for t, r in change))
-            trial.measured = case.fidelity(planned_weights(case, trial))
+            run_plan(case, trial)
             result.runs += 1
             if _figure(trial) > _figure(current):
                 result.moves.append({"changes": {t: r for t, r in change},
