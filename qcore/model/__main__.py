@@ -141,6 +141,11 @@ def check_args(args: argparse.Namespace) -> tuple[list[str] | None, tuple[int, i
     checks.check_threads(args.threads)
     checks.check_dim(args.dim)
     checks.check_seed(args.seed)
+    if (args.workers or args.scheduler) and args.smooth is not None:
+        raise QuantizationError("--smooth changes the model the sensitivity runs on; run it "
+                                "without --workers / --scheduler")
+    if args.refine is not None and args.refine < 0:
+        raise QuantizationError(f"--refine {args.refine}: give a number of runs >= 0")
     checks.check_sentences(args.sentences, None)
     if args.out:
         checks.check_output_path("--out", args.out, checks.TABLE_SUFFIXES)
