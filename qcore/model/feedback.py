@@ -138,8 +138,9 @@ class FedBackCase(ModelCase):
     per_step_reference: list[list[np.ndarray]] = field(init=False, default_factory=list)
 
     def __post_init__(self) -> None:
-        super().__post_init__()
-        self.per_step_reference = self._steps_of(self.runner.run, None)
+        super().__post_init__()  # its float run (run() below) keeps the per-step reference
+        if not self.per_step_reference:
+            self.per_step_reference = self._steps_of(self.runner.run, None)
 
     def _steps_of(self, run, replace) -> list[list[np.ndarray]]:
         names = self.runner.output_names
@@ -166,9 +167,10 @@ class FedBackCase(ModelCase):
         return self._steps_of(self.runner.run, replace)
 
     def run(self, replace: Mapping[str, np.ndarray] | None = None) -> list[np.ndarray]:
-        if not self.steps:  # ModelCase.__post_init__ runs before the steps are known
-            return super().run(replace)
-        return _stack(self.run_steps(replace))
+        per = self.run_steps(replace)
+        if replace is None and not self.per_step_reference:
+            self.per_step_reference = per
+        return _stack(per)
 
     def run_alone(self, tensor: str, value: np.ndarray) -> list[np.ndarray]:
         return self.run({tensor: value})
