@@ -121,3 +121,17 @@ def test_weights_read_from_external_data_on_disk_equal_loaded_ones(tmp_path):
     onnx.save(escaped, str(path))
     with pytest.raises(ModelError, match="outside the model.s folder"):
         load_model(path, weights_on_disk=True)
+
+
+def test_cli_workers_prints_the_same_table(tmp_path, capsys):
+    from qcore.model.__main__ import main
+
+    path = real_models.require("silero-vad")
+    feeds = tmp_path / "in.npz"
+    np.savez(feeds, **real_models.inputs("silero-vad"))
+    args = [str(path), "--inputs", str(feeds), "--recipes", RECIPES[0]]
+    assert main(args + ["--out", str(tmp_path / "a.csv")]) == 0
+    assert main(args + ["--out", str(tmp_path / "b.csv"), "--workers", "2"]) == 0
+    assert (tmp_path / "a.csv").read_bytes() == (tmp_path / "b.csv").read_bytes()
+    assert main(args + ["--workers", "2", "--smooth", "0.5"]) == 2
+    assert "--smooth changes the model" in capsys.readouterr().err

@@ -97,3 +97,16 @@ def test_cli_refine_reports_predicted_measured_refined(tmp_path, capsys):
     assert ref["output_sqnr_db"] >= ref["additive"]["output_sqnr_db"]
     assert math.isfinite(ref["additive"]["output_sqnr_db_predicted"])
     assert main([str(path), "--inputs", str(feeds), "--budget", "6", "--refine", "-1"]) == 2
+
+
+def test_cli_refines_unasked_where_measured_misses_predicted(tmp_path, capsys):
+    path = real_models.require("silero-vad")
+    feeds = tmp_path / "in.npz"
+    np.savez(feeds, **real_models.inputs("silero-vad"))
+    assert main([str(path), "--inputs", str(feeds), "--recipes", ",".join(RECIPES),
+                 "--budget", "5"]) == 0
+    text = capsys.readouterr().out
+    line = next(t for t in text.splitlines() if t.startswith("plan at"))
+    predicted = float(line.split("predicted ")[1].split(" dB")[0])
+    measured = float(line.split("measured ")[1].split(" dB")[0])
+    assert ("refined: output SQNR" in text) == (abs(measured - predicted) > 1.0)
