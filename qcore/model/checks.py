@@ -290,7 +290,7 @@ def _check_shape(name: str, shape: tuple[int, ...], dims: Sequence[Any],
         raise ModelError(f"input {name!r} has shape {tuple(shape)}; the model wants "
                          f"{_shape_text(dims)}")
     for d, s in zip(dims, shape):
-        if isinstance(d, str) and d:
+        if isinstance(d, str) and d and d != "?":  # "?": paddle2onnx's unnamed dimension
             if d in symbols and symbols[d][1] != s:
                 other, size = symbols[d]
                 raise ModelError(f"input {name!r} has shape {tuple(shape)}, giving dimension "
@@ -468,6 +468,9 @@ def _check_tensor(onnx: Any, t: Any, what: str, where: str) -> None:
     if bits is None:
         return
     if t.data_location == onnx.TensorProto.EXTERNAL:
+        location = next((e.value for e in t.external_data if e.key == "location"), "")
+        if os.path.isabs(location):
+            return  # a weight left on disk by load_model(weights_on_disk=True), checked there
         raise ModelError(f"{where}: {what} keeps its data in an external file that was not "
                          f"loaded")
     type_name = onnx.TensorProto.DataType.Name(t.data_type)
