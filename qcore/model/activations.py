@@ -238,7 +238,7 @@ def insert_qdq(model: Any, specs: Sequence[ActivationSpec]) -> Any:
     from onnx import helper, numpy_helper
 
     from ..io.onnx import topologically_sorted
-    from .export import fresh_name, graph_names
+    from .graph import fresh_name, graph_names
 
     out = topologically_sorted(model)
     g = out.graph
@@ -290,7 +290,7 @@ def insert_qdq(model: Any, specs: Sequence[ActivationSpec]) -> Any:
 
 
 def _zero_point_proto(sp: ActivationSpec, name: str) -> Any:
-    from .export import tensor_proto
+    from .graph import tensor_proto
 
     return tensor_proto(sp.zero_point_codes(), name)
 
@@ -351,7 +351,7 @@ class ActivationRunner:
         all_sites = [s for s in all_sites if s.name not in other]  # float16 sites stay float
         self.sites = all_sites
         self.names = [s.name for s in all_sites]
-        from .export import fresh_name, graph_names
+        from .graph import fresh_name, graph_names
 
         taken = graph_names(g)
         self.qnames = {s: fresh_name(qdq_name(s), taken) for s in self.names}
@@ -781,7 +781,7 @@ def smooth_model(model: Any, site_values: Mapping[str, Sequence[np.ndarray]], al
     if not 0 <= float(alpha) <= 1:
         raise QuantizationError(f"--smooth {alpha}: alpha must be in [0, 1]")
     from ..io.onnx import topologically_sorted
-    from .export import fresh_name, graph_names
+    from .graph import fresh_name, graph_names
 
     out = topologically_sorted(model)
     g = out.graph

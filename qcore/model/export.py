@@ -26,62 +26,14 @@ from typing import Any
 import numpy as np
 
 from ..formats import get_format
-from ..packing import pack
 from . import require
 from .fidelity import FLOAT, Quantized, qdq
-from .graph import ModelError
+from .graph import ModelError, fresh_name, graph_names, tensor_proto
 from .plan import Plan
 
 __all__ = ["export_plan", "tensor_proto", "unsupported_nodes"]
 
 _E8M0_OUTPUT_OPSET = 23  # DequantizeLinear's output_dtype attribute
-
-
-def tensor_proto(a: np.ndarray, name: str) -> Any:
-    """An initializer of ``a`` in ONNX's storage (2- and 4-bit types packed by qcore)."""
-    onnx = require("onnx")
-    from onnx import numpy_helper
-
-    a = np.asarray(a)
-    fmt = get_format(a.dtype)
-    if fmt.bits in (2, 4):
-        t = onnx.TensorProto()
-        t.name = name
-        t.data_type = fmt.onnx_id
-        t.dims.extend(a.shape)
-        t.raw_data = pack(a).tobytes()
-        return t
-    if fmt.name == "float32":
-        return numpy_helper.from_array(np.ascontiguousarray(a, "<f4"), name)
-    return numpy_helper.from_array(np.ascontiguousarray(a), name)
-
-
-def graph_names(graph: Any) -> set[str]:
-    """Every name a graph and its subgraphs use: initializers, inputs, outputs, value infos,
-    node inputs, outputs and node names."""
-    from ..io.onnx import iter_graphs
-
-    names: set[str] = set()
-    for _, g in iter_graphs(graph):
-        names.update(t.name for t in g.initializer)
-        names.update(v.name for v in list(g.input) + list(g.output) + list(g.value_info))
-        for n in g.node:
-            names.update(n.input)
-            names.update(n.output)
-            names.add(n.name)
-    names.discard("")
-    return names
-
-
-def fresh_name(base: str, taken: set[str]) -> str:
-    """``base``, or ``base_1``, ``base_2``, ... : the first not in ``taken`` (then taken), so an
-    export name never collides with a name the model already uses."""
-    name, k = base, 0
-    while name in taken:
-        k += 1
-        name = f"{base}_{k}"
-    taken.add(name)
-    return name
 
 
 def _dq_nodes(name: str, q: Quantized, opset: int, dtype: str, shape: tuple[int, ...],

@@ -241,6 +241,54 @@ def make_session(model: Any, threads: int = 0) -> Any:
                          + (msg[-1] if msg else type(exc).__name__)) from None
 
 
+def tensor_proto(a: np.ndarray, name: str) -> Any:
+    """An initializer of ``a`` in ONNX's storage (2- and 4-bit types packed by qcore)."""
+    onnx = require("onnx")
+    from onnx import numpy_helper
+
+    from ..formats import get_format
+    from ..packing import pack
+
+    a = np.asarray(a)
+    fmt = get_format(a.dtype)
+    if fmt.bits in (2, 4):
+        t = onnx.TensorProto()
+        t.name = name
+        t.data_type = fmt.onnx_id
+        t.dims.extend(a.shape)
+        t.raw_data = pack(a).tobytes()
+        return t
+    if fmt.name == "float32":
+        return numpy_helper.from_array(np.ascontiguousarray(a, "<f4"), name)
+    return numpy_helper.from_array(np.ascontiguousarray(a), name)
+
+
+def graph_names(graph: Any) -> set[str]:
+    """Every name a graph and its subgraphs use: initializers, inputs, outputs, value infos,
+    node inputs, outputs and node names."""
+    names: set[str] = set()
+    for _, g in iter_graphs(graph):
+        names.update(t.name for t in g.initializer)
+        names.update(v.name for v in list(g.input) + list(g.output) + list(g.value_info))
+        for n in g.node:
+            names.update(n.input)
+            names.update(n.output)
+            names.add(n.name)
+    names.discard("")
+    return names
+
+
+def fresh_name(base: str, taken: set[str]) -> str:
+    """``base``, or ``base_1``, ``base_2``, ... : the first not in ``taken`` (then taken), so an
+    export name never collides with a name the model already uses."""
+    name, k = base, 0
+    while name in taken:
+        k += 1
+        name = f"{base}_{k}"
+    taken.add(name)
+    return name
+
+
 def _unique(base: str, taken: set[str]) -> str:
     name, k = base, 0
     while name in taken:
