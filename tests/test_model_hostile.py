@@ -435,9 +435,13 @@ CASES = [
     ("model-string-input", lambda m, t: [m.string], "'t' has type"),
     ("initializer-short-raw", lambda m, t: [m.short_raw], "initializer 'w1' holds 2044 bytes"),
     ("initializer-short-typed", lambda m, t: [m.short_typed], "initializer 'w1' holds 511"),
-    ("external-short", lambda m, t: [m.ext_short], "'w2'"),
+    # the model argument named first, then the tensor and the bytes it needs
+    ("external-short", lambda m, t: [m.ext_short],
+     lambda m: f"model '{m.ext_short}': tensor 'w2' needs bytes 2048..3072 of 'ext.bin', "
+               "which has 3008"),
     ("external-short-no-length", lambda m, t: [m.ext_short_nolength],
-     "initializer 'w1' holds 1984 bytes"),
+     lambda m: f"model '{m.ext_short_nolength}': initializer 'w1' holds 1984 bytes; its shape "
+               "[16, 32] of FLOAT needs 2048"),
     ("constant-short-raw", lambda m, t: [m.const_short], "Constant 'w1' holds 2044 bytes"),
     ("logits-of-a-scalar", lambda m, t: [m.scalar, "--recipes", RECIPES, "--logits"],
      "--logits: output 'y' has shape ()"),
@@ -453,7 +457,8 @@ CASES = [
     ("inputs-missing-file", lambda m, t: T(m) + ["--inputs", t / "none.npz"], "no such file"),
     ("inputs-nul", lambda m, t: T(m) + ["--inputs", str(t / "a\x00.npz")], "null byte"),
     ("inputs-folder", lambda m, t: T(m) + ["--inputs", m.folder], "no such file"),
-    ("inputs-model-file", lambda m, t: T(m) + ["--inputs", m.tiny], "not an .npz"),
+    ("inputs-model-file", lambda m, t: T(m) + ["--inputs", m.tiny],
+     lambda m: f"--inputs {m.tiny}: not an .npz (a zip of .npy arrays)"),
     ("inputs-strings", lambda m, t: T(m) + ["--inputs", m.npz["strings"]], "'x' holds <U1"),
     ("inputs-bytes", lambda m, t: T(m) + ["--inputs", m.npz["bytes"]], "'x' holds |S1"),
     ("inputs-object", lambda m, t: T(m) + ["--inputs", m.npz["object"]], "'x' holds object"),
@@ -511,7 +516,7 @@ def test_hostile_cli_case_is_one_error_line(m, tmp_path, capfd, case_id, argv, w
         rc, out, err = cli(args, capsys)
         assert rc == 0 and "Traceback" not in err, err
         return
-    refused(args, capsys, word)
+    refused(args, capsys, word(m) if callable(word) else word)
     assert not list(tmp_path.glob("*.json")) and not list(tmp_path.glob("*.onnx"))
 
 

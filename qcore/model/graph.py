@@ -69,14 +69,16 @@ def load_model(path: str | os.PathLike, weights_on_disk: bool = False) -> Any:
         raise ModelError(f"model {str(path)!r} is not an ONNX model onnx can load: "
                          f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
                          ) from None
-    check_external_data(model, p.parent)  # no path escape, inside its file, before reading
     try:
+        check_external_data(model, p.parent)  # no path escape, inside its file, before reading
         if weights_on_disk:
             _weights_stay_on_disk(model, p.resolve().parent)
         else:
             from onnx.external_data_helper import load_external_data_for_model
 
             load_external_data_for_model(model, str(p.parent))
+    except ModelError as exc:  # the tensor and what it needs; the model named once, first
+        raise ModelError(f"model {str(path)!r}: {exc}") from None
     except Exception as exc:  # noqa: BLE001
         raise ModelError(f"model {str(path)!r}: its external data cannot be read: "
                          f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
@@ -103,7 +105,7 @@ def _weights_stay_on_disk(model: Any, base: Path) -> None:
                     else target.stat().st_size - int(info.get("offset", 0)))
             need = math.prod(t.dims) * (4 if t.data_type == onnx.TensorProto.FLOAT else 2)
             if have != need:  # what check_initializers says of a loaded tensor
-                raise ModelError(f"model: initializer {t.name!r} holds {have} bytes; its shape "
+                raise ModelError(f"initializer {t.name!r} holds {have} bytes; its shape "
                                  f"{list(t.dims)} of "
                                  f"{onnx.TensorProto.DataType.Name(t.data_type)} needs {need}")
             for e in t.external_data:
