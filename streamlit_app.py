@@ -18,6 +18,8 @@ try:
     warm.warm()
     with warm.page_running():  # the background warm-up compiles nothing meanwhile
         page.run()
+except frame.PageEnd:  # frame.stop_page(): the page ended early, the run ends normally
+    pass
 except Exception as exc:  # noqa: BLE001 - no traceback ever reaches the user
     errors.show(exc)
 finally:

