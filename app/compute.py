@@ -57,7 +57,7 @@ def version_label(op: str, opset: int) -> str:
 HOME_VALUES = np.array([-1.3, -0.62, -0.05, 0.0, 0.24, 0.5, 0.91, 1.7], np.float32)
 
 
-@st.cache_data(max_entries=64, show_spinner=False)
+@st.cache_data(max_entries=64, show_spinner="Quantizing your numbers…")
 def home_example(scale: float, zero_point: float, target: str,
                  values: tuple[float, ...] = tuple(HOME_VALUES.tolist())) -> pd.DataFrame:
     """The home page's example values, through QuantizeLinear and DequantizeLinear."""

@@ -18,8 +18,8 @@ class PageInfo:
 
 PAGES: tuple[PageInfo, ...] = (
     PageInfo("pages/learn.py", "Learn: guided path", ":material/school:",
-             "Seven steps from scale and zero point to choosing a format, each with a "
-             "question.", "Learn"),
+             "Ten steps from scale and zero point to a whole model, each with a question.",
+             "Learn"),
     PageInfo("pages/home.py", "Home", ":material/home:",
              "What linear quantization is, with a live example.", "Explore"),
     PageInfo("pages/quantize_lab.py", "Quantize Lab", ":material/science:",
