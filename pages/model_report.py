@@ -13,7 +13,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from app import charts, compute, errors, explain, frame, sources, theme, widgets
+from app import charts, compute, errors, explain, frame, metrics_view, sources, theme, widgets
 from qcore import analysis, datasets
 from qcore.report import core, list_tensors, models, recipes, synthetic
 
@@ -119,12 +119,12 @@ if rows is None:
     total = sum(r.elements for r in keep if not r.error)
     key = ("report", str(model), tuple(chosen))
     cache = st.session_state.setdefault("_mr_results", {})
-    c1, c2, c3 = st.columns([2, 2, 1], vertical_alignment="bottom")
-    c1.metric("Tensors", f"{len(keep)}", f"{len(skipped)} skipped (not float)" if skipped
-              else None, delta_color="off", border=True)
-    c2.metric("Elements", f"{total / 1e6:,.2f} M", f"× {len(chosen)} recipes", delta_color="off",
-              border=True)
-    clicked = c3.button("Run report", type="primary", icon=":material/play_arrow:")
+    row = metrics_view.cards()
+    metrics_view.card(row, "Tensors", f"{len(keep)}", f"{len(skipped)} skipped (not float)"
+                      if skipped else None, delta_color="off")
+    metrics_view.card(row, "Elements", f"{total / 1e6:,.2f} M", f"× {len(chosen)} recipes",
+                      delta_color="off")
+    clicked = st.button("Run report", type="primary", icon=":material/play_arrow:")
     if key not in cache and (clicked or total <= AUTO_RUN_ELEMENTS):
         bar = st.progress(0.0, text="Starting…")
 
@@ -157,15 +157,15 @@ else:
     best = per.iloc[analysis.front_pick(per["bits_per_element"], per["sqnr_db_weighted"]) or 0]
     good = analysis.front_pick(per["bits_per_element"], per["sqnr_db_weighted"], min_sqnr_db=30)
     cheapest_good = per.iloc[[] if good is None else [good]]
-    m1, m2, m3 = st.columns([2, 2, 1])  # recipe names must not be cut off
-    m1.metric("Best recipe (element-weighted SQNR)", str(best["recipe"]),
-              f"{best['sqnr_db_weighted']:.2f} dB", delta_color="off", border=True)
+    row = metrics_view.cards()
+    metrics_view.card(row, "Best recipe (element-weighted SQNR)", str(best["recipe"]),
+                      f"{best['sqnr_db_weighted']:.2f} dB", delta_color="off")
     if len(cheapest_good):
         r = cheapest_good.iloc[0]
-        m2.metric("Fewest bits with ≥ 30 dB", str(r["recipe"]),
-                  f"{r['bits_per_element']:.3f} bits/element", delta_color="off", border=True)
-    m3.metric("Model", f"{ok['label'].nunique()} tensors",
-              f"{int(per['elements'].iloc[0]):,} elements", delta_color="off", border=True)
+        metrics_view.card(row, "Fewest bits with ≥ 30 dB", str(r["recipe"]),
+                          f"{r['bits_per_element']:.3f} bits/element", delta_color="off")
+    metrics_view.card(row, "Model", f"{ok['label'].nunique()} tensors",
+                      f"{int(per['elements'].iloc[0]):,} elements", delta_color="off")
 
 metric = widgets.select("Colour by", ["sqnr_db", "clipped_fraction", "bits_per_element"],
                         "mr_metric", "sqnr_db", kind="segmented",

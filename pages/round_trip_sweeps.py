@@ -16,32 +16,37 @@ ERROR_COLUMNS = {"rmse": st.column_config.NumberColumn("RMSE", format="%.4g"),
 
 
 def partial(df) -> None:
-    """Say so where NaN/Inf produced (saturate off) leave elements out of the SQNR."""
+    """Say so where NaN/Inf (the input's own, or produced with saturate off) leave elements
+    out of the SQNR, and down to which share."""
     cover = df["sqnr_coverage"] if "sqnr_coverage" in df else None
     if cover is not None and bool((cover < 1).any()):
-        st.caption(f"Saturate is off and some settings turn finite elements into NaN/Inf: SQNR "
-                   f"is over the finite elements only (down to {metrics_view.share_text(cover.min())} of "
-                   "them); “clipped” counts the lost ones too.")
+        st.caption(metrics_view.partial_note(x, produced=True, saturate=cfg.saturate)
+                   + f" (down to {metrics_view.share_text(cover.min())} of them).")
 
 
 def clipping_tab() -> None:
     df = errors.attempt(compute.clipping, spec, cfg, what="Clipping sweep")
     if df is None:
         return
+    if not df["mse"].notna().any():
+        st.info("No clipping range leaves an element with a finite x and x̂, so there is no "
+                "error to sweep (see the note about this tensor above).", icon=":material/info:")
+        return
     best = df.iloc[int(df.attrs.get("optimum", df["mse"].idxmin()))]
     full = df.iloc[-1]
     partial(df)
     exact = bool((df["mse"] == 0).all())
     gain = text.db_gain(best["sqnr_db"], full["sqnr_db"])
-    c1, c2, c3, c4 = st.columns([1.4, 1, 1, 1.3])  # the values must not be cut off
-    c1.metric("Best clipping range", f"{best['clip_ratio']:.2f} × max|x|", border=True)
-    c2.metric("Threshold", text.short_num(best["threshold"], 4), border=True)
-    c3.metric("Best SQNR", text.db(best["sqnr_db"]), border=True,
-              help="∞ dB: the round trip reproduces x exactly." if exact else None)
-    c4.metric("SQNR without clipping", text.db(full["sqnr_db"]),
-              gain if gain.startswith("exact") else gain + " by clipping",
-              delta_color="off" if gain.startswith("exact") else "normal",
-              delta_arrow="off" if gain.startswith("exact") else "auto", border=True)
+    row = metrics_view.cards()
+    card = metrics_view.card
+    card(row, "Best clipping range", f"{best['clip_ratio']:.2f} × max|x|")
+    card(row, "Threshold", text.short_num(best["threshold"], 4))
+    card(row, "Best SQNR", text.db(best["sqnr_db"]),
+         help="∞ dB: the round trip reproduces x exactly." if exact else None)
+    card(row, "SQNR without clipping", text.db(full["sqnr_db"]),
+         gain if gain.startswith("exact") else gain + " by clipping",
+         delta_color="off" if gain.startswith("exact") else "normal",
+         delta_arrow="off" if gain.startswith("exact") else "auto")
     if exact:
         st.info("Every clipping range reproduces this tensor exactly (the error is 0 "
                 "everywhere, SQNR ∞): each value already sits on a code, as for a constant, "
@@ -79,11 +84,11 @@ def round_trip_tab() -> None:
     if df is None:
         return
     changed_later = int(df["changed"].iloc[1:].sum()) if len(df) > 1 else 0
-    c1, c2 = st.columns(2)
-    c1.metric("Changed by the first round trip", f"{int(df['changed'].iloc[0]):,}", border=True)
-    c2.metric("Changed by the later ones", f"{changed_later:,}",
-              "idempotent" if changed_later == 0 else "not idempotent",
-              delta_color="normal" if changed_later == 0 else "inverse", border=True)
+    row = metrics_view.cards()
+    metrics_view.card(row, "Changed by the first round trip", f"{int(df['changed'].iloc[0]):,}")
+    metrics_view.card(row, "Changed by the later ones", f"{changed_later:,}",
+                      "idempotent" if changed_later == 0 else "not idempotent",
+                      delta_color="normal" if changed_later == 0 else "inverse")
     charts.show(charts.round_trips(df))
     st.caption("After one round trip every value already sits on a representable value, so "
                "quantizing it again with the same scale changes nothing.")
