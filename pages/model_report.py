@@ -104,8 +104,18 @@ else:
 
 chosen = widgets.multi("Recipes", list(recipes.CATALOGUE), "mr_recipes",
                        list(recipes.DEFAULT_RECIPES), where=side,
-                       help="TARGET:granularity[@calibration]; MX recipes: blocks of 32 with "
-                            "float8e8m0 scales (OCP rule).")
+                       help="The catalogue's recipes, named TARGET:granularity[@calibration]; "
+                            "MX recipes: blocks of 32 with float8e8m0 scales (OCP rule). Type "
+                            "others below.")
+typed = widgets.text("More recipes, typed", "mr_more", "", where=side,
+                     placeholder="int4:blocked64@mse, uint8:per-axis",
+                     help="Comma-separated TARGET:GRANULARITY[@METHOD]: TARGET any quantized "
+                          "type, GRANULARITY per-tensor, per-axis or blockedN, METHOD minmax, "
+                          "absmax, percentile, mse or mx.")
+for spec in (t.strip() for t in typed.split(",") if t.strip()):
+    recipe = errors.attempt(recipes.parse_recipe, spec, what="A typed recipe")
+    if recipe is not None and recipe.name not in chosen:
+        chosen = [*chosen, recipe.name]
 with side.expander("What the recipes do"):
     for name in chosen:
         st.markdown(f"**{name}** — {recipes.describe(name)}")
