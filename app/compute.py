@@ -46,6 +46,13 @@ def cuda_ok() -> bool:
         return False
 
 
+def opset_span(opsets: list[int]) -> str:
+    """'opset 23' for one opset, 'opsets 19–20' for a run of them."""
+    if opsets[0] == opsets[-1]:
+        return f"opset {opsets[0]}"
+    return f"opsets {opsets[0]}–{opsets[-1]}"
+
+
 def version_label(op: str, opset: int) -> str:
     """'QuantizeLinear-21' for the version in force at `opset`."""
     return qcore.resolve(op, opset).label
@@ -201,11 +208,11 @@ def check_everywhere(op: str, config: dict[str, Any]) -> pd.DataFrame:
             else:
                 plan = qcore.plan_dequantize(opset=v, **config)
                 detail = f"{plan.layout.granularity}; output {plan.output.name}"
-            rows.append({"version": label, "opsets": f"{opsets[0]}–{opsets[-1]}",
-                         "valid": True, "what qcore says": detail})
+            rows.append({"version": label, "opsets": opset_span(opsets),
+                         "first_opset": opsets[0], "valid": True, "what qcore says": detail})
         except qcore.QuantizationError as exc:
-            rows.append({"version": label, "opsets": f"{opsets[0]}–{opsets[-1]}",
-                         "valid": False, "what qcore says": str(exc)})
+            rows.append({"version": label, "opsets": opset_span(opsets),
+                         "first_opset": opsets[0], "valid": False, "what qcore says": str(exc)})
     return pd.DataFrame(rows)
 
 

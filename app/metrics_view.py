@@ -224,9 +224,12 @@ WALK_COLUMNS = {
 }
 
 
-def walk_table(walk) -> Any:
-    """The step-by-step table as shown (values as text: NaN stays 'NaN', not 'None')."""
-    return text.values_table(walk, WALK_VALUES)
+def walk_table(walk, target: str | None = None) -> Any:
+    """The step-by-step table as shown (values as text: NaN stays 'NaN', not 'None'; x/scale
+    with every float32 digit; an integer target's codes never read −0)."""
+    integer = target is not None and qcore.get_format(target).is_integer
+    return text.values_table(walk, WALK_VALUES, exact=("x/scale",),
+                             codes=("rounded", "+zero point", "saturated") if integer else ())
 
 
 def downloads(spec, cfg, res: compute.LabResult) -> None:

@@ -239,10 +239,18 @@ with right:
     st.caption(compute.PARETO_RULE.format(noun="recipe"))
     table = per.copy()
     table["MiB"] = table["bytes"] / 2**20
+    opsets = ok.groupby("recipe", sort=False)["opset"].min() if "opset" in ok else None
+    columns = ["recipe", "sqnr_db_weighted", "bits_per_element", "pareto", "sqnr_db_model",
+               "min_sqnr_db", "MiB"]
+    if opsets is not None:
+        table["opset"] = table["recipe"].map(opsets).astype("Int64")
+        columns.insert(3, "opset")
     # SQNR beside the recipe: the narrow column scrolls, the figures that matter stay in view
-    st.dataframe(table[["recipe", "sqnr_db_weighted", "bits_per_element", "pareto",
-                        "sqnr_db_model", "min_sqnr_db", "MiB"]], hide_index=True,
+    st.dataframe(table[columns], hide_index=True,
                  column_config={
+                     "opset": st.column_config.NumberColumn(
+                         "opset", format="%d", help="The oldest opset whose operators express "
+                                                    "the recipe: the report runs it there."),
                      "recipe": st.column_config.TextColumn("recipe", pinned=True),
                      "bits_per_element": st.column_config.NumberColumn("bits/elem", format="%.3f"),
                      "MiB": st.column_config.NumberColumn("MiB", format="%.2f"),
@@ -255,6 +263,13 @@ with right:
                                                                     format="%.2f"),
                      "min_sqnr_db": st.column_config.NumberColumn("worst dB", format="%.2f"),
                      "pareto": st.column_config.CheckboxColumn("Pareto")})
+
+if opsets is not None and bool((opsets < 21).any()):
+    st.caption("Each recipe runs at the oldest opset that expresses it (the opset column). "
+               "Before opset 21 QuantizeLinear has no output_dtype, so a float8 or 4-bit "
+               "target is named by a stored zero point, and its bits count: float8e4m3fn "
+               "per-tensor costs a few millionths of a bit more per element here than in the "
+               "Quantize Lab at the latest opset.")
 
 st.subheader("Worst tensors", divider="gray")
 n_worst = widgets.number("How many", "mr_top", 10, min_value=1, max_value=100)

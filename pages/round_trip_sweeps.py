@@ -24,6 +24,17 @@ def partial(df) -> None:
                    + f" (down to {metrics_view.share_text(cover.min())} of them).")
 
 
+def sweep_basis(method: str) -> str:
+    """What the clipping sweep scales for a calibration method (it says so on screen)."""
+    label = controls.METHOD_LABELS.get(method, method)
+    if method in ("minmax", "absmax", "mx"):
+        return (f"Swept: the {label} range times the ratio on the x axis (ratio 1 is the "
+                f"{label} calibration the Lab shows).")
+    return (f"Swept: the observed min–max range times the ratio. {label} picks its own range, "
+            f"so ratio 1 here is min–max, not {label}; the Lab shows "
+            f"{label}'s own choice.")
+
+
 def clipping_tab() -> None:
     df = errors.attempt(compute.clipping, spec, cfg, what="Clipping sweep")
     if df is None:
@@ -32,6 +43,7 @@ def clipping_tab() -> None:
         st.info("No clipping range leaves an element with a finite x and x̂, so there is no "
                 "error to sweep (see the note about this tensor above).", icon=":material/info:")
         return
+    st.caption(sweep_basis(cfg.method))
     best = df.iloc[int(df.attrs.get("optimum", df["mse"].idxmin()))]
     full = df.iloc[-1]
     partial(df)
