@@ -12,6 +12,7 @@ from app import errors, frame, nav, state, warm  # noqa: E402 - after set_page_c
 
 _t0 = time.perf_counter()
 page = nav.navigation()
+nav.one_history_entry_per_move()
 state.begin_run(page.url_path)
 frame.set_inside(True)
 try:

@@ -404,3 +404,33 @@ def test_guided_path_in_the_browser(server, browser, shots):
         assert "Step by step on your own numbers" in main.inner_text()
     finally:
         page.close()
+
+
+def test_one_history_entry_per_move_and_back_undoes_a_setting(server, browser):
+    """Each sidebar move adds one browser-history entry (not one for the path and another for
+    the settings the page then writes), a settings change adds one, and Back undoes it."""
+    page = browser.new_page(viewport={"width": 1440, "height": 900})
+    try:
+        page.goto(f"{server}/quantize_lab", timeout=120_000)
+        wait_idle(page)
+        start = page.evaluate("history.length")
+        go_to(page, "format_compare")
+        page.wait_for_timeout(1000)  # the settings' URL write comes after the run's start
+        assert page.evaluate("history.length") == start + 1
+        go_to(page, "number_formats")
+        page.wait_for_timeout(1000)
+        assert page.evaluate("history.length") == start + 2
+        assert "nf_format=float8e4m3fn" in page.url
+        choose(page, "Format", "float4e2m1", "nf_format")
+        wait_idle(page)
+        assert page.evaluate("history.length") == start + 3
+        page.go_back()
+        page.wait_for_function("() => location.href.includes('nf_format=float8e4m3fn')",
+                               timeout=60_000)
+        wait_idle(page)
+        assert selected(page, "Format").startswith("float8e4m3fn"), selected(page, "Format")
+        page.go_back()
+        page.wait_for_function("() => location.pathname.endsWith('/format_compare')",
+                               timeout=60_000)
+    finally:
+        page.close()
