@@ -17,7 +17,7 @@ state.begin_run(page.url_path)
 frame.set_inside(True)
 try:
     warm.warm()
-    with warm.page_running():  # the background warm-up compiles nothing meanwhile
+    with warm.page_running(page.title):  # the background warm-up compiles nothing meanwhile
         page.run()
 except frame.PageEnd:  # frame.stop_page(): the page ended early, the run ends normally
     pass

@@ -237,6 +237,29 @@ def test_a_page_waiting_for_a_compiler_says_so_with_progress():
     assert any(s.startswith("Compiled 1 kernel(s) for this CPU") for s in said), said
 
 
+def _slow_page():
+    import time
+
+    import streamlit as st
+
+    from app import warm
+
+    warm.SLOW_RUN_S = 0.2
+    with warm.page_running("The slow page"):
+        time.sleep(1.6)
+    st.write("done")
+
+
+def test_a_slow_page_run_says_it_is_working_within_a_second():
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_function(_slow_page, default_timeout=60)
+    at.run()
+    assert not at.exception
+    said = [t.value for t in at.toast]
+    assert any(s.startswith("The slow page: ready in") for s in said), said
+
+
 def test_the_watch_counts_only_its_own_thread():
     """A compilation in another thread (the server's warm-up) is not the page's."""
     import numba
