@@ -393,8 +393,8 @@ STEPS: tuple[Step, ...] = (
          "2-bit codes). The first element goes in the low nibble, bits 0 to 3, the next in "
          "the high nibble. In memory qcore keeps one code per byte and packs them when it "
          "writes the tensor out.",
-         r"\text{byte}_k = (y_{2k} \mathbin{\&} 15) + 16 \times (y_{2k+1} \mathbin{\&} 15),\quad "
-         r"\text{bytes} = \lceil n / 2 \rceil",
+         r"\begin{aligned}\text{byte}_k &= (y_{2k} \mathbin{\&} 15) + 16 \times "
+         r"(y_{2k+1} \mathbin{\&} 15) \\ \text{bytes} &= \lceil n / 2 \rceil\end{aligned}",
          "Low nibble first is how a little-endian machine stores a number's low part first: "
          "element 2k sits where a byte-wise read finds it with one mask, and an odd count "
          "pads only the last byte's high nibble. Packing halves the file and the memory "
@@ -412,8 +412,9 @@ STEPS: tuple[Step, ...] = (
          "or int4/float4 per axis. Each scale costs bits too: 32 bits shared by 32 elements "
          "is one bit each, an 8-bit MX scale a quarter bit. So compare SQNR and bits per "
          "element together, on the same tensor.",
-         r"	ext{bits per element} = b_{	ext{code}} + rac{b_{	ext{scale}}}{	ext{block}}"
-         r",\quad 	ext{SQNR gain} pprox 6.02\ 	ext{dB per bit}",
+         r"\begin{aligned}\text{bits per element} &= b_{\text{code}} + "
+         r"\frac{b_{\text{scale}}}{\text{block}} \\ \text{SQNR gain} &\approx 6.02\ "
+         r"\text{dB per bit}\end{aligned}",
          glossary.WHY["power_of_two"] + " " + glossary.WHY["blocks"],
          "On a real MiniLM weight, int4 blocked 32 with float32 abs-max scales against MXFP4: "
          "which gives the higher SQNR?", _S_BITS, _a_same_bits,
@@ -462,7 +463,8 @@ STEPS: tuple[Step, ...] = (
          "whose largest values sit far from the bulk loses most to one scale; a tensor the "
          "output barely depends on can lose much and cost nothing. The tensor's SQNR says "
          "what quantization does to it; the model's output says what that costs.",
-         r"	ext{bits needed} pprox \log_2 rac{\max |x|}{\sigma} + 	ext{the SQNR wanted} / 6.02",
+         r"\text{bits needed} \approx \log_2 \frac{\max |x|}{\sigma} + "
+         r"\frac{\text{SQNR wanted}}{6.02\ \text{dB}}",
          "The Model Report ranks every tensor of a checkpoint by its SQNR under each recipe; "
          "Model Fidelity runs the model with one tensor quantized at a time (its sensitivity) "
          "and chooses the mix of formats a bits budget allows.",

@@ -35,8 +35,10 @@ with left:
         st.caption("Words: " + " · ".join(glossary.link(t) for t in step.terms))
     if step.refs:
         st.markdown("**Look it up:**")
-        for col, script in zip(st.columns(len(step.refs)), step.refs):
-            col.page_link(script, label=TITLES.get(script, script), icon=":material/menu_book:")
+        with st.container(horizontal=True, gap="small"):  # each link as wide as its title
+            for script in step.refs:
+                st.page_link(script, label=TITLES.get(script, script),
+                             icon=":material/menu_book:", width="content")
 with right:
     with st.container(border=True):
         st.markdown("##### Predict first")

@@ -52,6 +52,7 @@ def test_the_path_has_the_seven_steps_in_order():
     for s in STEPS:
         assert s.idea.count(". ") + s.idea.count(": ") >= 2 and s.formula and s.why
         assert len(s.options) >= 2 and s.try_settings
+        assert not [c for c in s.formula if ord(c) < 32], s.title  # LaTeX written raw
 
 
 def test_walk_the_path_answering_every_question():
