@@ -9,7 +9,9 @@ import qcore
 
 from . import glossary
 
-FORMULA_Q = r"y = \operatorname{saturate}\big(\operatorname{round}(x \,/\, \text{scale}) + \text{zero\_point}\big)"
+#: Two lines, so that it fits Home's column on a laptop-wide window (one line was cut).
+FORMULA_Q = (r"\begin{aligned}y &= \operatorname{saturate}\big(\operatorname{round}(x \,/\, "
+             r"\text{scale}) \\ &\qquad + \text{zero\_point}\big)\end{aligned}")
 FORMULA_DQ = r"\hat{x} = (y - \text{zero\_point}) \times \text{scale}"
 
 HOME_INTRO = """

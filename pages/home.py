@@ -67,8 +67,8 @@ explain.intro("", explain.HOME_EXACT)
 
 st.subheader("Where to go next")
 others = [p for p in nav.PAGES if p.script != "pages/home.py"]
-for start in range(0, len(others), 4):  # one row of columns per four cards: even heights
-    for col, page in zip(st.columns(4), others[start:start + 4]):
+for start in range(0, len(others), 3):  # a row of columns per three cards: even heights,
+    for col, page in zip(st.columns(3), others[start:start + 3]):  # whole titles
         with col.container(border=True, height="stretch"):
             st.page_link(page.script, label=f"**{page.title}**", icon=page.icon)
             st.caption(page.blurb)
