@@ -344,3 +344,9 @@ def test_warm_lab_runs_every_step_without_error():
     """The server's first warm-up step catches and logs what fails (a page then compiles it
     itself), so a broken step would pass unseen: run it and see it finish."""
     warm.warm_lab()
+
+
+def test_the_warm_up_computes_every_lesson_answer():
+    from app import warm_process
+
+    assert warm_process.warm_lesson_answers() == " (and every answer)"
