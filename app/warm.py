@@ -134,6 +134,7 @@ class CompileWatch:
         self.what = what
         self.began = time.monotonic()
         self.working_shown = False  # the slow-run notice is on screen
+        self._toast = None  # the notice, updated in place
         self.depth = 0  # nested compilations (a kernel compiles the functions it calls)
         self.count = 0  # outermost compilations started
         self.name = ""
@@ -225,8 +226,6 @@ class CompileWatch:
         """What the slow-run notice says now."""
         return (f"Working on {self.what}… ({time.monotonic() - self.began:.0f} s so far; "
                 "every number is computed by qcore as you asked)")
-
-    _toast = None
 
     def _notify(self) -> None:
         while not self._done.wait(NOTICE_EVERY_S if (self.shown or self.working_shown)
