@@ -40,7 +40,7 @@ else:
 def text_width(values, header: str) -> int:
     """Pixels a table column needs for its longest text (the grid cuts what does not fit)."""
     longest = max([len(str(v)) for v in values] + [len(header)])
-    return 8 * longest + 32
+    return 7 * longest + 28
 
 
 if fmt.bits <= 8:
@@ -48,21 +48,22 @@ if fmt.bits <= 8:
     log = widgets.toggle("Logarithmic number line", "nf_log", not fmt.is_integer)
     charts.show(charts.number_line(codes["numeric"].to_numpy(), codes["class"].to_numpy(), name,
                                    log=log))
-    c1, c2 = st.columns([3, 2])
-    with c1:
-        st.markdown(f"#### All {len(codes)} codes")
-        st.dataframe(codes.drop(columns=["numeric"]), hide_index=True, height=420,
-                     column_config={
-                         "bits": st.column_config.TextColumn(
-                             "bits (sign exponent mantissa)" if fmt.is_float else "bits"),
-                         "class": st.column_config.TextColumn(  # wide enough for "subnormal"
-                             "class", width=text_width(codes["class"], "class"))})
-    with c2:
-        spacing = compute.format_spacing(name)
-        if len(spacing) > 1:
-            charts.show(charts.spacing(spacing, name))
-        else:
-            st.info("A single positive value: no spacing to draw.")
+    st.markdown(f"#### All {len(codes)} codes")
+    table = codes.drop(columns=["numeric"])
+    labels = {name: "bits (s e m)" if name == "bits" and fmt.is_float else name
+              for name in table.columns}
+    # every column as wide as its longest text, and the table beside nothing: the grid cuts
+    # what does not fit its width ("subno…" in the class column)
+    st.dataframe(table, hide_index=True, height=420, width="content", column_config={
+        name: st.column_config.Column(
+            label, width=text_width(table[name], label),
+            help="sign, exponent and mantissa bits" if name == "bits" else None)
+        for name, label in labels.items()})
+    spacing = compute.format_spacing(name)
+    if len(spacing) > 1:
+        charts.show(charts.spacing(spacing, name))
+    else:
+        st.info("A single positive value: no spacing to draw.")
 else:
     st.info(f"{name} has {1 << fmt.bits:,} codes — evenly spaced integers from "
             f"{int(fmt.min):,} to {int(fmt.max):,}; too many to list.", icon=":material/info:")
