@@ -30,9 +30,9 @@ def sweep_basis(method: str) -> str:
     if method in ("minmax", "absmax", "mx"):
         return (f"Swept: the {label} range times the ratio on the x axis (ratio 1 is the "
                 f"{label} calibration the Lab shows).")
-    return (f"Swept: the observed min–max range times the ratio. {label} picks its own range, "
-            f"so ratio 1 here is min–max, not {label}; the Lab shows "
-            f"{label}'s own choice.")
+    return (f"Swept: the observed min–max range times the ratio. The {label} method picks its "
+            f"own range, so ratio 1 here is min–max, not {label}; the Lab shows that method's "
+            "own choice.")
 
 
 def clipping_tab() -> None:
@@ -85,7 +85,7 @@ def block_tab_body() -> None:
     st.caption(f"Blocks along axis {cfg.axis % x.ndim} (length {x.shape[cfg.axis % x.ndim]}), "
                f"calibrated with {controls.METHOD_LABELS[cfg.method]}. Smaller blocks follow "
                "the data more closely but store more scales.")
-    st.dataframe(df, hide_index=True, column_config=ERROR_COLUMNS | {
+    st.dataframe(df, hide_index=True, height="content", column_config=ERROR_COLUMNS | {
         "sqnr_db": st.column_config.NumberColumn("SQNR (dB)", format="%.2f"),
         "bits_per_element": st.column_config.NumberColumn("bits / element", format="%.3f"),
         "sqnr_coverage": st.column_config.NumberColumn("SQNR covers", format="%.4g")})
@@ -122,7 +122,7 @@ def chain_tab_body() -> None:
     if df is None or not len(df):
         return
     charts.show(charts.chain(df))
-    st.dataframe(df, hide_index=True, column_config=ERROR_COLUMNS | {
+    st.dataframe(df, hide_index=True, height="content", column_config=ERROR_COLUMNS | {
         "sqnr_db": st.column_config.NumberColumn("SQNR vs x (dB)", format="%.2f"),
         "step_sqnr_db": st.column_config.NumberColumn("SQNR vs step input (dB)", format="%.2f"),
         "max_abs_error": st.column_config.NumberColumn("max |error|", format="%.4g")})
