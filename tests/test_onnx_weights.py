@@ -233,3 +233,72 @@ def test_a_model_without_weights_is_an_error_saying_what_was_looked_at(tmp_path)
                           capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "2 initializers" in proc.stderr and "Constant" in proc.stderr
+
+
+def test_external_data_is_read_where_it_lives_and_never_outside_the_folder(tmp_path):
+    m = everywhere_model()
+    want = {r.key: qonnx.weight_array(m, r) for r in qonnx.find_weights(m)}
+    path = tmp_path / "m.onnx"
+    onnx.save_model(m, path, save_as_external_data=True, all_tensors_to_one_file=True,
+                    location="m.data", size_threshold=64)
+    assert any(r.external for r in qonnx.find_weights(onnx.load(path, load_external_data=False)))
+    loaded = graph.load_model(path)
+    got = {r.key: qonnx.weight_array(loaded, r) for r in qonnx.find_weights(loaded)}
+    assert set(got) == set(want)
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k])
+    bad = onnx.load(path, load_external_data=False)
+    for t in bad.graph.initializer:
+        for e in t.external_data:
+            if e.key == "location":
+                e.value = "../m.data"
+    (tmp_path / "sub").mkdir()
+    onnx.save_model(bad, tmp_path / "sub" / "bad.onnx")
+    with pytest.raises(graph.ModelError, match="outside the model's folder"):
+        graph.load_model(tmp_path / "sub" / "bad.onnx")
+
+
+def _role(op, index, **attrs):
+    return qonnx.role_of([qonnx.Consumer("main", "n", op, index,
+                                         tuple((k, int(v)) for k, v in attrs.items()))])
+
+
+@pytest.mark.parametrize("op,index,attrs,ndim,axes", [
+    ("MatMul", 1, {}, 2, (1, 0)),  # B [K, N]
+    ("MatMul", 1, {}, 3, (2, 1)),  # batched B [.., K, N]
+    ("MatMul", 0, {}, 2, (0, 1)),  # a constant A [M, K]
+    ("Gemm", 1, {"transB": 0}, 2, (1, 0)),
+    ("Gemm", 1, {"transB": 1}, 2, (0, 1)),
+    ("Conv", 1, {}, 4, (0, 1)),
+    ("ConvTranspose", 1, {}, 4, (1, 0)),  # (I, O/g, k...)
+    ("Gather", 0, {}, 2, (0, 1)),  # embedding rows
+    ("LSTM", 1, {}, 3, (1, 2)), ("GRU", 2, {}, 3, (1, 2)), ("RNN", 1, {}, 3, (1, 2)),
+    ("Einsum", 1, {}, 2, (0, 1)),  # unknown: the (out, in) convention
+])
+def test_role_table(op, index, attrs, ndim, axes):
+    assert _role(op, index, **attrs).axes(ndim) == axes
+
+
+def test_recipe_axis_grammar_and_the_report_keeps_rows(tmp_path):
+    from qcore.errors import QuantizationError
+    from qcore.report import run_report
+    from qcore.report.recipes import parse_recipe
+
+    r = parse_recipe("int8:per-axis/1")
+    assert (r.granularity, r.axis, r.name) == ("per-axis", 1, "int8:per-axis/1")
+    assert parse_recipe("int4:blocked32/0").axis == 0
+    assert parse_recipe("int4:blocked32").axis is None
+    with pytest.raises(QuantizationError, match="per-tensor has no axis"):
+        parse_recipe("int8:per-tensor/0")
+    w = arr(8, 64)
+    assert fidelity.qdq(w, "int8:per-axis/1").scale.shape == (64,)
+    with pytest.raises(QuantizationError, match="axis 2"):
+        fidelity.qdq(w, "int8:per-axis/2")
+    np.savez(tmp_path / "w.npz", w=w)
+    rows = run_report(tmp_path / "w.npz", ["int8:per-axis/0", "int8:per-axis/1"]).rows
+    assert (rows["error"] == "").all()
+    by = rows.set_index("recipe")
+    assert (by.loc["int8:per-axis/0", "axis"], by.loc["int8:per-axis/0", "scales"]) == (0, 8)
+    assert (by.loc["int8:per-axis/1", "axis"], by.loc["int8:per-axis/1", "scales"]) == (1, 64)
+    assert by.loc["int8:per-axis/1", "sqnr_db"] == pytest.approx(
+        fidelity.qdq(w, "int8:per-axis/1").tensor_sqnr_db, rel=1e-9)

@@ -17,7 +17,8 @@ names (``mxfp8``, ``mxfp8e5m2``, ``mxfp6``, ``mxfp6e3m2``, ``mxfp4``, ``mxint8``
 - METHOD: a calibration method of :mod:`qcore.calibration` (``minmax``, ``absmax``,
   ``percentile``, ``mse``, ``mx``). Default: ``minmax`` (asymmetric) for unsigned integers,
   ``absmax`` (symmetric) otherwise.
-- MX recipes: blocks of 32 along the last axis, float8e8m0 scales by the OCP rule
+- MX recipes: blocks of 32 along the reduction axis (a tensor without a graph: the last axis),
+  float8e8m0 scales by the OCP rule
   2^(floor(log2 amax) - emax) with emax the element format's largest exponent (e4m3: 8,
   e5m2: 15, e2m3: 2, e3m2: 4, e2m1: 2, int8: 6) — :func:`qcore.calibration.mx_scale`.
 
@@ -50,6 +51,7 @@ from .sliced import (  # noqa: F401 - what a recipe is on a shape, re-exported h
     required_opset,
     stores_zero_point,
     tensor_statistics,
+    weight_layout,
 )
 
 __all__ = ["DEFAULT_RECIPES", "MX_RECIPES", "Recipe", "describe", "parse_recipe",
@@ -166,7 +168,7 @@ def describe(recipe: Recipe | str) -> str:
     r = parse_recipe(recipe) if isinstance(recipe, str) else recipe
     if r.mx:
         return (f"OCP Microscaling: {r.target} elements in blocks of {r.block_size} along the "
-                f"last axis, each block with a float8e8m0 power-of-two scale.")
+                f"reduction axis, each block with a float8e8m0 power-of-two scale.")
     where = "" if r.axis is None else f" (axis {r.axis})"
     gran = {PER_TENSOR: "one scale for the tensor",
             PER_AXIS: "one scale per output channel" + (where or " (the weight's output axis)"),
@@ -179,17 +181,18 @@ def describe(recipe: Recipe | str) -> str:
 # running one recipe on one tensor
 
 
-def run_recipe(x: np.ndarray, recipe: Recipe) -> dict[str, Any]:
+def run_recipe(x: np.ndarray, recipe: Recipe, role: Any = None) -> dict[str, Any]:
     """Quantize and dequantize float32 ``x`` by the recipe; the metrics of the round trip (the
-    report's own sliced computation, :mod:`qcore.report.sliced`, on an array in memory).
+    report's own sliced computation, :mod:`qcore.report.sliced`, on an array in memory), laid
+    out by ``role`` (an ONNX weight's :class:`qcore.io.onnx.Role`; None: (out, in) rows).
 
-    Keys: granularity, axis, block_size, opset, sqnr_db, rmse, max_abs_error,
+    Keys: granularity, axis, view, block_size, opset, sqnr_db, rmse, max_abs_error,
     clipped_fraction, nan_out, inf_out, bits_per_element, bytes, scales.
     """
     x = np.asarray(x, np.float32)
     reader = ArrayReader(x)
     st = tensor_statistics(reader, x.size)
-    (out,) = recipe_rows(reader, tuple(x.shape), [recipe], st["min"], st["max"])
+    (out,) = recipe_rows(reader, tuple(x.shape), [recipe], st["min"], st["max"], role)
     if isinstance(out, QuantizationError):
         raise out
     return out
