@@ -236,6 +236,17 @@ def _quantize(spec, cfg) -> tuple[np.ndarray, Any, np.ndarray, np.ndarray]:
     return x, params, y, x_hat
 
 
+@st.cache_data(max_entries=8, show_spinner=False)
+def method_sqnr(spec, cfg) -> float:
+    """SQNR (dB) of the configuration as calibrated (the Lab's figure), without the Lab's
+    histograms and maps: the clipping sweep shows it beside its own best range."""
+    from qcore import metrics
+
+    x, params, y, x_hat = _quantize(spec, cfg)
+    return float(metrics.error_metrics(x, x_hat, y=y, params=params,
+                                       opset=cfg.opset)["sqnr_db"])
+
+
 def quantized_codes(spec, cfg) -> np.ndarray:
     """y for the download buttons (recomputed on demand, not kept in the cache)."""
     return _quantize(spec, cfg)[2]

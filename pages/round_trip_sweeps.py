@@ -59,6 +59,12 @@ def clipping_tab() -> None:
          gain if gain.startswith("exact") else gain + " by clipping",
          delta_color="off" if gain.startswith("exact") else "normal",
          delta_arrow="off" if gain.startswith("exact") else "auto")
+    if cfg.method not in ("minmax", "absmax", "mx"):  # the sweep is min–max based: say what
+        own = errors.attempt(compute.method_sqnr, spec, cfg, what="The method's own range")
+        if own is not None:  # the method itself gives, as the Lab shows it
+            card(row, f"{controls.METHOD_LABELS[cfg.method]} (the Lab)", text.db(own),
+                 help="The SQNR with the range this method picks itself: what the Quantize "
+                      "Lab shows for these settings. The curve scales the min–max range.")
     if exact:
         st.info("Every clipping range reproduces this tensor exactly (the error is 0 "
                 "everywhere, SQNR ∞): each value already sits on a code, as for a constant, "
