@@ -109,7 +109,7 @@ NOTICE_AFTER_S = 0.3
 NOTICE_EVERY_S = 1.0
 #: Seconds a page run may take before it says it is still working (a busy machine, a large
 #: tensor, a first compile): within a second of a click, the page shows what it is doing.
-SLOW_RUN_S = 1.0
+SLOW_RUN_S = 0.5
 
 
 class CompileWatch:
