@@ -1,9 +1,12 @@
 """python -m qcore.model MODEL [--inputs FILE.npz] [--recipes R1,R2,...] [--budget BITS]
-[--out TABLE.csv] [--plan PLAN.json] [--export QDQ.onnx]
+[--out TABLE.csv] [--plan PLAN.json] [--export QDQ.onnx] [--runtime onnxruntime|reference]
 
 Sensitivity of every weight × every recipe (alone) and of every recipe on all weights; with
 --budget, the exactly optimal plan, run and measured; with --export, the plan as a QDQ model.
-MODEL is a .onnx path or ``minilm``. Progress goes to stderr, the summary to stdout; errors are
+MODEL is a .onnx path, ``minilm`` (Gemm form) or ``minilm-matmul`` (MatMul form). With
+--runtime onnxruntime (the default with --export) the plan takes only configurations the
+installed onnxruntime runs, the export is written in the forms it fuses into integer kernels and
+its latency is measured beside the float model's. Progress goes to stderr, the summary to stdout; errors are
 one ``error:`` line and exit status 2.
 """
 
@@ -53,7 +56,7 @@ class Bar:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m qcore.model", description=__doc__.split("\n\n")[1])
-    p.add_argument("model", help="a .onnx path or 'minilm'")
+    p.add_argument("model", help="a .onnx path, 'minilm' or 'minilm-matmul'")
     p.add_argument("--inputs", help=".npz whose arrays are the graph inputs (else generated)")
     p.add_argument("--recipes", default=",".join(DEFAULT_RECIPES),
                    help="comma-separated report recipes (default: the report's eight)")
@@ -74,6 +77,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-float", action="store_true",
                    help="the plan may not leave a weight in float32")
     p.add_argument("--threads", type=int, default=0, help="onnxruntime intra-op threads")
+    p.add_argument("--runtime", help="plan for this runtime: onnxruntime (only what the "
+                   "installed onnxruntime runs; the default with --export) or reference "
+                   "(every ONNX type)")
+    p.add_argument("--latency-repeats", type=int, default=10,
+                   help="timed passes per model for the export's latency (default 10)")
     return p
 
 
@@ -114,6 +122,9 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     from ..report.recipes import parse_recipes
 
     recipes = [r.name for r in parse_recipes(args.recipes)]
+    from .runtime import check_runtime
+
+    runtime = check_runtime(args.runtime or ("onnxruntime" if args.export else "reference"))
     t0 = time.perf_counter()
     case = load_case(args.model, args.inputs, sentences=args.sentences, seed=args.seed,
                      int_range=(lo, hi), dim=args.dim, kind="logits" if args.logits else None,
@@ -130,6 +141,8 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     t1 = time.perf_counter()
     sens = measure(case, recipes, tensors, Bar("sensitivity"))
     t_sens = time.perf_counter() - t1
+    if runtime != "reference":
+        sens = _for_runtime(case, sens, runtime, out)
     rows = sens.rows + uniform(case, recipes, tensors, Bar("uniform    "))
     corr = correlation(sens.rows)
     print(f"sensitivity: {len(sens.rows)} runs in {t_sens:.1f} s; tensor SQNR vs output SQNR: "
@@ -154,18 +167,34 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         return 0
     t2 = time.perf_counter()
     plan = make_plan(sens, args.budget, allow_float=not args.no_float)
+    plan.runtime = runtime
     t_plan = time.perf_counter() - t2
     run_plan(case, plan)
     print(f"plan at {args.budget} bits/weight ({t_plan * 1000:.0f} ms): "
           f"{plan.bits_per_element:.4f} bits/weight, output SQNR predicted "
           f"{_fmt(plan.output_sqnr_db_predicted)} dB, measured "
           f"{_fmt(plan.measured['output_sqnr_db'])} dB", file=out)
+    if args.export:
+        write_export(case, plan, args.export, out, runtime, args.latency_repeats)
     if args.plan:
         with open(args.plan, "w", encoding="utf-8") as f:
             json.dump(plan.to_json(), f, indent=1)
-    if args.export:
-        write_export(case, plan, args.export, out)
     return 0
+
+
+def _for_runtime(case, sens, runtime: str, out: TextIO):
+    """The sensitivity rows ``runtime`` can run (each configuration probed once)."""
+    from .fused import weight_uses
+    from .runtime import filter_sensitivity
+
+    roles = {t: (u.output_axis, u.reduction_axis) for t, u in weight_uses(case.model).items()}
+    shapes = {t: tuple(case.arrays[t].shape) for t in sens.tensors}
+    kept = filter_sensitivity(sens, shapes, runtime, roles)
+    dropped = sorted({r["recipe"] for r in sens.rows} - {r["recipe"] for r in kept.rows})
+    if dropped:
+        print(f"runtime {runtime}: the plan leaves out {', '.join(dropped)} (the installed "
+              f"onnxruntime does not run them)", file=out)
+    return kept
 
 
 def _check_budget(case, tensors: list[str], recipes: list[str], budget: float,
@@ -193,15 +222,28 @@ def _check_budget(case, tensors: list[str], recipes: list[str], budget: float,
                                 f"of these recipes ({total / n:.4f} bits per weight)")
 
 
-def write_export(case, plan, path: str, out: TextIO) -> None:
-    """Export the plan, save it, run it in onnxruntime where it can and compare."""
+def write_export(case, plan, path: str, out: TextIO, runtime: str = "reference",
+                 repeats: int = 10) -> None:
+    """Export the plan (for onnxruntime: in the forms it fuses, :mod:`qcore.model.fused`),
+    save it, run it in onnxruntime where it can, compare, and (for onnxruntime) time it beside
+    the float model into ``plan.deploy``."""
     import numpy as np
 
     from .export import export_plan, unsupported_nodes
     from .graph import make_session
     from .plan import planned_weights
 
-    model = export_plan(case.model, plan, case.arrays)
+    if runtime == "onnxruntime":
+        from .fused import deployable_export
+
+        deployable = deployable_export(case.model, plan.recipes, case.arrays)
+        model = deployable.model
+        forms: dict[str, int] = {}
+        for f in deployable.forms.values():
+            forms[f] = forms.get(f, 0) + 1
+        plan.deploy["forms"] = forms
+    else:
+        model = export_plan(case.model, plan, case.arrays)
     save(model, path)
     bad = unsupported_nodes(model)
     if bad:
@@ -221,6 +263,17 @@ def write_export(case, plan, path: str, out: TextIO) -> None:
     print(f"export: {path}; onnxruntime runs it; outputs "
           + ("equal the fake-quant evaluation bit for bit" if same
              else f"differ from the fake-quant evaluation by up to {worst:.3g}"), file=out)
+    if runtime == "onnxruntime":
+        from .latency import model_latency
+
+        lat = model_latency(model, case.model, case.batches, repeats=repeats)
+        plan.deploy.update(lat)
+        for k, ms in lat["latency_ms"].items():
+            f = lat["float_latency_ms"][k]
+            print(f"latency ({k} thread{'' if k == '1' else 's'}): {ms:.1f} ms, float "
+                  f"{f:.1f} ms ({ms / f:.2f}x float); forms: "
+                  + ", ".join(f"{n} {c}" for n, c in sorted(plan.deploy["forms"].items())),
+                  file=out)
 
 
 def _restore(o, order):

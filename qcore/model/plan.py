@@ -48,6 +48,11 @@ class Plan:
     noise_predicted: float
     signal_power: float
     measured: dict[str, Any] = field(default_factory=dict)
+    #: The runtime the plan is made for (:mod:`qcore.model.runtime`).
+    runtime: str = "reference"
+    #: What the export measured in that runtime: ``latency_ms`` and ``float_latency_ms``
+    #: (by thread count, :mod:`qcore.model.latency`) and ``forms`` (:mod:`qcore.model.fused`).
+    deploy: dict[str, Any] = field(default_factory=dict)
 
     @property
     def bits_per_element(self) -> float:
@@ -65,14 +70,15 @@ class Plan:
             if isinstance(v, float) and not math.isfinite(v):
                 return None if math.isnan(v) else ("inf" if v > 0 else "-inf")
             return v
-        return {"budget": self.budget, "bits_per_element": self.bits_per_element,
+        return {"budget": self.budget, "runtime": self.runtime,
+                "bits_per_element": self.bits_per_element,
                 "bits": self.bits, "elements": self.elements,
                 "output_sqnr_db_predicted": num(self.output_sqnr_db_predicted),
                 "output_sqnr_db": num(self.measured.get("output_sqnr_db", math.nan)),
                 "measured": {k: num(v) for k, v in self.measured.items()},
                 "additive_model": "predicted output noise power = sum over tensors of the "
                                   "noise power measured with that tensor alone quantized",
-                "recipes": dict(self.recipes)}
+                "recipes": dict(self.recipes), **self.deploy}
 
 
 def _cap(budget: float, elements: int) -> int:
