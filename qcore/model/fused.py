@@ -254,9 +254,9 @@ def _static_params(spec: ActivationSpec) -> tuple[np.ndarray, np.ndarray | None]
     scale = np.asarray(spec.scale, np.float32)
     fmt = get_format(spec.dtype)
     zp = spec.zero_point
-    if zp is None and fmt.kind == INT:
+    if zp is None:  # a zero point of the target type names QuantizeLinear's output type
         zp = np.zeros(scale.shape, fmt.dtype)
-    return scale, None if zp is None else np.asarray(zp, fmt.dtype)
+    return scale, np.asarray(zp, fmt.dtype)
 
 
 def deployable_export(model: Any, recipes: Mapping[str, str],
@@ -316,9 +316,7 @@ def deployable_export(model: Any, recipes: Mapping[str, str],
             return out
         scale, zp = _static_params(spec)
         key = (site, spec.dtype)
-        ins = [w.init(site + ".scale", scale)]
-        if zp is not None:
-            ins.append(w.init(site + ".zero_point", zp))
+        ins = [w.init(site + ".scale", scale), w.init(site + ".zero_point", zp)]
         fmt = get_format(spec.dtype)
         need = 19 if fmt.kind != INT else (21 if fmt.bits < 8 else 13)
         opset_needs.append(need)

