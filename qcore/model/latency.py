@@ -31,12 +31,16 @@ def thread_label(threads: int) -> str:
     return "all" if threads == 0 else str(int(threads))
 
 
-def deploy_session(model: Any, threads: int = 1) -> Any:
-    """An onnxruntime CPU session with the default (all) optimizations, spinning off."""
+def deploy_session(model: Any, threads: int = 1, config: Mapping[str, str] | None = None
+                   ) -> Any:
+    """An onnxruntime CPU session with the default (all) optimizations, spinning off;
+    ``config``: more session config entries (e.g. ``session.qdq_matmulnbits_accuracy_level``)."""
     ort = require("onnxruntime")
     so = ort.SessionOptions()
     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     so.add_session_config_entry("session.inter_op.allow_spinning", "0")
+    for k, v in (config or {}).items():
+        so.add_session_config_entry(k, str(v))
     so.log_severity_level = 3
     if threads:
         so.intra_op_num_threads = int(threads)
@@ -45,10 +49,12 @@ def deploy_session(model: Any, threads: int = 1) -> Any:
 
 
 def latency_ms(models: Mapping[str, Any], batches: Sequence[Mapping[str, np.ndarray]],
-               threads: int = 1, repeats: int = 10, warmup: int = 2) -> dict[str, float]:
+               threads: int = 1, repeats: int = 10, warmup: int = 2,
+               configs: Mapping[str, Mapping[str, str]] | None = None) -> dict[str, float]:
     """Median milliseconds of one pass over ``batches`` per model (module doc), the models
-    taking turns."""
-    sessions = {k: deploy_session(m, threads) for k, m in models.items()}
+    taking turns; ``configs``: session config entries by model key."""
+    configs = configs or {}
+    sessions = {k: deploy_session(m, threads, configs.get(k)) for k, m in models.items()}
     times: dict[str, list[float]] = {k: [] for k in sessions}
     for s in sessions.values():
         for _ in range(warmup):
