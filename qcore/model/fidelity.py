@@ -25,6 +25,7 @@ import numpy as np
 from .. import metrics
 from ..calibration import choose_params
 from ..formats import get_format
+from ..fullrange import FULLRANGE, fullrange_params, positive_view
 from ..metrics import error_metrics
 from ..ops import dequantize_linear, quantize_linear
 from ..report.recipes import (
@@ -71,8 +72,11 @@ def qdq(x: np.ndarray, recipe: Recipe | str) -> Quantized:
     r = parse_recipe(recipe) if isinstance(recipe, str) else recipe
     x = np.ascontiguousarray(x, np.float32)
     gran, axis, block = granularity_for(r, x.shape)
-    params = choose_params(x, r.target, method=r.method, granularity=gran, axis=axis,
-                           block_size=block or 32)
+    if r.method == FULLRANGE:  # signed scales (qcore.fullrange)
+        params = fullrange_params(x, r.target, gran, axis, block or 32)
+    else:
+        params = choose_params(x, r.target, method=r.method, granularity=gran, axis=axis,
+                               block_size=block or 32)
     fmt = params.format
     sshape = tuple(np.shape(params.scale))
     kw = params.kwargs
@@ -83,9 +87,12 @@ def qdq(x: np.ndarray, recipe: Recipe | str) -> Quantized:
     if stored:
         zp = params.zero_point if params.zero_point is not None else np.zeros(sshape, fmt.dtype)
         zp = np.asarray(zp, fmt.dtype)
-    out = None if opset < 21 else fmt.name
-    y = quantize_linear(x, params.scale, zp, output_dtype=out, opset=opset, **kw)
-    x_hat = dequantize_linear(y, params.scale, zp, opset=opset, **kw)
+    xs, run, sign = positive_view(x, params, opset)  # @fullrange: signed scales
+    y = quantize_linear(xs, run.scale, zp, output_dtype=None if opset < 21 else fmt.name,
+                        opset=opset, **kw)
+    x_hat = dequantize_linear(y, run.scale, zp, opset=opset, **kw)
+    if sign is not None:
+        x_hat = np.asarray(x_hat, np.float32) * sign
     m = error_metrics(x, x_hat)
     n_scales = int(np.asarray(params.scale).size)
     bits = metrics.stored_bits(x.size, fmt.bits, n_scales, params.scale_format.bits, stored)

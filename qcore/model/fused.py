@@ -47,6 +47,7 @@ from .. import metrics
 from ..calibration import choose_params
 from ..errors import QuantizationError
 from ..formats import INT, get_format
+from ..fullrange import FULLRANGE, fullrange_params, positive_view
 from ..layout import BLOCKED, PER_AXIS, PER_TENSOR
 from ..ops import dequantize_linear, quantize_linear
 from ..report.recipes import (
@@ -156,8 +157,11 @@ def qdq_along(x: np.ndarray, recipe: Recipe | str, output_axis: int, reduction_a
         gran, axis, block = (PER_TENSOR, 0, 0) if x.ndim == 1 else (PER_AXIS, output_axis, 0)
     else:
         gran, axis, block = BLOCKED, reduction_axis % x.ndim, r.block_size
-    params = choose_params(x, r.target, method=r.method, granularity=gran, axis=axis,
-                           block_size=block or 32)
+    if r.method == FULLRANGE:  # signed scales (qcore.fullrange)
+        params = fullrange_params(x, r.target, gran, axis, block or 32)
+    else:
+        params = choose_params(x, r.target, method=r.method, granularity=gran, axis=axis,
+                               block_size=block or 32)
     fmt = params.format
     sshape = tuple(np.shape(params.scale))
     kw = params.kwargs
@@ -168,9 +172,12 @@ def qdq_along(x: np.ndarray, recipe: Recipe | str, output_axis: int, reduction_a
     if stored:
         zp = params.zero_point if params.zero_point is not None else np.zeros(sshape, fmt.dtype)
         zp = np.asarray(zp, fmt.dtype)
-    y = quantize_linear(x, params.scale, zp, output_dtype=None if opset < 21 else fmt.name,
+    xs, run, sign = positive_view(x, params, opset)  # @fullrange: signed scales
+    y = quantize_linear(xs, run.scale, zp, output_dtype=None if opset < 21 else fmt.name,
                         opset=opset, **kw)
-    x_hat = dequantize_linear(y, params.scale, zp, opset=opset, **kw)
+    x_hat = dequantize_linear(y, run.scale, zp, opset=opset, **kw)
+    if sign is not None:
+        x_hat = np.asarray(x_hat, np.float32) * sign
     m = metrics.error_metrics(x, x_hat)
     bits = metrics.stored_bits(x.size, fmt.bits, int(np.asarray(params.scale).size),
                                params.scale_format.bits, stored)

@@ -10,8 +10,10 @@ names (``mxfp8``, ``mxfp8e5m2``, ``mxfp6``, ``mxfp6e3m2``, ``mxfp4``, ``mxint8``
   Tensors of rank <= 1 take ``per-tensor`` for ``per-axis`` recipes (one scale per element
   measures nothing), and 0-d tensors take ``per-tensor`` for every recipe.
 - METHOD: a calibration method of :mod:`qcore.calibration` (``minmax``, ``absmax``,
-  ``percentile``, ``mse``, ``mx``). Default: ``minmax`` (asymmetric) for unsigned integers,
-  ``absmax`` (symmetric) otherwise.
+  ``percentile``, ``mse``, ``mx``), or ``fullrange`` for signed integers
+  (:mod:`qcore.fullrange`: the largest magnitude maps to the most negative code, −8 for int4,
+  as onnxruntime's 4-bit quantizers do; ``absmax`` maps it to +7 and leaves −8 unused).
+  Default: ``minmax`` (asymmetric) for unsigned integers, ``absmax`` (symmetric) otherwise.
 - MX recipes: blocks of 32 along the last axis, float8e8m0 scales by the OCP rule
   2^(floor(log2 amax) - emax) with emax the element format's largest exponent (e4m3: 8,
   e5m2: 15, e2m3: 2, e3m2: 4, e2m1: 2, int8: 6) — :func:`qcore.calibration.mx_scale`.
@@ -36,6 +38,7 @@ import numpy as np
 from ..calibration import METHODS
 from ..errors import QuantizationError
 from ..formats import INT, QUANTIZED_TYPES, get_format
+from ..fullrange import FULLRANGE
 from ..layout import BLOCKED, PER_AXIS, PER_TENSOR
 from .sliced import (  # noqa: F401 - what a recipe is on a shape, re-exported here
     ArrayReader,
@@ -80,6 +83,9 @@ CATALOGUE = DEFAULT_RECIPES + (
 )
 
 CALIBRATION_METHODS = tuple(m for m in METHODS if m != "manual")
+#: Methods a recipe may name: the calibration methods and ``fullrange`` (:mod:`qcore.fullrange`:
+#: symmetric integer codes whose largest magnitude maps to the most negative code).
+RECIPE_METHODS = CALIBRATION_METHODS + (FULLRANGE,)
 _GRAN = re.compile(r"^(per-tensor|per-axis|blocked(\d+))$")
 
 
@@ -121,9 +127,12 @@ def parse_recipe(spec: str) -> Recipe:
     fmt = get_format(target)
     default = "minmax" if fmt.kind == INT and not fmt.signed else "absmax"
     method = method or default
-    if method not in CALIBRATION_METHODS:
+    if method not in RECIPE_METHODS:
         raise QuantizationError(f"recipe {spec!r}: calibration {method!r} is not valid; valid: "
-                                + ", ".join(CALIBRATION_METHODS))
+                                + ", ".join(RECIPE_METHODS))
+    if method == FULLRANGE and not (fmt.kind == INT and fmt.signed):
+        raise QuantizationError(f"recipe {spec!r}: @{FULLRANGE} is for signed integer "
+                                f"targets (int2, int4, int8, ...); {target} is not one")
     block = int(m.group(2)) if m.group(2) else 0
     if m.group(2) is not None and block < 1:
         raise QuantizationError(f"recipe {spec!r}: the block size must be >= 1")

@@ -36,6 +36,7 @@ from .. import metrics
 from ..calibration import choose_params
 from ..concurrency import numba_threads, parallel_workers
 from ..errors import QuantizationError
+from ..fullrange import FULLRANGE, fullrange_params, positive_view
 from ..layout import BLOCKED, PER_AXIS, PER_TENSOR
 from ..ops import dequantize_linear, plan_dequantize, plan_quantize, quantize_linear
 from ..quant_params import QuantParams
@@ -176,6 +177,10 @@ class _Sums:
 def _params(x: np.ndarray, recipe: Any, shape: tuple[int, ...], lo: float, hi: float,
             whole: np.ndarray | None) -> Any:
     gran, axis, block = granularity_for(recipe, shape)
+    if recipe.method == FULLRANGE:
+        if gran == PER_TENSOR:
+            x = np.array([lo, hi], np.float32)
+        return fullrange_params(x, recipe.target, gran, axis, block or 32)
     if gran == PER_TENSOR:
         if recipe.method in _RANGE_METHODS:  # the scale of the whole tensor from its range
             x = np.array([lo, hi], np.float32)
@@ -188,6 +193,7 @@ def _params(x: np.ndarray, recipe: Any, shape: tuple[int, ...], lo: float, hi: f
 def _add(s: _Sums, x: np.ndarray, recipe: Any, shape: tuple[int, ...], lo: float, hi: float,
          whole: np.ndarray | None, first_slice: bool) -> None:
     params = _params(x, recipe, shape, lo, hi, whole)
+    x, params, _ = positive_view(x, params, LATEST_OPSET)  # @fullrange: signed scales
     fmt = params.format
     zp = params.zero_point
     # values do not depend on the opset: run at the latest, report the oldest that expresses
