@@ -298,3 +298,51 @@ def test_latency_figures(minilm_matmul):
     lat = model_latency(d.model, m, batches, repeats=2, warmup=1)
     assert set(lat) == {"latency_ms", "float_latency_ms"}
     assert all(v > 0 for part in lat.values() for v in part.values())
+
+
+# ---------------------------------------------------------------------------------------------
+# 4-bit codes that use the range
+
+
+def _ort_int4_codes(w: np.ndarray, block: int) -> tuple[np.ndarray, np.ndarray]:
+    """onnxruntime's own symmetric 4-bit blockwise quantizer (what its MatMulNBits quantizer
+    calls, QDQ layout): codes [K, N] and scales [K / block, N]."""
+    from onnxruntime.capi._pybind_state import quantize_qdq_matmul_4bits
+
+    k, n = w.shape
+    blocks = -(-k // block)
+    packed = np.zeros((k * n + 1) // 2, np.uint8)
+    zp = np.zeros((n * blocks + 1) // 2, np.uint8)
+    scales = np.zeros((blocks, n), np.float32)
+    quantize_qdq_matmul_4bits(packed, np.ascontiguousarray(w), scales, zp, block, n, k, True)
+    codes = np.empty(2 * packed.size, np.int8)
+    codes[0::2], codes[1::2] = packed & 15, packed >> 4
+    codes = np.where(codes > 7, codes - 16, codes)[: k * n].reshape(k, n)
+    return codes, scales
+
+
+@pytest.mark.parametrize("shape", [(256, 48), (96, 40)])
+def test_int4_default_codes_equal_onnxruntime_quantizer(shape):
+    from qcore.model.fused import qdq_along
+
+    w = np.random.default_rng(5).standard_normal(shape).astype(np.float32)
+    codes, scales = _ort_int4_codes(w, 32)
+    q = qdq_along(w, "int4:blocked32", 1, 0)  # the default: @fullrange
+    np.testing.assert_array_equal(q.scale, scales)
+    np.testing.assert_array_equal(np.asarray(q.y).astype(np.int8), codes)
+    assert (codes == -8).any()
+    old = qdq_along(w, "int4:blocked32@absmax", 1, 0)  # the ±7 codes stay nameable
+    assert np.asarray(old.y).astype(np.int8).min() == -7
+    assert q.tensor_sqnr_db > old.tensor_sqnr_db
+    # the export (signed scales) runs in onnxruntime and computes what qcore's evaluation does
+    m = _linear_model("MatMul", 0, layers=1)
+    d = deployable_export(m, {"l0.weight": "int4:blocked32"}, {"l0.weight": np.random.default_rng(
+        6).standard_normal((K, N)).astype(np.float32)})
+    assert d.forms == {"l0.weight": "matmulnbits"}
+    from qcore.model.graph import make_session
+
+    x = np.ones((2, K), np.float32)
+    got = make_session(d.model).run(None, {"x": x})[0]
+    bias = numpy_helper.to_array(m.graph.initializer[1])
+    np.testing.assert_allclose(got, x @ d.quantized["l0.weight"].x_hat + bias, rtol=1e-5,
+                               atol=1e-4)

@@ -113,7 +113,10 @@ def make_plan(sens: Sensitivity, budget: float, allow_float: bool = True) -> Pla
     cheapest = [min(c for _, c, _ in opts[t]) for t in tensors]
     if sum(cheapest) > cap:
         raise ModelError(f"budget {budget} bits per weight is below the cheapest plan "
-                         f"({sum(cheapest) / elements:.4f} bits per weight with these recipes)")
+                         f"({sum(cheapest) / elements:.4f} bits per weight with these recipes"
+                         + ("" if sens.runtime == "reference" else
+                            f" that {sens.runtime} runs; --runtime reference allows "
+                            "every ONNX type") + ")")
     rest = np.concatenate([np.cumsum(cheapest[::-1])[::-1][1:], [0]]).astype(np.int64)
     cost = np.zeros(1, np.int64)
     noise = np.zeros(1, np.float64)

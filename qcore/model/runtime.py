@@ -123,4 +123,4 @@ def filter_sensitivity(sens, shapes: dict[str, tuple[int, ...]], runtime: str,
         oa, ra = roles.get(row["tensor"], (0, len(shape) - 1))
         if ok(row["recipe"], shape, oa, ra):
             keep.append(row)
-    return replace(sens, rows=keep)
+    return replace(sens, rows=keep, runtime=check_runtime(runtime))

@@ -13,7 +13,9 @@ names (``mxfp8``, ``mxfp8e5m2``, ``mxfp6``, ``mxfp6e3m2``, ``mxfp4``, ``mxint8``
   ``percentile``, ``mse``, ``mx``), or ``fullrange`` for signed integers
   (:mod:`qcore.fullrange`: the largest magnitude maps to the most negative code, −8 for int4,
   as onnxruntime's 4-bit quantizers do; ``absmax`` maps it to +7 and leaves −8 unused).
-  Default: ``minmax`` (asymmetric) for unsigned integers, ``absmax`` (symmetric) otherwise.
+  Default (:func:`default_method`): ``minmax`` (asymmetric) for unsigned integers,
+  ``fullrange`` for int4 and int2, ``absmax`` (symmetric) otherwise; ``int4:blocked32@absmax``
+  names the ±7 codes.
 - MX recipes: blocks of 32 along the last axis, float8e8m0 scales by the OCP rule
   2^(floor(log2 amax) - emax) with emax the element format's largest exponent (e4m3: 8,
   e5m2: 15, e2m3: 2, e3m2: 4, e2m1: 2, int8: 6) — :func:`qcore.calibration.mx_scale`.
@@ -105,6 +107,18 @@ class Recipe:
         return self.scale_dtype == "float8e8m0"
 
 
+def default_method(fmt: Any) -> str:
+    """The method a recipe without ``@METHOD`` uses: ``minmax`` (asymmetric) for unsigned
+    integers, ``fullrange`` for signed integers of at most 4 bits (their 16 or 4 codes are
+    few: the most negative one earns about 1 dB on MiniLM's int4 projections, docs/report.md),
+    ``absmax`` otherwise."""
+    if fmt.kind == INT and not fmt.signed:
+        return "minmax"
+    if fmt.kind == INT and fmt.bits <= 4:
+        return FULLRANGE
+    return "absmax"
+
+
 def parse_recipe(spec: str) -> Recipe:
     """A :class:`Recipe` from its name (raises QuantizationError saying what is valid)."""
     text = str(spec).strip()
@@ -125,7 +139,7 @@ def parse_recipe(spec: str) -> Recipe:
     if not m:
         raise QuantizationError(f"recipe {spec!r}: granularity {gran!r} is not valid; {valid}")
     fmt = get_format(target)
-    default = "minmax" if fmt.kind == INT and not fmt.signed else "absmax"
+    default = default_method(fmt)
     method = method or default
     if method not in RECIPE_METHODS:
         raise QuantizationError(f"recipe {spec!r}: calibration {method!r} is not valid; valid: "
