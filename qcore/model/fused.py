@@ -43,24 +43,17 @@ from typing import Any
 
 import numpy as np
 
-from .. import metrics
-from ..calibration import choose_params
 from ..errors import QuantizationError
 from ..formats import INT, get_format
-from ..fullrange import FULLRANGE, fullrange_params, positive_view
 from ..layout import BLOCKED, PER_AXIS, PER_TENSOR
-from ..ops import dequantize_linear, quantize_linear
 from ..report.recipes import (
     Recipe,
-    asks_zero_point,
     parse_recipe,
-    required_opset,
-    stores_zero_point,
 )
 from . import require
 from .activations import ActivationSpec
 from .export import tensor_proto
-from .fidelity import FLOAT, Quantized
+from .fidelity import FLOAT, Quantized, qdq
 from .graph import ModelError, initializer_arrays
 
 __all__ = ["FORMS", "FUSED_OPS", "Deployable", "WeightUse", "deployable_export", "form_of",
@@ -125,7 +118,7 @@ def weight_uses(model: Any) -> dict[str, WeightUse]:
             continue
         w = n.input[1]
         t = inits.get(w)
-        if t is None or len(t.dims) != 2 or readers.get(w) != 1:
+        if t is None or len(t.dims) != 2 or readers.get(w) != 1 or t.data_type != 1:
             continue
         if n.op_type == "Gemm":
             a = {x.name: (x.i if x.type == 2 else x.f) for x in n.attribute}
@@ -146,45 +139,11 @@ def weight_uses(model: Any) -> dict[str, WeightUse]:
 
 def qdq_along(x: np.ndarray, recipe: Recipe | str, output_axis: int, reduction_axis: int
               ) -> Quantized:
-    """:func:`qcore.model.fidelity.qdq` with the weight's role: per-axis scales along
-    ``output_axis``, blocks along ``reduction_axis`` (the same scales, opset and stored zero
-    point rules otherwise)."""
-    r = parse_recipe(recipe) if isinstance(recipe, str) else recipe
-    x = np.ascontiguousarray(x, np.float32)
-    if x.ndim == 0 or r.granularity == PER_TENSOR:
-        gran, axis, block = PER_TENSOR, 0, 0
-    elif r.granularity == PER_AXIS:
-        gran, axis, block = (PER_TENSOR, 0, 0) if x.ndim == 1 else (PER_AXIS, output_axis, 0)
-    else:
-        gran, axis, block = BLOCKED, reduction_axis % x.ndim, r.block_size
-    if r.method == FULLRANGE:  # signed scales (qcore.fullrange)
-        params = fullrange_params(x, r.target, gran, axis, block or 32)
-    else:
-        params = choose_params(x, r.target, method=r.method, granularity=gran, axis=axis,
-                               block_size=block or 32)
-    fmt = params.format
-    sshape = tuple(np.shape(params.scale))
-    kw = params.kwargs
-    opset = required_opset(fmt.name, params.scale_format.name, tuple(x.shape), sshape,
-                           asks_zero_point(params), kw["axis"], kw["block_size"])
-    stored = stores_zero_point(params, opset)
-    zp = None
-    if stored:
-        zp = params.zero_point if params.zero_point is not None else np.zeros(sshape, fmt.dtype)
-        zp = np.asarray(zp, fmt.dtype)
-    xs, run, sign = positive_view(x, params, opset)  # @fullrange: signed scales
-    y = quantize_linear(xs, run.scale, zp, output_dtype=None if opset < 21 else fmt.name,
-                        opset=opset, **kw)
-    x_hat = dequantize_linear(y, run.scale, zp, opset=opset, **kw)
-    if sign is not None:
-        x_hat = np.asarray(x_hat, np.float32) * sign
-    m = metrics.error_metrics(x, x_hat)
-    bits = metrics.stored_bits(x.size, fmt.bits, int(np.asarray(params.scale).size),
-                               params.scale_format.bits, stored)
-    return Quantized(r.name, np.asarray(y), np.asarray(params.scale), zp, int(kw["axis"]),
-                     int(kw["block_size"]), gran, int(opset),
-                     np.ascontiguousarray(x_hat, np.float32), float(m["sqnr_db"]), int(bits),
-                     int(x.size))
+    """:func:`qcore.model.fidelity.qdq` with the weight's role given as axes: per-axis scales
+    along ``output_axis``, blocks along ``reduction_axis``."""
+    from ..io.onnx import Role
+
+    return qdq(x, recipe, Role("export", output_axis, reduction_axis))
 
 
 def _nbits(r: Recipe) -> bool:
@@ -271,24 +230,43 @@ def deployable_export(model: Any, recipes: Mapping[str, str],
                       activations: Mapping[str, ActivationSpec] | None = None) -> Deployable:
     """A copy of ``model`` with each weight of ``recipes`` (name → recipe; ``float32`` left
     as is) and each activation site of ``activations`` (site → spec) written in the form
-    onnxruntime fuses (module doc). Weights not read as a MatMul / Gemm B take the plain
-    DequantizeLinear."""
+    onnxruntime fuses (module doc). Weights in the ``dq`` form — and weights not read as a
+    float32 MatMul / Gemm B of the main graph (subgraphs, Constant nodes, half types, Conv,
+    Gather, …) — take the plain export (:func:`qcore.model.export.export_plan`), which puts
+    each where it lives."""
     onnx = require("onnx")
-    from onnx import TensorProto, helper
+    from onnx import TensorProto, helper, numpy_helper
 
     planned = {t: r for t, r in recipes.items() if r != FLOAT}
-    weights = dict(weights) if weights is not None else initializer_arrays(model, list(planned))
     acts = dict(activations or {})
+    uses = weight_uses(model)
+    forms: dict[str, str] = {}
+    rest = {}
+    for t, r in planned.items():
+        use = uses.get(t)
+        spec = None
+        if use is not None:
+            node = next(n for k, n in enumerate(model.graph.node) if _node_id(n, k) == use.node)
+            spec = acts.get(node.input[0])
+        form = form_of(r, spec) if use is not None else "dq"
+        if form == "dq":  # the plain export puts it where it lives (qcore.model.export)
+            rest[t], forms[t] = r, "dq"
+    if rest:
+        from .export import export_plan
+        from .plan import Plan
+
+        model = export_plan(model, Plan(0.0, rest, 0, 1, 0.0, 0.0), weights)
+        planned = {t: r for t, r in planned.items() if t not in rest}
+        uses = weight_uses(model)  # the plain export reordered the nodes
+    weights = dict(weights) if weights is not None else initializer_arrays(model, list(planned))
     for t in planned:
         if t not in weights:
             raise ModelError(f"plan names tensor {t!r}, which is not a float weight of the model")
-    uses = weight_uses(model)
     g0 = model.graph
     nodes = list(g0.node)
     ids = [_node_id(n, k) for k, n in enumerate(nodes)]
     by_id = dict(zip(ids, nodes))
     w = _Writer(helper)
-    forms: dict[str, str] = {}
     quantized: dict[str, Quantized] = {}
     drop_inits: set[str] = set(planned)
     replaced: dict[str, list[Any]] = {}  # node id -> the nodes standing for it
@@ -344,14 +322,8 @@ def deployable_export(model: Any, recipes: Mapping[str, str],
 
     for t, recipe in planned.items():
         r = parse_recipe(recipe)
-        use = uses.get(t)
+        use = uses[t]
         x = np.asarray(weights[t], np.float32)
-        if use is None:  # not a MatMul / Gemm B: the plain DequantizeLinear by the recipe
-            q = qdq_along(x, r, 0, x.ndim - 1)
-            first = ids[0]
-            dequantize(t, q, t, first)
-            forms[t], quantized[t] = "dq", q
-            continue
         node = by_id[use.node]
         site = node.input[0]
         spec = acts.get(site)
@@ -364,7 +336,7 @@ def deployable_export(model: Any, recipes: Mapping[str, str],
         quantized[t] = q
         if transpose:  # the Gemm reads the [K, N] weight: transB=0
             attr_changes.setdefault(use.node, {})["transB"] = 0
-        if form in ("matmulnbits", "dq"):
+        if form == "matmulnbits":
             dequantize(t, q, t, use.node)
             continue
         if form == "qdq":
@@ -376,7 +348,8 @@ def deployable_export(model: Any, recipes: Mapping[str, str],
             a_scale, _ = _static_params(spec)
             input_changes.setdefault(use.node, {})[0] = activation_qdq(site, spec, use.node)
             if use.bias is not None:  # int32 bias at a_scale × w_scale (what QGemm reads)
-                b = np.asarray(initializer_arrays(model, [use.bias])[use.bias], np.float64)
+                b = np.asarray(numpy_helper.to_array(next(
+                    i for i in model.graph.initializer if i.name == use.bias)), np.float64)
                 bscale = (np.float32(a_scale) * np.asarray(q.scale, np.float32)).astype(
                     np.float32)
                 bscale = np.broadcast_to(bscale.reshape(-1), b.shape).astype(np.float32)
