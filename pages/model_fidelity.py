@@ -59,7 +59,8 @@ else:
         ref = sources.upload("Model (.onnx)", ["onnx"], "mf_upload")
         inputs = sources.upload("Inputs (.npz, optional)", ["npz"], "mf_inputs")
         if ref is None:
-            st.info("Upload an .onnx model whose weights are float initializers.",
+            st.info("Upload an .onnx model (weights in initializers, subgraphs or Constant "
+                    "nodes; float32, float16 or bfloat16).",
                     icon=":material/upload_file:")
             st.stop()
     else:
@@ -184,6 +185,12 @@ m3.metric("Output SQNR measured", f"{p.measured['output_sqnr_db']:.2f} dB",
 if case.kind == "embedding":
     m4.metric("Spearman of pairwise similarities", f"{p.measured['spearman']:.5f}",
               f"mean cosine {p.measured['cosine_mean']:.6f}", delta_color="off", border=True)
+if len(p.measured.get("outputs", {})) > 1:
+    with st.expander("Each output measured (the model's SQNR is the mean of their noise ratios)"):
+        st.dataframe(pd.DataFrame([{"output": name, "SQNR dB": m["sqnr_db"],
+                                    "max |Δ|": m["max_abs"]}
+                                   for name, m in p.measured["outputs"].items()]),
+                     hide_index=True)
 with st.expander("The plan: one recipe per tensor"):
     st.dataframe(pd.DataFrame({"tensor": list(p.recipes), "recipe": list(p.recipes.values())}),
                  hide_index=True)
