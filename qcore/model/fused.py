@@ -258,7 +258,9 @@ def deployable_export(model: Any, recipes: Mapping[str, str],
         model = export_plan(model, Plan(0.0, rest, 0, 1, 0.0, 0.0), weights)
         planned = {t: r for t, r in planned.items() if t not in rest}
         uses = weight_uses(model)  # the plain export reordered the nodes
-    weights = dict(weights) if weights is not None else initializer_arrays(model, list(planned))
+    if weights is None:
+        weights = initializer_arrays(model, list(planned)) if planned else {}
+    weights = dict(weights)
     for t in planned:
         if t not in weights:
             raise ModelError(f"plan names tensor {t!r}, which is not a float weight of the model")
