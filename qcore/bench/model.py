@@ -5,7 +5,8 @@ Rows: the float model; ``onnxruntime.quantization.quantize_dynamic`` (per-channe
 weights, DynamicQuantizeLinear activations); onnxruntime's MatMulNBits quantizer (4 bits, block
 32, symmetric; needs ``onnx-ir``, left out when it is missing); qcore's exports
 (:mod:`qcore.model.fused`): ``int8:per-axis`` weight-only, ``int4:blocked32`` weight-only (also
-timed with ``session.qdq_matmulnbits_accuracy_level=1``, the float-compute MatMulNBits kernel),
+timed with ``session.qdq_matmulnbits_accuracy_level=1``, the float-compute MatMulNBits kernel;
+and ``int4:blocked32@mse``, the same form with searched clip thresholds),
 and W8A8 dynamic (``int8:per-axis`` weights, ``ActivationSpec(site, "dynamic", "uint8")`` on
 every MatMul input). Columns: median latency of one pass over the sentences (1 thread and all
 threads, :mod:`qcore.model.latency`), its ratio to float, output SQNR against the float model
@@ -31,6 +32,7 @@ TARGETS = {
     "qcore-w8a8-dynamic": "≤ 0.8× float and ≤ 1.05× quantize_dynamic (1 thread), SQNR ≥ its + 3 dB",
     "qcore-int4-b32": "≤ 1.0× float (1 thread), SQNR ≥ MatMulNBits' at ≤ its bits/weight",
     "qcore-int4-b32-l1": "≤ 1.0× float (1 thread), SQNR ≥ MatMulNBits' at ≤ its bits/weight",
+    "qcore-int4-b32-mse": "≤ 1.0× float (1 thread), SQNR ≥ MatMulNBits' at ≤ its bits/weight",
 }
 _ACCURACY_1 = {"session.qdq_matmulnbits_accuracy_level": "1"}
 
@@ -107,6 +109,8 @@ def model_rows(sentences: int = 32, repeats: int = 10, threads: tuple[int, ...] 
     int4 = deployable_export(m, {t: "int4:blocked32" for t in names}, weights).model
     models["qcore-int4-b32"] = int4
     models["qcore-int4-b32-l1"] = int4
+    models["qcore-int4-b32-mse"] = deployable_export(
+        m, {t: "int4:blocked32@mse" for t in names}, weights).model
     models["qcore-w8a8-dynamic"] = deployable_export(
         m, {t: "int8:per-axis" for t in names}, weights, dynamic).model
     configs = {"qcore-int4-b32-l1": _ACCURACY_1}
@@ -150,7 +154,7 @@ def _judge(rows: list[dict[str, Any]]) -> None:
             if nb:
                 ok = (r["output_sqnr_db"] >= nb["output_sqnr_db"]
                       and r["bits_per_weight"] <= nb["bits_per_weight"] + 1e-9)
-                verdicts.append(_v(f"{r['output_sqnr_db'] - nb['output_sqnr_db']:+.1f} dB vs "
+                verdicts.append(_v(f"{r['output_sqnr_db'] - nb['output_sqnr_db']:+.2f} dB vs "
                                    "MatMulNBits at "
                                    f"{r['bits_per_weight'] - nb['bits_per_weight']:+.2f} "
                                    "bits/w", ok))
