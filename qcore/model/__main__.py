@@ -189,11 +189,10 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
 
 def _for_runtime(case, sens, runtime: str, out: TextIO):
     """The sensitivity rows ``runtime`` can run (each configuration probed once)."""
-    from .fused import weight_uses
     from .runtime import filter_sensitivity
 
-    roles = {t: (u.output_axis, u.reduction_axis) for t, u in weight_uses(case.model).items()}
     shapes = {t: tuple(case.arrays[t].shape) for t in sens.tensors}
+    roles = {t: r.axes(len(shapes[t])) for t, r in case.roles.items() if t in shapes}
     kept = filter_sensitivity(sens, shapes, runtime, roles)
     dropped = sorted({r["recipe"] for r in sens.rows} - {r["recipe"] for r in kept.rows})
     if dropped:
