@@ -346,3 +346,20 @@ def test_int4_default_codes_equal_onnxruntime_quantizer(shape):
     bias = numpy_helper.to_array(m.graph.initializer[1])
     np.testing.assert_allclose(got, x @ d.quantized["l0.weight"].x_hat + bias, rtol=1e-5,
                                atol=1e-4)
+
+
+def test_bench_bits_per_weight_counts_what_the_export_stores():
+    """The model table's bits per weight read from the initializers equal the bits qcore counts
+    for the same weights (codes, scales, stored zero points), for each form."""
+    from qcore.bench.model import _bits
+
+    m = _linear_model("Gemm", 1)
+    names = list(weight_uses(m))
+    acts = {s: ActivationSpec(s, "dynamic", "uint8") for s in ("x", "h0")}
+    for recipe, a in (("int4:blocked32", None), ("int8:per-axis", acts), ("uint8:per-tensor",
+                                                                          None)):
+        d = deployable_export(m, {t: recipe for t in names}, activations=a)
+        counted = sum(d.quantized[t].bits for t in names)
+        if a:  # MatMulInteger reads no zero point when all are zero: none is stored
+            counted -= sum(8 * d.quantized[t].zero_point.size for t in names)
+        assert _bits(d.model, names) == counted, recipe

@@ -251,11 +251,20 @@ def deployable_export(model: Any, recipes: Mapping[str, str],
         form = form_of(r, spec) if use is not None else "dq"
         if form == "dq":  # the plain export puts it where it lives (qcore.model.export)
             rest[t], forms[t] = r, "dq"
+    plain: dict[str, Quantized] = {}
     if rest:
+        from ..io.onnx import find_weights
         from .export import export_plan
         from .plan import Plan
 
-        model = export_plan(model, Plan(0.0, rest, 0, 1, 0.0, 0.0), weights)
+        records = {rec.key: rec for rec in find_weights(model)}
+        given = weights if weights is not None else initializer_arrays(model, list(rest))
+        for t, r in rest.items():
+            if t not in records or t not in given:
+                raise ModelError(f"plan names tensor {t!r}, which is not a float weight of "
+                                 "the model")
+            plain[t] = qdq(given[t], r, records[t].role)
+        model = export_plan(model, Plan(0.0, rest, 0, 1, 0.0, 0.0), given, plain)
         planned = {t: r for t, r in planned.items() if t not in rest}
         uses = weight_uses(model)  # the plain export reordered the nodes
     if weights is None:
@@ -269,7 +278,7 @@ def deployable_export(model: Any, recipes: Mapping[str, str],
     ids = [_node_id(n, k) for k, n in enumerate(nodes)]
     by_id = dict(zip(ids, nodes))
     w = _Writer(helper)
-    quantized: dict[str, Quantized] = {}
+    quantized: dict[str, Quantized] = dict(plain)
     drop_inits: set[str] = set(planned)
     replaced: dict[str, list[Any]] = {}  # node id -> the nodes standing for it
     attr_changes: dict[str, dict[str, int]] = {}
