@@ -11,6 +11,8 @@
 - :mod:`qcore.model.sensitivity`: every weight × every recipe alone.
 - :mod:`qcore.model.plan`: one recipe per tensor under a bits budget, exactly optimal.
 - :mod:`qcore.model.export`: the plan as a QDQ ONNX model.
+- :mod:`qcore.model.activations`: activation sites, their calibration, the staged fake-quant
+  evaluation, the QDQ insertion, per-site sensitivity and SmoothQuant.
 - :mod:`qcore.model.fused`: the deployable export — the forms onnxruntime fuses into integer
   kernels (MatMulNBits, DynamicQuantizeLinear + MatMulInteger, static Q/DQ into QGemm).
 - :mod:`qcore.model.runtime`: which configurations a runtime runs (onnxruntime probed, cached).

@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import QuantizationError
-from ..formats import INT, get_format
+from ..formats import get_format
 from ..layout import BLOCKED, PER_AXIS, PER_TENSOR
 from ..report.recipes import (
     Recipe,
@@ -313,9 +313,7 @@ def deployable_export(model: Any, recipes: Mapping[str, str],
         scale, zp = _static_params(spec)
         key = (site, spec.dtype)
         ins = [w.init(site + ".scale", scale), w.init(site + ".zero_point", zp)]
-        fmt = get_format(spec.dtype)
-        need = 19 if fmt.kind != INT else (21 if fmt.bits < 8 else 13)
-        opset_needs.append(need)
+        opset_needs.append(spec.opset)
         if key not in static_sites:
             static_sites[key] = site + ".quantized"
             w.node(before, "QuantizeLinear", [site] + ins, [static_sites[key]],
