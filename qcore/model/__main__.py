@@ -201,6 +201,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         _check_budget(case, tensors or case.weights, recipes, b, not args.no_float)
     print(f"{case.name}: {len(tensors or case.weights)} weight tensors, "
           f"{len(recipes)} recipes ({time.perf_counter() - t0:.1f} s to load)", file=out)
+    float_model = case.model  # latency is measured against the model as given
     case, specs, act_rows, smoothing = _activations(case, mode, args, out)
     t1 = time.perf_counter()
     sens = measure(case, recipes, tensors, Bar("sensitivity"))
@@ -245,7 +246,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
           f"{_fmt(plan.output_sqnr_db_predicted)} dB, measured "
           f"{_fmt(plan.measured['output_sqnr_db'])} dB", file=out)
     if args.export:
-        write_export(case, plan, args.export, out, runtime, args.latency_repeats)
+        write_export(case, plan, args.export, out, runtime, args.latency_repeats, float_model)
     if args.plan:
         with open(args.plan, "w", encoding="utf-8") as f:
             json.dump(plan.to_json(), f, indent=1)
@@ -357,10 +358,11 @@ def _check_budget(case, tensors: list[str], recipes: list[str], budget: float,
 
 
 def write_export(case, plan, path: str, out: TextIO, runtime: str = "reference",
-                 repeats: int = 10) -> None:
+                 repeats: int = 10, float_model=None) -> None:
     """Export the plan (for onnxruntime: in the forms it fuses, :mod:`qcore.model.fused`),
     save it, run it in onnxruntime where it can, compare, and (for onnxruntime) time it beside
-    the float model into ``plan.deploy``."""
+    the float model (``float_model``, default the case's; the unsmoothed one with --smooth)
+    into ``plan.deploy``."""
     import numpy as np
 
     from .export import export_plan, unsupported_nodes
@@ -410,7 +412,8 @@ def write_export(case, plan, path: str, out: TextIO, runtime: str = "reference",
     if runtime == "onnxruntime":
         from .latency import model_latency
 
-        lat = model_latency(model, case.model, case.batches, repeats=repeats)
+        lat = model_latency(model, float_model if float_model is not None else case.model,
+                            case.batches, repeats=repeats)
         plan.deploy.update(lat)
         for k, ms in lat["latency_ms"].items():
             f = lat["float_latency_ms"][k]
