@@ -363,3 +363,29 @@ def test_bench_bits_per_weight_counts_what_the_export_stores():
         if a:  # MatMulInteger reads no zero point when all are zero: none is stored
             counted -= sum(8 * d.quantized[t].zero_point.size for t in names)
         assert _bits(d.model, names) == counted, recipe
+
+
+def test_fullrange_mse_searches_the_clip_at_the_same_bits():
+    """@fullrange-mse: per block the least-error clip of the full-range scale (ratio 1 among
+    the candidates, so never worse than @fullrange), no zero point (the same bits), the report
+    and the model tool agree, and onnxruntime runs the export to the fake-quant values."""
+    from qcore.model.fused import qdq_along
+    from qcore.report.recipes import parse_recipe, run_recipe
+
+    w = np.random.default_rng(7).standard_t(4, (256, 48)).astype(np.float32)  # heavy tails
+    full = qdq_along(w, "int4:blocked32", 1, 0)
+    mse = qdq_along(w, "int4:blocked32@fullrange-mse", 1, 0)
+    assert mse.bits == full.bits and mse.zero_point is None
+    assert mse.tensor_sqnr_db > full.tensor_sqnr_db
+    assert np.all(np.abs(mse.scale) <= np.abs(full.scale) * (1 + 1e-6))
+    row = run_recipe(w.T.copy(), parse_recipe("int4:blocked32@fullrange-mse"))
+    assert row["sqnr_db"] == pytest.approx(mse.tensor_sqnr_db, rel=1e-9)
+    m = _linear_model("MatMul", 0, layers=1)
+    d = deployable_export(m, {"l0.weight": "int4:blocked32@fullrange-mse"})
+    from qcore.model.graph import make_session
+
+    x = np.eye(K, dtype=np.float32)[:4]
+    got = make_session(d.model).run(None, {"x": x})[0]
+    bias = numpy_helper.to_array(m.graph.initializer[1])
+    np.testing.assert_allclose(got, x @ d.quantized["l0.weight"].x_hat + bias, rtol=1e-6,
+                               atol=1e-6)

@@ -6,7 +6,7 @@ weights, DynamicQuantizeLinear activations); onnxruntime's MatMulNBits quantizer
 32, symmetric; needs ``onnx-ir``, left out when it is missing); qcore's exports
 (:mod:`qcore.model.fused`): ``int8:per-axis`` weight-only, ``int4:blocked32`` weight-only (also
 timed with ``session.qdq_matmulnbits_accuracy_level=1``, the float-compute MatMulNBits kernel;
-and ``int4:blocked32@mse``, the same form with searched clip thresholds),
+``int4:blocked32@mse`` and ``@fullrange-mse``, the same form with searched clip thresholds),
 and W8A8 dynamic (``int8:per-axis`` weights, ``ActivationSpec(site, "dynamic", "uint8")`` on
 every MatMul input), also on the SmoothQuant model (alpha 0.8, :mod:`qcore.model.activations`). Columns: median latency of one pass over the sentences (1 thread and all
 threads, :mod:`qcore.model.latency`), its ratio to float, output SQNR against the float model
@@ -34,6 +34,8 @@ TARGETS = {
     "qcore-int4-b32": "≤ 1.0× float (1 thread), SQNR ≥ MatMulNBits' at ≤ its bits/weight",
     "qcore-int4-b32-l1": "≤ 1.0× float (1 thread), SQNR ≥ MatMulNBits' at ≤ its bits/weight",
     "qcore-int4-b32-mse": "≤ 1.0× float (1 thread), SQNR ≥ MatMulNBits' at ≤ its bits/weight",
+    "qcore-int4-b32-fullrange-mse": "≤ 1.0× float (1 thread), SQNR ≥ MatMulNBits' at ≤ its "
+                                    "bits/weight",
 }
 _ACCURACY_1 = {"session.qdq_matmulnbits_accuracy_level": "1"}
 #: SmoothQuant strength of the smoothed W8A8 row (docs/model.md measures alphas on MiniLM).
@@ -114,6 +116,8 @@ def model_rows(sentences: int = 32, repeats: int = 10, threads: tuple[int, ...] 
     models["qcore-int4-b32-l1"] = int4
     models["qcore-int4-b32-mse"] = deployable_export(
         m, {t: "int4:blocked32@mse" for t in names}, weights).model
+    models["qcore-int4-b32-fullrange-mse"] = deployable_export(
+        m, {t: "int4:blocked32@fullrange-mse" for t in names}, weights).model
     models["qcore-w8a8-dynamic"] = deployable_export(
         m, {t: "int8:per-axis" for t in names}, weights, dynamic).model
     models["qcore-w8a8-dynamic-smooth"] = _smoothed_w8a8(sentences, names)

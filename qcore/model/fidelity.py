@@ -27,7 +27,7 @@ import numpy as np
 from .. import metrics
 from ..calibration import choose_params
 from ..formats import get_format
-from ..fullrange import FULLRANGE, fullrange_params, positive_view
+from ..fullrange import FULLRANGE_METHODS, FULLRANGE_MSE, fullrange_params, positive_view
 from ..io.onnx import Role
 from ..metrics import error_metrics
 from ..ops import dequantize_linear, quantize_linear
@@ -83,8 +83,9 @@ def qdq(x: np.ndarray, recipe: Recipe | str, role: Role | None = None) -> Quanti
     shape = tuple(x.shape)
     if view is not None:
         x = x.reshape(view)
-    if r.method == FULLRANGE:  # signed scales (qcore.fullrange)
-        params = fullrange_params(x, r.target, gran, axis, block or 32)
+    if r.method in FULLRANGE_METHODS:  # signed scales (qcore.fullrange)
+        params = fullrange_params(x, r.target, gran, axis, block or 32,
+                                  r.method == FULLRANGE_MSE)
     else:
         params = choose_params(x, r.target, method=r.method, granularity=gran, axis=axis,
                                block_size=block or 32)

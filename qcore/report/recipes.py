@@ -17,7 +17,8 @@ names (``mxfp8``, ``mxfp8e5m2``, ``mxfp6``, ``mxfp6e3m2``, ``mxfp4``, ``mxint8``
 - METHOD: a calibration method of :mod:`qcore.calibration` (``minmax``, ``absmax``,
   ``percentile``, ``mse``, ``mx``), or ``fullrange`` for signed integers
   (:mod:`qcore.fullrange`: the largest magnitude maps to the most negative code, −8 for int4,
-  as onnxruntime's 4-bit quantizers do; ``absmax`` maps it to +7 and leaves −8 unused).
+  as onnxruntime's 4-bit quantizers do; ``absmax`` maps it to +7 and leaves −8 unused), or
+  ``fullrange-mse`` (the same codes, each group's clip searched for the least squared error).
   Default (:func:`default_method`): ``minmax`` (asymmetric) for unsigned integers,
   ``fullrange`` for int4 and int2, ``absmax`` (symmetric) otherwise; ``int4:blocked32@absmax``
   names the ±7 codes.
@@ -46,7 +47,7 @@ import numpy as np
 from ..calibration import METHODS
 from ..errors import QuantizationError
 from ..formats import INT, QUANTIZED_TYPES, get_format
-from ..fullrange import FULLRANGE
+from ..fullrange import FULLRANGE, FULLRANGE_METHODS
 from ..layout import BLOCKED, PER_AXIS, PER_TENSOR
 from .sliced import (  # noqa: F401 - what a recipe is on a shape, re-exported here
     ArrayReader,
@@ -94,7 +95,7 @@ CATALOGUE = DEFAULT_RECIPES + (
 CALIBRATION_METHODS = tuple(m for m in METHODS if m != "manual")
 #: Methods a recipe may name: the calibration methods and ``fullrange`` (:mod:`qcore.fullrange`:
 #: symmetric integer codes whose largest magnitude maps to the most negative code).
-RECIPE_METHODS = CALIBRATION_METHODS + (FULLRANGE,)
+RECIPE_METHODS = CALIBRATION_METHODS + FULLRANGE_METHODS
 _GRAN = re.compile(r"^(per-tensor|per-axis|blocked(\d+))(?:/(\d+))?$")
 
 
@@ -153,8 +154,8 @@ def parse_recipe(spec: str) -> Recipe:
     if method not in RECIPE_METHODS:
         raise QuantizationError(f"recipe {spec!r}: calibration {method!r} is not valid; valid: "
                                 + ", ".join(RECIPE_METHODS))
-    if method == FULLRANGE and not (fmt.kind == INT and fmt.signed):
-        raise QuantizationError(f"recipe {spec!r}: @{FULLRANGE} is for signed integer "
+    if method in FULLRANGE_METHODS and not (fmt.kind == INT and fmt.signed):
+        raise QuantizationError(f"recipe {spec!r}: @{method} is for signed integer "
                                 f"targets (int2, int4, int8, ...); {target} is not one")
     axis = int(m.group(3)) if m.group(3) is not None else None
     if axis is not None and m.group(1) == "per-tensor":

@@ -44,7 +44,7 @@ from .. import metrics
 from ..calibration import choose_params
 from ..concurrency import numba_threads, parallel_workers
 from ..errors import QuantizationError
-from ..fullrange import FULLRANGE, fullrange_params, positive_view
+from ..fullrange import FULLRANGE_METHODS, FULLRANGE_MSE, fullrange_params, positive_view
 from ..layout import BLOCKED, PER_AXIS, PER_TENSOR
 from ..ops import dequantize_linear, plan_dequantize, plan_quantize, quantize_linear
 from ..quant_params import QuantParams
@@ -283,10 +283,11 @@ class _Sums:
 def _params(x: np.ndarray, s: _Sums, lo: float, hi: float, whole: np.ndarray | None) -> Any:
     recipe = s.recipe
     gran, axis, block, _ = s.layout
-    if recipe.method == FULLRANGE:  # signed scales (qcore.fullrange)
+    if recipe.method in FULLRANGE_METHODS:  # signed scales (qcore.fullrange)
+        search = recipe.method == FULLRANGE_MSE
         if gran == PER_TENSOR:
-            x = np.array([lo, hi], np.float32)
-        return fullrange_params(x, recipe.target, gran, axis, block or 32)
+            x = whole if search and whole is not None else np.array([lo, hi], np.float32)
+        return fullrange_params(x, recipe.target, gran, axis, block or 32, search)
     if gran == PER_TENSOR:
         if recipe.method in _RANGE_METHODS:  # the scale of the whole tensor from its range
             x = np.array([lo, hi], np.float32)
