@@ -389,3 +389,24 @@ def test_fullrange_mse_searches_the_clip_at_the_same_bits():
     bias = numpy_helper.to_array(m.graph.initializer[1])
     np.testing.assert_allclose(got, x @ d.quantized["l0.weight"].x_hat + bias, rtol=1e-6,
                                atol=1e-6)
+
+
+def test_fused_names_never_collide_with_the_models():
+    """Names the fused forms would write (codes, scales, the quantized site) already used by
+    the model: the export takes fresh ones, checks, runs, and keeps the model's own tensors."""
+    m = _linear_model("MatMul", 0)
+    taken = [numpy_helper.from_array(np.full(3, 7, np.float32), n)
+             for n in ("l0.weight.codes", "l0.weight.scale", "x.quantized")]
+    m.graph.initializer.extend(taken)
+    for n in taken:
+        m.graph.output.append(helper.make_tensor_value_info(n.name, 1, [3]))
+    acts = {s: ActivationSpec(s, "dynamic", "uint8") for s in ("x", "h0")}
+    for recipes, a in (({t: "int8:per-axis" for t in weight_uses(m)}, acts),
+                       ({t: "int4:blocked32" for t in weight_uses(m)}, None)):
+        d = deployable_export(m, recipes, activations=a)
+        names = [t.name for t in d.model.graph.initializer]
+        assert len(names) == len(set(names))
+        s = ort.InferenceSession(d.model.SerializeToString(), providers=["CPUExecutionProvider"])
+        outs = s.run([n.name for n in taken], {"x": np.ones((2, K), np.float32)})
+        assert all(np.array_equal(o, np.full(3, 7, np.float32)) for o in outs)
+        _assert_fused(d)

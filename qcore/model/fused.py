@@ -193,24 +193,33 @@ class Deployable:
 
 
 class _Writer:
-    """Collects the new nodes and initializers of one export."""
+    """Collects the new nodes and initializers of one export; every new name is fresh (never
+    one the model already uses, :func:`qcore.model.export.fresh_name`), the same logical name
+    giving the same fresh one."""
 
-    def __init__(self, helper: Any) -> None:
+    def __init__(self, helper: Any, taken: set[str]) -> None:
         self.helper = helper
         self.nodes_before: dict[str, list[Any]] = {}  # inserted before the node of that id
         self.inits: list[Any] = []
-        self.names: set[str] = set()
+        self.taken = taken
+        self.alias: dict[str, str] = {}
+
+    def name(self, base: str) -> str:
+        from .export import fresh_name
+
+        if base not in self.alias:
+            self.alias[base] = fresh_name(base, self.taken)
+        return self.alias[base]
 
     def init(self, name: str, a: np.ndarray) -> str:
-        if name not in self.names:
-            self.names.add(name)
-            self.inits.append(tensor_proto(a, name))
-        return name
+        if name not in self.alias:
+            self.inits.append(tensor_proto(a, self.name(name)))
+        return self.alias[name]
 
     def node(self, before: str, op: str, inputs: list[str], outputs: list[str],
              name: str, **attrs: Any) -> None:
         self.nodes_before.setdefault(before, []).append(
-            self.helper.make_node(op, inputs, outputs, name=name, **attrs))
+            self.helper.make_node(op, inputs, outputs, name=self.name(name), **attrs))
 
 
 def _static_params(spec: ActivationSpec) -> tuple[np.ndarray, np.ndarray | None]:
@@ -277,7 +286,9 @@ def deployable_export(model: Any, recipes: Mapping[str, str],
     nodes = list(g0.node)
     ids = [_node_id(n, k) for k, n in enumerate(nodes)]
     by_id = dict(zip(ids, nodes))
-    w = _Writer(helper)
+    from .export import graph_names
+
+    w = _Writer(helper, graph_names(model.graph))
     quantized: dict[str, Quantized] = dict(plain)
     drop_inits: set[str] = set(planned)
     replaced: dict[str, list[Any]] = {}  # node id -> the nodes standing for it
@@ -305,7 +316,7 @@ def deployable_export(model: Any, recipes: Mapping[str, str],
 
     def activation_qdq(site: str, spec: ActivationSpec, before: str) -> str:
         """The site's quantize → dequantize (one per consumer: QDQ groups want their own)."""
-        out = f"{site}.qdq.{before}"
+        out = w.name(f"{site}.qdq.{before}")
         if spec.mode == "dynamic":
             q, s, z = dynamic_quantize(site, before)
             w.node(before, "DequantizeLinear", [q, s, z], [out], out + ".dequantize")
@@ -315,7 +326,7 @@ def deployable_export(model: Any, recipes: Mapping[str, str],
         ins = [w.init(site + ".scale", scale), w.init(site + ".zero_point", zp)]
         opset_needs.append(spec.opset)
         if key not in static_sites:
-            static_sites[key] = site + ".quantized"
+            static_sites[key] = w.name(site + ".quantized")
             w.node(before, "QuantizeLinear", [site] + ins, [static_sites[key]],
                    site + ".quantize")
         w.node(before, "DequantizeLinear", [static_sites[key]] + ins, [out],
@@ -324,7 +335,8 @@ def deployable_export(model: Any, recipes: Mapping[str, str],
 
     def dynamic_quantize(site: str, before: str) -> tuple[str, str, str]:
         if site not in dynamic_sites:
-            outs = (site + ".quantized", site + ".scale", site + ".zero_point")
+            outs = (w.name(site + ".quantized"), w.name(site + ".dynamic_scale"),
+                    w.name(site + ".dynamic_zero_point"))
             w.node(before, "DynamicQuantizeLinear", [site], list(outs), site + ".dynamic")
             dynamic_sites[site] = outs
         return dynamic_sites[site]
@@ -363,7 +375,7 @@ def deployable_export(model: Any, recipes: Mapping[str, str],
                     np.float32)
                 bscale = np.broadcast_to(bscale.reshape(-1), b.shape).astype(np.float32)
                 bq = np.clip(np.rint(b / bscale), -2**31, 2**31 - 1).astype(np.int32)
-                bname = f"{use.bias}.int32"
+                bname = w.name(f"{use.bias}.int32")
                 ins = [w.init(bname + ".codes", bq), w.init(bname + ".scale", bscale)]
                 target = use.add if use.add is not None else use.node
                 w.node(target, "DequantizeLinear", ins, [bname], bname + ".dequantize",
@@ -383,18 +395,19 @@ def deployable_export(model: Any, recipes: Mapping[str, str],
         wscale = wscale.reshape(-1) if q.granularity == PER_AXIS else wscale
         sname = w.init(t + ".scale", wscale)
         out = node.output[0]
-        stem = f"{t}.integer"
-        new = [helper.make_node("MatMulInteger", ins, [stem + ".int32"], name=stem),
-               helper.make_node("Cast", [stem + ".int32"], [stem + ".float"],
-                                name=stem + ".cast", to=TensorProto.FLOAT),
-               helper.make_node("Mul", [xs, sname], [stem + ".scales"],
-                                name=stem + ".scales"),
-               helper.make_node("Mul", [stem + ".float", stem + ".scales"],
+        n = {k: w.name(f"{t}.integer{k}") for k in ("", ".int32", ".float", ".scales",
+                                                      ".product", ".cast", ".rescale", ".bias",
+                                                      ".scales_mul")}
+        new = [helper.make_node("MatMulInteger", ins, [n[".int32"]], name=n[""]),
+               helper.make_node("Cast", [n[".int32"]], [n[".float"]], name=n[".cast"],
+                                to=TensorProto.FLOAT),
+               helper.make_node("Mul", [xs, sname], [n[".scales"]], name=n[".scales_mul"]),
+               helper.make_node("Mul", [n[".float"], n[".scales"]],
                                 [out if use.op == "MatMul" or use.bias is None
-                                 else stem + ".product"], name=stem + ".rescale")]
+                                 else n[".product"]], name=n[".rescale"])]
         if use.op == "Gemm" and use.bias is not None:
-            new.append(helper.make_node("Add", [stem + ".product", use.bias], [out],
-                                        name=stem + ".bias"))
+            new.append(helper.make_node("Add", [n[".product"], use.bias], [out],
+                                        name=n[".bias"]))
         replaced[use.node] = new
 
     # activation sites of nodes whose weight stays float (or is not planned): plain QDQ
