@@ -865,7 +865,9 @@ def test_an_upload_folder_cannot_be_planted(tmp_path):
 
     from app import sources
 
-    data = b"the real upload"
+    # the folder the old predictable scheme would use for these bytes, planted in the shared
+    # temp folder; the bytes unique to this run, so concurrent runs plant different folders
+    data = b"the real upload " + os.urandom(8).hex().encode()
     planted = Path(tempfile.gettempdir()) / f"qcore-upload-{hashlib.sha256(data).hexdigest()[:24]}"
     planted.mkdir(exist_ok=True)
     (planted / "model.onnx").write_bytes(b"planted by someone else")
