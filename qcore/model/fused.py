@@ -308,7 +308,7 @@ def deployable_export(model: Any, recipes: Mapping[str, str],
             attrs["axis"] = q.axis
         if q.block_size:
             attrs["block_size"] = q.block_size
-        if get_format(q.scale.dtype).name != "float32":
+        if np.dtype(q.scale.dtype) != np.float32:  # float8e8m0 scales name the output type
             attrs["output_dtype"] = TensorProto.FLOAT
             opset_needs.append(23)
         w.node(before, "DequantizeLinear", ins, [out], name + ".dequantize", **attrs)
