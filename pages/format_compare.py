@@ -2,7 +2,18 @@
 
 import streamlit as st
 
-from app import charts, compute, controls, errors, explain, frame, tensors, text, widgets
+from app import (
+    charts,
+    compute,
+    controls,
+    errors,
+    explain,
+    frame,
+    metrics_view,
+    tensors,
+    text,
+    widgets,
+)
 from qcore import analysis
 
 spec, x = tensors.open_page("Format Compare", explain.COMPARE_INTRO, explain.COMPARE_EXACT)
@@ -25,11 +36,11 @@ with right:
     pick = analysis.front_pick(best["bits_per_element"], best["sqnr_db"]) if len(best) else None
     if pick is not None:
         top = best.iloc[pick]
-        c1, c2 = st.columns([2, 3])  # room for the longest format name
-        c1.metric("Best SQNR", text.db(top["sqnr_db"]), help="Among the chosen formats.",
-                  border=True)
-        c2.metric("…with", str(top["format"]), f"{top['bits_per_element']:.3f} bits/element",
-                  delta_color="off", border=True)
+        row = metrics_view.cards()
+        metrics_view.card(row, "Best SQNR", text.db(top["sqnr_db"]),
+                          help="Among the chosen formats.")
+        metrics_view.card(row, "…with", str(top["format"]),
+                          f"{top['bits_per_element']:.3f} bits/element", delta_color="off")
         front = ", ".join(best[best["pareto"]].sort_values("bits_per_element")["format"])
         st.markdown(f"**Pareto front:** {front}")
     for _, row in df[df["error"] != ""].iterrows():
@@ -44,9 +55,8 @@ for col in ("clipped_fraction", "mean_rel_error", "sqnr_coverage"):
     if col in table:
         table[col] = 100 * table[col]
 if partial:
-    st.caption("Some formats turned finite elements into NaN/Inf (saturate off): their SQNR and "
-               "errors cover only the finite elements (the “SQNR covers” column); “clipped” "
-               "counts the lost elements too.")
+    st.caption(metrics_view.partial_note(x, produced=bool((df["nonfinite_made"] > 0).any()),
+                                         saturate=cfg.saturate) + " (the “SQNR covers” column)")
 st.dataframe(table, hide_index=True, column_config={
     "format": st.column_config.TextColumn("format", pinned=True),
     "bits": st.column_config.NumberColumn("bits"),
