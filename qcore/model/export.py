@@ -25,7 +25,6 @@ from typing import Any
 
 import numpy as np
 
-from ..formats import get_format
 from . import require
 from .fidelity import FLOAT, Quantized, qdq
 from .graph import ModelError, fresh_name, graph_names, tensor_proto
