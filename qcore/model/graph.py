@@ -260,9 +260,7 @@ def tensor_proto(a: np.ndarray, name: str) -> Any:
         t.dims.extend(a.shape)
         t.raw_data = pack(a).tobytes()
         return t
-    if fmt.name == "float32":
-        return numpy_helper.from_array(np.ascontiguousarray(a, "<f4"), name)
-    return numpy_helper.from_array(np.ascontiguousarray(a), name)
+    return numpy_helper.from_array(np.ascontiguousarray(a), name)  # get_format: native order
 
 
 def graph_names(graph: Any) -> set[str]:
