@@ -34,6 +34,7 @@ def test_path_model_runs_plans_and_exports(tmp_path):
     model = tmp_path / "tiny.onnx"
     onnx.save(tiny_model(), model)
     at = open_page({"mf_source": "path", "mf_path": str(model), "mf_budget": "6",
+                    "mf_runtime": "reference",
                     "mf_recipes": "int8:per-axis,int4:blocked32,mxfp4"})
     assert len(at.get("plotly_chart")) == 3  # heat map, scatter, bits vs fidelity
     case = cases.load_case(str(model), seed=0)
@@ -74,7 +75,7 @@ def test_minilm_subset():
                     "mf_recipes": "int8:per-axis,int4:blocked32", "mf_budget": "6"})
     assert len(at.get("plotly_chart")) == 3
     shown = metrics(at)
-    assert "Spearman of pairwise similarities" in shown
+    assert "Similarity ranks kept" in shown
     assert float(shown["Bits per weight"]) <= 6.0
     assert np.isfinite(float(shown["Output SQNR measured"].split()[0]))
 
@@ -86,3 +87,93 @@ def test_the_warm_up_process_skips_the_model_load(monkeypatch, tmp_path):
     monkeypatch.setenv(warm.SERVER_PID, "1")
     at = open_page({"mf_source": "path", "mf_path": str(tmp_path / "tiny.onnx")})
     assert not at.get("plotly_chart") and not at.metric
+
+
+MANY = "int8:per-axis,uint8:per-tensor,int4:blocked32,float8e4m3fn:per-tensor,int8:per-tensor," \
+       "int4:per-axis,uint4:blocked32"  # 2 tensors × 7 recipes: more than runs on opening
+
+
+def test_results_stay_for_the_session_and_the_url_keeps_the_settings(tmp_path):
+    """Run once; a page change and a new session on the same link show the results without
+    Run; the settings are in the URL before and after Run."""
+    model = tmp_path / "keep.onnx"
+    onnx.save(tiny_model(), model)
+    query = {"mf_source": "path", "mf_path": str(model), "mf_recipes": MANY,
+             "mf_filter": "w", "mf_seed": "3"}
+    at = open_page(query)
+    assert any("press **Run**" in i.value for i in at.info)
+    assert not at.get("plotly_chart")
+    for k, v in query.items():
+        assert at.query_params[k] == v, k  # written even though the page stopped early
+    at.button[0].click().run()  # Run
+    assert len(at.get("plotly_chart")) == 3
+    shown = metrics(at)
+    at.switch_page("pages/home.py").run()
+    at.switch_page("pages/model_fidelity.py").run()
+    assert not at.exception
+    assert len(at.get("plotly_chart")) == 3 and metrics(at) == shown
+    again = open_page(query)  # another session on the same link: the server kept the results
+    assert len(again.get("plotly_chart")) == 3 and metrics(again) == shown
+    assert again.query_params["mf_budget"] and again.query_params["mf_runtime"] == "onnxruntime"
+
+
+def test_onnxruntime_runtime_offers_only_what_it_runs(tmp_path):
+    """The default runtime leaves out recipes onnxruntime cannot run (the page says which,
+    before any download) and a link naming one notes the replacement; the exported model then
+    loads in onnxruntime and matches the fake-quantized evaluation."""
+    import onnxruntime as ort
+
+    from qcore.model.export import unsupported_nodes
+
+    model = tmp_path / "rt.onnx"
+    onnx.save(tiny_model(), model)
+    at = open_page({"mf_source": "path", "mf_path": str(model),
+                    "mf_recipes": "int8:per-axis,mxfp4", "mf_budget": "9"})
+    sidebar = " ".join(c.value for c in at.sidebar.caption)
+    assert "Not offered" in sidebar and "mxfp4" in sidebar
+    assert any("mf_recipes" in w.value and "replaced" in w.value for w in at.sidebar.warning)
+    assert at.query_params["mf_recipes"] == "int8:per-axis"
+    at.button[1].click().run()  # Build the QDQ model
+    assert any("runs every DequantizeLinear" in s.value for s in at.success)
+    data = at.session_state["_mf_qdq"][1]
+    exported = onnx.load_from_string(data)
+    assert unsupported_nodes(exported) == []
+    x = np.random.default_rng(0).standard_normal((3, 8)).astype(np.float32)
+    sess = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    assert sess.run(None, {"x": x})[0].shape == (3, 5)
+
+
+def test_rows_table_is_typed_and_omits_absent_measures(tmp_path):
+    """The "All rows" table converts to Arrow (the server's dataframe path): the opset is an
+    integer column, uniform rows leave it empty, kl/top1 (no logits here) are not columns."""
+    import pyarrow as pa
+
+    from app import model_view
+
+    case = cases.load_case(tiny_model(), seed=0)
+    sens = sensitivity.measure(case, "int8:per-axis,int4:blocked32")
+    rows = sens.rows + sensitivity.uniform(case, "int8:per-axis,int4:blocked32")
+    df = model_view.rows_table(rows)
+    pa.Table.from_pandas(df)  # raised ArrowInvalid on the '' opset of the uniform rows
+    assert str(df["opset"].dtype) == "Int64"
+    assert df["opset"].isna().sum() == 2 and "all weights" in set(df["tensor"])
+    assert not {"kl", "top1", "spearman", "cosine_mean"} & set(df.columns)
+
+
+def test_the_page_says_what_it_needs_in_its_own_words(tmp_path):
+    """No pointer to a file the app cannot open."""
+    model = tmp_path / "words.onnx"
+    onnx.save(tiny_model(), model)
+    at = open_page({"mf_source": "path", "mf_path": str(model)})
+    text = " ".join(e.value for e in [*at.markdown, *at.caption, *at.info])
+    assert "docs/" not in text and ".md" not in text
+
+
+@pytest.mark.skipif("minilm" not in installed_models(), reason="MiniLM weights not installed")
+def test_sentences_beyond_the_shipped_ones_are_replaced_with_a_note():
+    from app import model_view
+
+    most = model_view.sentence_count()
+    at = open_page({"mf_source": "minilm", "mf_sentences": "5000", "mf_filter": "no such tensor"})
+    assert at.query_params["mf_sentences"] == str(most)
+    assert any(f"mf_sentences='5000' → '{most}'" in w.value for w in at.sidebar.warning)

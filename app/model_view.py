@@ -1,0 +1,335 @@
+"""Model Fidelity's computations: cached calls into :mod:`qcore.model`, and its tables.
+
+The page draws; everything it shows is computed here. A model is loaded once per server
+(:func:`load_case`, keyed by the file's identity: path, size and modification time, so an
+upload, saved under its content's hash, is its content). The measured results — sensitivity
+rows, uniform rows, plans — live in a server-wide store keyed by the model's identity and the
+settings (:func:`stored`), so leaving the page and coming back, or opening the same link in
+another tab, shows them without running the model again.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from qcore.model import cases, plan, sensitivity
+from qcore.report import recipes
+
+#: Recipes the page starts with (those the chosen runtime cannot run are left out).
+PAGE_RECIPES = ("int8:per-axis", "int4:blocked32", "mxfp8", "mxfp4")
+#: Runtimes a plan can be made for: what the installed onnxruntime runs, or any ONNX runtime.
+RUNTIMES = {"onnxruntime": "onnxruntime (what the installed one runs)",
+            "reference": "any ONNX runtime (reference: every ONNX type)"}
+CURVE_POINTS = 5  # plans drawn on the bits-vs-fidelity chart
+_STORE_ENTRIES = 24  # results kept per server (sensitivity tables, plans, curves)
+
+
+def identity(source: str, ref: str) -> str:
+    """What makes a model this model: MiniLM by name, a file by path, size and mtime."""
+    if source == "minilm":
+        return "minilm"
+    try:
+        st_ = os.stat(ref)
+    except OSError:
+        return ref
+    return f"{ref}:{st_.st_size}:{st_.st_mtime_ns}"
+
+
+@st.cache_resource(show_spinner=False, max_entries=2)
+def load_case(source: str, ref: str, inputs: str | None, sentences: int, seed: int,
+              ident: str) -> cases.ModelCase:
+    """A model with its inputs and float outputs (one onnxruntime session), once per server;
+    ``ident`` (:func:`identity`) makes a changed file a new entry."""
+    del ident  # part of the cache key only
+    return cases.load_case("minilm" if source == "minilm" else ref, inputs,
+                           sentences=sentences, seed=seed)
+
+
+@st.cache_resource(show_spinner=False)
+def sentence_count() -> int:
+    """How many sentences ship with the app (the most MiniLM can run on)."""
+    from qcore.model import minilm
+
+    return len(minilm.load_sentences(None))
+
+
+# ---------------------------------------------------------------------------------------------
+# the runtime: which recipes it runs
+
+
+@st.cache_data(show_spinner=False, max_entries=4)
+def runtime_check(recipe_names: tuple[str, ...], runtime: str) -> dict[str, str]:
+    """For each recipe, why the runtime cannot run its DequantizeLinear ("" when it can).
+
+    ``reference`` runs every ONNX type. For ``onnxruntime``, each recipe's export of a small
+    [64, 64] MatMul weight (:func:`qcore.model.export.export_plan`) is asked of the installed
+    onnxruntime (:func:`qcore.model.export.unsupported_nodes`: each DequantizeLinear tried
+    alone)."""
+    if runtime == "reference":
+        return {r: "" for r in recipe_names}
+    import onnxruntime as ort
+
+    from qcore.model.export import export_plan, unsupported_nodes
+    from qcore.model.fidelity import qdq
+
+    model = _probe_model()
+    w = np.linspace(-1.0, 1.0, 64 * 64, dtype=np.float32).reshape(64, 64)
+    out = {}
+    for name in recipe_names:
+        try:
+            q = qdq(w, name)
+            p = plan.Plan(0.0, {"w": name}, q.bits, q.elements, 0.0, 1.0)
+            bad = unsupported_nodes(export_plan(model, p, {"w": w}, {"w": q}))
+        except ValueError as exc:
+            out[name] = str(exc)
+            continue
+        scale = "float8e8m0" if recipes.parse_recipe(name).mx else "float32"
+        out[name] = (f"onnxruntime {ort.__version__} has no DequantizeLinear-{q.opset} kernel "
+                     f"for {recipes.parse_recipe(name).target} codes with {scale} scales"
+                     if bad else "")
+    return out
+
+
+def runtime_name() -> str:
+    """The installed onnxruntime, named with its version."""
+    import onnxruntime as ort
+
+    return f"onnxruntime {ort.__version__}"
+
+
+def _probe_model() -> Any:
+    """y = x · w, w a [64, 64] float32 initializer: the smallest model a recipe exports to."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.zeros((64, 64), np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])], "probe",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])], [w])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+# ---------------------------------------------------------------------------------------------
+# results kept for the server
+
+
+class _Store:
+    """A bounded, thread-safe map of results (oldest dropped first)."""
+
+    def __init__(self, entries: int) -> None:
+        self.entries = entries
+        self.items: OrderedDict[Hashable, Any] = OrderedDict()
+        self.lock = threading.Lock()
+
+    def get(self, key: Hashable) -> Any:
+        with self.lock:
+            if key in self.items:
+                self.items.move_to_end(key)
+                return self.items[key]
+            return None
+
+    def put(self, key: Hashable, value: Any) -> Any:
+        with self.lock:
+            self.items[key] = value
+            self.items.move_to_end(key)
+            while len(self.items) > self.entries:
+                self.items.popitem(last=False)
+        return value
+
+
+@st.cache_resource(show_spinner=False)
+def _store() -> _Store:
+    return _Store(_STORE_ENTRIES)
+
+
+def stored(key: Hashable) -> Any:
+    """A result computed before (by any session) under ``key``, or None."""
+    return _store().get(key)
+
+
+def compute(key: Hashable, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)``, kept under ``key`` (returned from the store when there)."""
+    found = _store().get(key)
+    if found is not None:
+        return found
+    return _store().put(key, fn(*args, **kwargs))
+
+
+Progress = Callable[[int, int, str], None]
+
+
+def measure(case: cases.ModelCase, chosen: list[str], tensors: list[str],
+            progress: Progress | None = None) -> tuple[sensitivity.Sensitivity, list[dict]]:
+    """Every tensor × recipe alone, then each recipe on every chosen tensor."""
+    sens = sensitivity.measure(case, chosen, tensors, progress)
+    return sens, sensitivity.uniform(case, chosen, tensors)
+
+
+def run_plan(case: cases.ModelCase, sens: sensitivity.Sensitivity, budget: float,
+             allow_float: bool) -> plan.Plan:
+    """The optimal plan at ``budget``, run and measured."""
+    p = plan.make_plan(sens, budget, allow_float)
+    plan.run_plan(case, p)
+    return p
+
+
+def curve(case: cases.ModelCase, sens: sensitivity.Sensitivity, allow_float: bool
+          ) -> list[plan.Plan]:
+    """Optimal plans at :data:`CURVE_POINTS` budgets across the possible range, each run."""
+    lo, hi = plan.budget_range(sens)
+    return plan.plans_at(case, sens, [float(b) for b in np.linspace(lo, hi, CURVE_POINTS)],
+                         allow_float)
+
+
+def budget_bounds(sens: sensitivity.Sensitivity) -> tuple[float, float]:
+    """The budget slider's range: the cheapest and costliest plan, to 0.01 bit, never empty."""
+    lo, hi = plan.budget_range(sens)
+    lo_c = math.ceil(lo * 100) / 100
+    return lo_c, max(lo_c + 0.01, math.floor(hi * 100) / 100)
+
+
+def export(case: cases.ModelCase, p: plan.Plan) -> tuple[bytes, list[str]]:
+    """The plan as a QDQ model (serialized) and the nodes onnxruntime cannot run."""
+    from qcore.model.export import export_plan, unsupported_nodes
+
+    model = export_plan(case.model, p, case.arrays)
+    return model.SerializeToString(), unsupported_nodes(model)
+
+
+# ---------------------------------------------------------------------------------------------
+# tables
+
+
+#: Measures that exist only for some models (embeddings, logits): dropped when absent.
+_OPTIONAL = ("cosine_mean", "spearman", "kl", "top1")
+
+
+def rows_table(rows: list[dict]) -> pd.DataFrame:
+    """Sensitivity and uniform rows as one typed table: "all weights" for the uniform rows'
+    tensor, the opset an integer column (absent for a uniform row, whose tensors may need
+    several), and a measure no row has (kl and top1 of a model without logits) left out."""
+    df = pd.DataFrame(rows)
+    if df.empty:
+        return df
+    df["tensor"] = df["tensor"].replace({"*": "all weights"})
+    if "opset" in df:
+        df["opset"] = pd.to_numeric(df["opset"].replace({"": None}),
+                                    errors="coerce").astype("Int64")
+    for col in _OPTIONAL:
+        if col in df and pd.to_numeric(df[col], errors="coerce").isna().all():
+            df = df.drop(columns=col)
+    return df
+
+
+def plan_table(p: plan.Plan, sens: sensitivity.Sensitivity) -> pd.DataFrame:
+    """One row per tensor of the plan: its recipe, bits per element and alone-SQNR."""
+    out = []
+    for t, r in p.recipes.items():
+        row = sens.row(t, r)
+        out.append({"tensor": t, "recipe": r,
+                    "bits / element": (row["bits_per_element"] if row else 32.0),
+                    "output SQNR alone (dB)": (row["output_sqnr_db"] if row else math.inf)})
+    return pd.DataFrame(out)
+
+
+def measured_figures(measured: dict[str, Any], kind: str) -> list[tuple[str, str, str]]:
+    """(label, value, note) of the measures this model has, beyond SQNR (none shown "None")."""
+    out = []
+
+    def ok(name: str) -> bool:
+        v = measured.get(name)
+        return isinstance(v, (int, float)) and math.isfinite(v)
+
+    if kind == "embedding" and ok("spearman"):
+        out.append(("Similarity ranks kept", f"{measured['spearman']:.5f}",
+                    "Spearman of pairwise cosines"
+                    + (f"; mean cosine {measured['cosine_mean']:.6f}" if ok("cosine_mean")
+                       else "")))
+    if ok("top1"):
+        out.append(("Top-1 unchanged", f"{100 * measured['top1']:.2f} %",
+                    f"KL {measured['kl']:.3g} nats" if ok("kl") else ""))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# figures
+
+
+def heatmap(sens: sensitivity.Sensitivity) -> Any:
+    """Output SQNR with one tensor quantized, tensor × recipe (dark: the model feels it)."""
+    import plotly.graph_objects as go
+
+    from . import charts, theme
+
+    rows = pd.DataFrame(sens.rows)
+    m = rows.pivot(index="tensor", columns="recipe", values="output_sqnr_db")
+    m = m.reindex(index=[t for t in sens.tensors if t in m.index],
+                  columns=[r for r in sens.recipes if r in m.columns])
+    z = m.to_numpy(np.float64)
+    z = np.where(np.isfinite(z), z, np.nan)
+    fig = charts.figure("Output SQNR (dB) with one tensor quantized (dark = the model feels it)",
+                        "", "", height=max(380, min(1400, 18 * len(m) + 190)))
+    fig.add_trace(go.Heatmap(z=z, x=list(m.columns), y=list(m.index), colorscale=theme.HEAT,
+                             reversescale=True, colorbar=dict(thickness=12),
+                             text=[[("" if np.isnan(v) else f"{v:.1f}") for v in r] for r in z],
+                             texttemplate="%{text}" if z.size <= 600 else None,
+                             hovertemplate="%{y}<br>%{x}<br>%{z:.2f} dB<extra></extra>"))
+    fig.update_yaxes(autorange="reversed", tickfont=dict(size=10), showgrid=False)
+    fig.update_xaxes(tickangle=-35, showgrid=False)
+    return fig
+
+
+def scatter(sens: sensitivity.Sensitivity) -> Any:
+    """Each tensor's own SQNR against the output SQNR with it alone quantized."""
+    import plotly.graph_objects as go
+
+    from . import charts, theme
+
+    rows = pd.DataFrame(sens.rows)
+    c = sensitivity.correlation(sens.rows)
+    fig = charts.figure(f"Tensor SQNR vs output SQNR<br><sup>Pearson {c['pearson']:.3f}, "
+                        f"Spearman {c['spearman']:.3f} over {c['n']} points</sup>",
+                        "tensor SQNR (dB)", "output SQNR (dB), that tensor alone", height=420)
+    for i, (r, part) in enumerate(rows.groupby("recipe", sort=False)):
+        fig.add_trace(go.Scatter(x=part["tensor_sqnr_db"], y=part["output_sqnr_db"],
+                                 mode="markers", name=r, text=part["tensor"],
+                                 marker=dict(size=8, color=theme.PALETTE[i % len(theme.PALETTE)]),
+                                 hovertemplate="%{text}<br>tensor %{x:.2f} dB<br>output "
+                                               "%{y:.2f} dB<extra>" + r + "</extra>"))
+    fig.update_layout(margin=dict(t=100))  # room for the subtitle above the legend
+    return fig
+
+
+def bits_vs_fidelity(uniform: list[dict], plans: list[plan.Plan], p: plan.Plan) -> Any:
+    """Uniform recipes, the optimal plans (measured and predicted) and this budget's plan."""
+    import plotly.graph_objects as go
+
+    from . import charts, theme
+
+    fig = charts.figure("Bits vs fidelity: uniform recipes and optimal plans", "bits per weight",
+                        "output SQNR (dB)", height=420)
+    u = pd.DataFrame(uniform)
+    fig.add_trace(go.Scatter(x=u["bits_per_element"], y=u["output_sqnr_db"], mode="markers+text",
+                             text=u["recipe"], textposition="top center", name="uniform recipe",
+                             marker=dict(size=11, color=theme.INPUT), cliponaxis=False))
+    fig.add_trace(go.Scatter(x=[q.bits_per_element for q in plans],
+                             y=[q.measured["output_sqnr_db"] for q in plans],
+                             mode="lines+markers", name="plan, measured",
+                             line=dict(color=theme.GOOD, width=2)))
+    fig.add_trace(go.Scatter(x=[q.bits_per_element for q in plans],
+                             y=[q.output_sqnr_db_predicted for q in plans], mode="markers",
+                             name="plan, predicted",
+                             marker=dict(symbol="circle-open", size=10, color=theme.GOOD)))
+    fig.add_trace(go.Scatter(x=[p.bits_per_element], y=[p.measured["output_sqnr_db"]],
+                             mode="markers", name="this budget",
+                             marker=dict(symbol="star", size=16, color=theme.OUTPUT)))
+    return fig
