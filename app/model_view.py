@@ -305,7 +305,8 @@ def scatter(sens: sensitivity.Sensitivity) -> Any:
                                  marker=dict(size=8, color=theme.PALETTE[i % len(theme.PALETTE)]),
                                  hovertemplate="%{text}<br>tensor %{x:.2f} dB<br>output "
                                                "%{y:.2f} dB<extra>" + r + "</extra>"))
-    fig.update_layout(margin=dict(t=100))  # room for the subtitle above the legend
+    fig.update_layout(margin=dict(t=80, b=40),  # the legend below: the subtitle stays clear
+                      legend=dict(orientation="h", yanchor="top", y=-0.22, x=0))
     return fig
 
 
