@@ -241,8 +241,9 @@ def plan_table(p: plan.Plan, sens: sensitivity.Sensitivity) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def measured_figures(measured: dict[str, Any], kind: str) -> list[tuple[str, str, str]]:
-    """(label, value, note) of the measures this model has, beyond SQNR (none shown "None")."""
+def measured_figures(measured: dict[str, Any], kind: str) -> list[tuple[str, str, str, str]]:
+    """(label, value, note, help) of the measures this model has beyond SQNR; a measure the
+    model lacks (kl and top-1 without logits) is left out, never shown as "None"."""
     out = []
 
     def ok(name: str) -> bool:
@@ -251,12 +252,16 @@ def measured_figures(measured: dict[str, Any], kind: str) -> list[tuple[str, str
 
     if kind == "embedding" and ok("spearman"):
         out.append(("Similarity ranks kept", f"{measured['spearman']:.5f}",
-                    "Spearman of pairwise cosines"
-                    + (f"; mean cosine {measured['cosine_mean']:.6f}" if ok("cosine_mean")
-                       else "")))
+                    f"mean cosine {measured['cosine_mean']:.5f}" if ok("cosine_mean") else "",
+                    "Spearman's rank correlation of every pairwise cosine similarity between "
+                    "the sentences' embeddings, quantized against float: 1 when the model "
+                    "still orders its inputs' similarities the same."))
     if ok("top1"):
         out.append(("Top-1 unchanged", f"{100 * measured['top1']:.2f} %",
-                    f"KL {measured['kl']:.3g} nats" if ok("kl") else ""))
+                    f"KL {measured['kl']:.3g} nats" if ok("kl") else "",
+                    "The share of rows whose largest output (the argmax of the last axis) "
+                    "is the float model's; KL: the mean divergence of the softmax "
+                    "distributions."))
     return out
 
 

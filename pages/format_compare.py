@@ -58,7 +58,8 @@ with right:
     pick = analysis.front_pick(best["bits_per_element"], best["sqnr_db"]) if len(best) else None
     if pick is not None:
         top = best.iloc[pick]
-        c1, c2 = st.columns([2, 3])  # room for the longest format name
+        # room for the longest name: a recipe's label is long, so its cards stack
+        c1, c2 = st.columns([2, 3]) if mode == "formats" else (st.container(), st.container())
         c1.metric("Best SQNR", text.db(top["sqnr_db"]), help="Among the chosen formats.",
                   border=True)
         c2.metric("…with", str(top["format"]), f"{top['bits_per_element']:.3f} bits/element",
@@ -74,6 +75,8 @@ table = df.drop(columns=["error", "nan_out", "inf_out", "recipe", "opset_sets_bi
 partial = bool((table["sqnr_coverage"] < 1).any())
 if not partial:
     table = table.drop(columns=["sqnr_coverage"])
+if "block_size" in table:  # a block only where the recipe has blocks (text: never "None")
+    table["block_size"] = table["block_size"].astype("string").fillna("")
 for col in ("clipped_fraction", "mean_rel_error", "sqnr_coverage"):
     if col in table:
         table[col] = 100 * table[col]
@@ -85,7 +88,7 @@ st.dataframe(table, hide_index=True, column_config={
     "format": st.column_config.TextColumn("format" if mode == "formats" else "recipe",
                                           pinned=True),
     "target": st.column_config.TextColumn("element type"),
-    "block_size": st.column_config.NumberColumn("block"),
+    "block_size": st.column_config.TextColumn("block"),
     "method": st.column_config.TextColumn("calibration"),
     "scale_type": st.column_config.TextColumn("scale type"),
     "opset": st.column_config.NumberColumn("opset", help="The oldest opset whose "

@@ -147,8 +147,8 @@ m[1].metric("Output SQNR predicted", f"{p.output_sqnr_db_predicted:.2f} dB", "ad
             delta_color="off", border=True)
 m[2].metric("Output SQNR measured", f"{p.measured['output_sqnr_db']:.2f} dB",
             f"max |Δ| {p.measured['max_abs']:.3g}", delta_color="off", border=True)
-for col, (label, value, note) in zip(m[3:], extra):
-    col.metric(label, value, note or None, delta_color="off", border=True)
+for col, (label, value, note, why) in zip(m[3:], extra):
+    col.metric(label, value, note or None, delta_color="off", border=True, help=why)
 with st.expander("The plan: one recipe per tensor"):
     st.dataframe(model_view.plan_table(p, sens), hide_index=True)
 st.caption("The plan is exactly optimal under the additive model: it predicts the mixed "

@@ -367,7 +367,8 @@ def test_format_compare_compares_recipes_each_with_its_own_settings():
     assert table.loc["int4:blocked32", "scale_type"] == "float32"
     assert table.loc["int4:blocked32", "method"] == "absmax"
     assert table.loc["mxfp4", "scale_type"] == "float8e8m0"
-    assert table.loc["mxfp4", "block_size"] == 32 and table.loc["mxfp4", "target"] == "float4e2m1"
+    assert table.loc["mxfp4", "block_size"] == "32" and table.loc["mxfp4", "target"] == "float4e2m1"
+    assert table.loc["int8:per-axis · opset 13", "block_size"] == ""  # no block, no "None"
     x = datasets.load("layer0.ffn.out.weight")
     for label, recipe in zip(table.index, ["int4:blocked32", "mxfp4", "int8:per-axis",
                                            "float8e4m3fn:per-tensor"]):
