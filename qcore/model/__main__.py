@@ -71,6 +71,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--int-range", default="0,100", help="LO,HI of generated integer inputs")
     p.add_argument("--dim", type=int, default=1, help="size of symbolic dims of generated inputs")
     p.add_argument("--logits", action="store_true", help="outputs are logits (KL, top-1)")
+    p.add_argument("--outputs", help="comma-separated output names the model's SQNR averages "
+                                     "over (default: all); each output's own SQNR and max |Δ| "
+                                     "are in the table and the plan either way")
     p.add_argument("--no-float", action="store_true",
                    help="the plan may not leave a weight in float32")
     p.add_argument("--threads", type=int, default=0, help="onnxruntime intra-op threads")
@@ -117,7 +120,9 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     t0 = time.perf_counter()
     case = load_case(args.model, args.inputs, sentences=args.sentences, seed=args.seed,
                      int_range=(lo, hi), dim=args.dim, kind="logits" if args.logits else None,
-                     threads=args.threads)
+                     threads=args.threads,
+                     outputs=[o.strip() for o in args.outputs.split(",") if o.strip()]
+                     if args.outputs else None)
     if tensors:
         missing = [t for t in tensors if t not in case.arrays]
         if missing:
@@ -172,21 +177,21 @@ def _check_budget(case, tensors: list[str], recipes: list[str], budget: float,
                   allow_float: bool) -> None:
     """Refuse a budget below the cheapest plan before the long part (bits depend on the shape
     and the recipe, so one tensor of each shape is quantized)."""
-    from .fidelity import qdq
-
     by_shape: dict[tuple, float] = {}
     total = n = 0
+    roles = case.roles
     for t in tensors:
         x = case.arrays[t]
-        if x.shape not in by_shape:
+        key = (x.shape, roles[t])
+        if key not in by_shape:
             cands = [32.0] if allow_float else []
             for r in recipes:
                 try:
-                    cands.append(qdq(x, r).bits_per_element)
+                    cands.append(case.quantize(t, r).bits_per_element)
                 except ValueError:
                     pass
-            by_shape[x.shape] = min(cands) if cands else math.inf
-        total += by_shape[x.shape] * x.size
+            by_shape[key] = min(cands) if cands else math.inf
+        total += by_shape[key] * x.size
         n += x.size
     if total > budget * n * (1 + 1e-12):
         raise QuantizationError(f"--budget {budget} bits per weight is below the cheapest plan "

@@ -1,10 +1,15 @@
 """The plan as a QDQ ONNX model (docs/semantics.md, Definitions).
 
-Each planned weight W becomes three initializers — ``W.codes`` (the target type; 2- and 4-bit
-types packed by :func:`qcore.packing.pack`, two or four per byte, low bits first, as ONNX stores
-them; 6-bit floats packed by onnx's own ``numpy_helper``), ``W.scale`` (float32 or float8e8m0)
-and, where the recipe stores one, ``W.zero_point`` — and a ``DequantizeLinear`` node whose output
-is named W, so every consumer of the weight is unchanged. The model's opset import is raised to
+Each planned weight W becomes, in the graph where it lives (the main graph, an If / Loop / Scan
+body, or in place of its Constant node), three initializers — ``W.codes`` (the target type; 2-
+and 4-bit types packed by :func:`qcore.packing.pack`, two or four per byte, low bits first, as
+ONNX stores them; 6-bit floats packed by onnx's own ``numpy_helper``), ``W.scale`` (float32 or
+float8e8m0) and, where the recipe stores one, ``W.zero_point`` — and a ``DequantizeLinear``
+node (its axis the one the weight's role chose, :func:`qcore.model.fidelity.weight_layout`)
+whose final output is named W, so every consumer of the weight is unchanged. A Conv kernel
+quantized as its [O, I·k] view is followed by a ``Reshape`` to its shape; a float16 / bfloat16
+weight by a ``Cast`` to its type (DequantizeLinear computes float32; the Cast rounds to nearest
+even, as the fake-quant run does), so the export keeps the model's float type. The model's opset import is raised to
 the newest version any planned recipe needs (int8 per-axis: 13, float8: 19, int4 and blocked:
 21, float4: 23, float8e8m0 scales: 24, int2: 25, float6: 28); ``onnx.checker`` checks the result.
 
@@ -50,8 +55,13 @@ def tensor_proto(a: np.ndarray, name: str) -> Any:
     return numpy_helper.from_array(np.ascontiguousarray(a), name)
 
 
-def _dq_node(name: str, q: Quantized, opset: int) -> tuple[Any, list[Any]]:
+def _dq_nodes(name: str, q: Quantized, opset: int, dtype: str, shape: tuple[int, ...]
+              ) -> tuple[list[Any], list[Any]]:
+    """The nodes computing weight ``name`` from its codes (DequantizeLinear, then a Reshape for
+    a kernel quantized as its 2-D view, then a Cast to float16 / bfloat16 for a weight of that
+    type) and their initializers."""
     helper = require("onnx.helper")
+    onnx = require("onnx")
     inputs = [name + ".codes", name + ".scale"]
     inits = [tensor_proto(q.y, inputs[0]), tensor_proto(q.scale, inputs[1])]
     if q.zero_point is not None:
@@ -63,45 +73,70 @@ def _dq_node(name: str, q: Quantized, opset: int) -> tuple[Any, list[Any]]:
     if q.block_size:
         attrs["block_size"] = q.block_size
     if get_format(q.scale.dtype).name != "float32" and opset >= _E8M0_OUTPUT_OPSET:
-        attrs["output_dtype"] = 1  # FLOAT: the weight stays float32 for its consumers
-    node = helper.make_node("DequantizeLinear", inputs, [name], name=name + ".dequantize",
-                            **attrs)
-    return node, inits
+        attrs["output_dtype"] = 1  # FLOAT: float32, cast below where the weight is narrower
+    steps = (["reshape"] if q.view else []) + (["cast"] if dtype != "float32" else [])
+    outs = [f"{name}.{step}_in" for step in steps] + [name]
+    nodes = [helper.make_node("DequantizeLinear", inputs, [outs[0]], name=name + ".dequantize",
+                              **attrs)]
+    for k, step in enumerate(steps):
+        if step == "reshape":
+            from onnx import numpy_helper
+
+            inits.append(numpy_helper.from_array(np.asarray(shape, np.int64), name + ".shape"))
+            nodes.append(helper.make_node("Reshape", [outs[k], name + ".shape"], [outs[k + 1]],
+                                          name=name + ".reshape"))
+        else:
+            to = onnx.TensorProto.FLOAT16 if dtype == "float16" else onnx.TensorProto.BFLOAT16
+            nodes.append(helper.make_node("Cast", [outs[k]], [outs[k + 1]], to=to,
+                                          name=name + ".cast"))
+    return nodes, inits
 
 
 def export_plan(model: Any, plan: Plan, weights: dict[str, np.ndarray] | None = None,
                 quantized: dict[str, Quantized] | None = None) -> Any:
-    """A QDQ copy of ``model`` for ``plan`` (module doc); ``weights``: the float initializers
-    (default read from the model); ``quantized``: round trips already made, by tensor."""
+    """A QDQ copy of ``model`` for ``plan`` (module doc); ``weights``: the float weights by key
+    (default read from the model); ``quantized``: round trips already made, by key.
+
+    Each weight is replaced where it lives: an initializer of the main graph or of a subgraph
+    by codes initializers and DequantizeLinear nodes at the top of that graph; a Constant node
+    by the same nodes in its place. Nodes are topologically sorted first."""
     onnx = require("onnx")
     from onnx import helper
 
+    from ..io.onnx import find_weights, iter_graphs, topologically_sorted
     from .graph import initializer_arrays
 
     planned = {t: r for t, r in plan.recipes.items() if r != FLOAT}
+    records = {r.key: r for r in find_weights(model)}
+    for t in planned:
+        if t not in records:
+            raise ModelError(f"plan names tensor {t!r}, which is not a float weight of the model")
     weights = weights if weights is not None else initializer_arrays(model, list(planned))
     quantized = dict(quantized or {})
     for t, r in planned.items():
-        if t not in weights:
-            raise ModelError(f"plan names tensor {t!r}, which is not a float weight of the model")
         if t not in quantized or quantized[t].recipe != r:
-            quantized[t] = qdq(weights[t], r)
+            quantized[t] = qdq(weights[t], r, records[t].role)
     old = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
     opset = max([old] + [q.opset for q in quantized.values()])
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    g = out.graph
-    keep = [t for t in g.initializer if t.name not in planned]
-    del g.initializer[:]
-    g.initializer.extend(keep)
-    nodes = []
+    out = topologically_sorted(model)
     for t in planned:
-        node, inits = _dq_node(t, quantized[t], opset)
-        nodes.append(node)
+        rec = records[t]
+        # looked up afresh: rewriting a graph's node list copies the subgraphs below it
+        g = dict(iter_graphs(out.graph))[rec.graph]
+        nodes, inits = _dq_nodes(rec.name, quantized[t], opset, rec.dtype, rec.shape)
         g.initializer.extend(inits)
-    existing = list(g.node)
-    del g.node[:]
-    g.node.extend(nodes + existing)
+        existing = list(g.node)
+        if rec.kind == "initializer":
+            keep = [i for i in g.initializer if i.name != rec.name]
+            del g.initializer[:]
+            g.initializer.extend(keep)
+            at = 0
+        else:
+            at = next(k for k, n in enumerate(existing)
+                      if n.op_type == "Constant" and n.output[0] == rec.name)
+            existing.pop(at)
+        del g.node[:]
+        g.node.extend(existing[:at] + nodes + existing[at:])
     for o in out.opset_import:
         if o.domain in ("", "ai.onnx"):
             o.version = opset
@@ -146,10 +181,13 @@ def unsupported_nodes(export: Any) -> list[str]:
     from ..onnx_models import node_model
 
     opset = next((o.version for o in export.opset_import if o.domain in ("", "ai.onnx")), 1)
-    inits = {t.name: t for t in export.graph.initializer}
+    from ..io.onnx import iter_graphs
+
+    graphs = [g for _, g in iter_graphs(export.graph)]
+    inits = {t.name: t for g in graphs for t in g.initializer}
     bad, seen = [], {}
-    for n in export.graph.node:
-        if n.op_type != "DequantizeLinear":
+    for n in (n for g in graphs for n in g.node):
+        if n.op_type != "DequantizeLinear" or not all(i in inits for i in n.input):
             continue
         arrays = []
         for i in n.input:

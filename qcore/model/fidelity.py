@@ -5,7 +5,9 @@ scales, its opset and zero-point rules) to one weight and keeps everything the e
 :class:`ModelCase` is a model with its inputs and float outputs; :meth:`ModelCase.fidelity`
 runs it with some weights replaced and measures (docs/semantics.md, Definitions), in float64:
 
-- ``output_sqnr_db`` = 10·log10(Σ y² / Σ (y − ŷ)²) over all outputs, ``max_abs`` = max |y − ŷ|;
+- ``output_sqnr_db`` = −10·log10(mean_o r_o), r_o = Σ (y_o − ŷ_o)² / Σ y_o² per output o, over
+  the chosen outputs (all by default; :func:`compare`); ``max_abs`` = max |y − ŷ|; ``outputs``:
+  each output's ``sqnr_db`` and ``max_abs`` by name;
 - embeddings (MiniLM): ``cosine_mean`` / ``cosine_min`` of each row with its float self, and
   ``spearman``: the rank correlation of all pairwise cosine similarities between rows (float
   vs quantized) — a task-free measure of whether the model still orders its inputs the same;
@@ -25,6 +27,7 @@ import numpy as np
 from .. import metrics
 from ..calibration import choose_params
 from ..formats import get_format
+from ..io.onnx import Role
 from ..metrics import error_metrics
 from ..ops import dequantize_linear, quantize_linear
 from ..report.recipes import (
@@ -37,7 +40,8 @@ from ..report.recipes import (
 )
 from .graph import Runner
 
-__all__ = ["FLOAT", "ModelCase", "Quantized", "apply_recipe", "compare", "qdq", "spearman"]
+__all__ = ["FLOAT", "ModelCase", "Quantized", "apply_recipe", "compare", "qdq", "spearman",
+           "weight_layout"]
 
 #: The plan's name for a weight left in float32.
 FLOAT = "float32"
@@ -59,18 +63,57 @@ class Quantized:
     tensor_sqnr_db: float
     bits: int  # codes + scales + stored zero points, in bits (docs/semantics.md, Definitions)
     elements: int
+    view: tuple[int, ...] | None = None  # the 2-D shape quantized (a Conv kernel's [O, I·k])
 
     @property
     def bits_per_element(self) -> float:
         return self.bits / self.elements if self.elements else math.nan
 
 
-def qdq(x: np.ndarray, recipe: Recipe | str) -> Quantized:
-    """Quantize and dequantize float32 ``x`` by a report recipe (the same scales, opset and
-    stored zero point as :func:`qcore.report.recipes.run_recipe`)."""
+def weight_layout(recipe: Recipe, shape: tuple[int, ...], role: Role | None = None
+                  ) -> tuple[str, int, int, tuple[int, ...] | None]:
+    """(granularity, axis, block size, view) of a recipe on a weight of this shape and role.
+
+    Per-axis follows the role's output axis, blocks its reduction axis
+    (:func:`qcore.report.recipes.granularity_for`). A Conv kernel (O, I/g, k...) under a
+    blocked recipe without an explicit axis takes, of three layouts, the one with the fewest
+    scales (the fewest bits; ties in this order):
+
+    1. blocks along I (what runtime kernels expect; exact when N divides I);
+    2. one scale per output channel, when a row of I·k elements is shorter than two blocks
+       (depthwise and few-channel kernels: one scale covers at most 2N - 1 elements);
+    3. blocks over I·k together: the [O, I·k] view, DequantizeLinear on the 2-D codes then a
+       Reshape (kernels larger than 1 whose I is not a multiple of N).
+
+    ``view`` is the 2-D shape quantized in case 3, else None."""
+    gran, axis, block = granularity_for(recipe, shape, role)
+    if (gran == "blocked" and role is not None and role.kernel and recipe.axis is None
+            and len(shape) >= 3 and axis == 1):
+        o, i, k = shape[0], shape[1], math.prod(shape[2:])
+        along_i = o * -(-i // block) * k
+        per_row = o if i * k < 2 * block else None
+        flat = o * -(-(i * k) // block)
+        best = min(x for x in (along_i, per_row, flat) if x is not None)
+        if best == along_i:
+            return gran, 1, block, None
+        if best == per_row:
+            return "per-axis", 0, 0, None
+        return gran, 1, block, (o, i * k)
+    return gran, axis, block, None
+
+
+def qdq(x: np.ndarray, recipe: Recipe | str, role: Role | None = None) -> Quantized:
+    """Quantize and dequantize ``x`` by a report recipe (the same scales, opset and stored zero
+    point as :func:`qcore.report.recipes.run_recipe`) laid out by the weight's ``role``
+    (:func:`weight_layout`; None: the (out, in) convention). A float16 / bfloat16 weight is
+    quantized as its exact float32 value; ``x_hat`` is float32 (the model's run casts it back
+    to the weight's type, as the export's Cast after DequantizeLinear does)."""
     r = parse_recipe(recipe) if isinstance(recipe, str) else recipe
-    x = np.ascontiguousarray(x, np.float32)
-    gran, axis, block = granularity_for(r, x.shape)
+    x = np.ascontiguousarray(np.asarray(x).astype(np.float32))
+    gran, axis, block, view = weight_layout(r, tuple(x.shape), role)
+    shape = tuple(x.shape)
+    if view is not None:
+        x = x.reshape(view)
     params = choose_params(x, r.target, method=r.method, granularity=gran, axis=axis,
                            block_size=block or 32)
     fmt = params.format
@@ -91,8 +134,8 @@ def qdq(x: np.ndarray, recipe: Recipe | str) -> Quantized:
     bits = metrics.stored_bits(x.size, fmt.bits, n_scales, params.scale_format.bits, stored)
     return Quantized(r.name, np.asarray(y), np.asarray(params.scale), zp, int(kw["axis"]),
                      int(kw["block_size"]), gran, int(opset),
-                     np.ascontiguousarray(x_hat, np.float32), float(m["sqnr_db"]), int(bits),
-                     int(x.size))
+                     np.ascontiguousarray(np.asarray(x_hat).reshape(shape), np.float32),
+                     float(m["sqnr_db"]), int(bits), int(x.size), view)
 
 
 def float_bits(x: np.ndarray) -> int:
@@ -129,26 +172,66 @@ def spearman(a: np.ndarray, b: np.ndarray) -> float:
     return float(ra @ rb) / den if den else math.nan
 
 
+def _sqnr(signal: float, noise: float) -> float:
+    return math.inf if noise == 0 else (10 * math.log10(signal / noise) if signal else -math.inf)
+
+
 def _cosines(e: np.ndarray) -> np.ndarray:
     n = e / np.maximum(np.linalg.norm(e, axis=1, keepdims=True), 1e-300)
     return n @ n.T
 
 
-def compare(ref: list[np.ndarray], out: list[np.ndarray], kind: str = "generic"
-            ) -> dict[str, float]:
-    """Measures of ``out`` against ``ref`` (module doc); ``kind``: generic, embedding, logits."""
-    sig = err = 0.0
-    max_abs = 0.0
-    for y, yh in zip(ref, out):
+def compare(ref: list[np.ndarray], out: list[np.ndarray], kind: str = "generic",
+            names: list[str] | None = None, outputs: list[str] | None = None
+            ) -> dict[str, Any]:
+    """Measures of ``out`` against ``ref`` (module doc); ``kind``: generic, embedding, logits;
+    ``names``: the outputs' names (default ``output0``, ...); ``outputs``: the outputs the model
+    figure averages over (default all).
+
+    Per output o: r_o = Σ (y_o − ŷ_o)² / Σ y_o², its SQNR −10·log10(r_o) and max |Δ|. The model
+    figure ``output_sqnr_db`` = −10·log10(mean_o r_o) over the chosen outputs, so no output
+    dominates by its scale; with one output it is 10·log10(Σ y² / Σ (y − ŷ)²). An output with
+    Σ y² = 0 has no ratio: it is left out of the mean (listed in ``silent_outputs``); when
+    every chosen output is silent the figure is inf if nothing changed, else -inf.
+    ``noise_power`` = mean_o r_o × ``signal_power`` (Σ y² over the chosen outputs): additive
+    over tensors as r_o is, and equal to Σ (y − ŷ)² with one output."""
+    names = list(names) if names is not None else [f"output{i}" for i in range(len(ref))]
+    chosen = list(names) if not outputs else list(outputs)
+    unknown = [o for o in chosen if o not in names]
+    if unknown:
+        from .graph import ModelError
+
+        raise ModelError(f"outputs {unknown} are not outputs of the model; its outputs: "
+                         + ", ".join(names))
+    per: dict[str, dict[str, float]] = {}
+    sig = max_abs = 0.0
+    ratios, silent, silent_noise = [], [], 0.0
+    for name, y, yh in zip(names, ref, out):
         y64, yh64 = np.asarray(y, np.float64), np.asarray(yh, np.float64)
         d = y64 - yh64
-        sig += float(np.sum(y64 * y64))
-        err += float(np.sum(d * d))
-        if d.size:
-            max_abs = max(max_abs, float(np.max(np.abs(d))))
-    sqnr = math.inf if err == 0 else (10 * math.log10(sig / err) if sig else -math.inf)
-    res = {"output_sqnr_db": sqnr, "max_abs": max_abs, "noise_power": err,
-           "signal_power": sig}
+        s_o, e_o = float(np.sum(y64 * y64)), float(np.sum(d * d))
+        m_o = float(np.max(np.abs(d))) if d.size else 0.0
+        per[name] = {"sqnr_db": _sqnr(s_o, e_o), "max_abs": m_o}
+        if name not in chosen:
+            continue
+        sig += s_o
+        max_abs = max(max_abs, m_o)
+        if s_o > 0:
+            ratios.append(e_o / s_o)
+        else:
+            silent.append(name)
+            silent_noise += e_o
+    if ratios:
+        mean_r = sum(ratios) / len(ratios)
+        sqnr = math.inf if mean_r == 0 else -10 * math.log10(mean_r)
+        err = mean_r * sig
+    else:
+        sqnr = math.inf if silent_noise == 0 else -math.inf
+        err = silent_noise
+    res: dict[str, Any] = {"output_sqnr_db": sqnr, "max_abs": max_abs, "noise_power": err,
+                           "signal_power": sig, "outputs": per}
+    if silent:
+        res["silent_outputs"] = silent
     if kind == "embedding":
         y = np.asarray(ref[0], np.float64).reshape(len(ref[0]), -1)
         yh = np.asarray(out[0], np.float64).reshape(len(out[0]), -1)
@@ -192,6 +275,7 @@ class ModelCase:
     order: np.ndarray | None = None
     weights: list[str] | None = None
     threads: int = 0
+    outputs: list[str] | None = None  # the outputs the model figure averages over (None: all)
     runner: Runner = field(init=False)
     reference: list[np.ndarray] = field(init=False)
     prefix: Any = field(init=False, default=None)  # a PrefixCache, made on first use
@@ -199,7 +283,18 @@ class ModelCase:
     def __post_init__(self) -> None:
         self.runner = Runner(self.model, self.weights, self.threads)
         self.weights = self.runner.names
+        if self.outputs:
+            compare([], [], names=self.runner.output_names, outputs=self.outputs)  # names known
         self.reference = self.run()
+
+    @property
+    def roles(self) -> dict[str, Role]:
+        """Each weight's role in the graph (:mod:`qcore.io.onnx`), by key."""
+        return {k: r.role for k, r in self.runner.records.items()}
+
+    def quantize(self, tensor: str, recipe: Recipe | str) -> Quantized:
+        """:func:`qdq` of one weight laid out by its role."""
+        return qdq(self.arrays[tensor], recipe, self.runner.records[tensor].role)
 
     @property
     def arrays(self) -> dict[str, np.ndarray]:
@@ -239,8 +334,10 @@ class ModelCase:
         """:func:`compare` of the outputs with ``replace``'s weights against the float ones."""
         if replace is not None and len(replace) == 1:
             ((tensor, value),) = replace.items()
-            return compare(self.reference, self.run_alone(tensor, value), self.kind)
-        return compare(self.reference, self.run(replace), self.kind)
+            return compare(self.reference, self.run_alone(tensor, value), self.kind,
+                           self.runner.output_names, self.outputs)
+        return compare(self.reference, self.run(replace), self.kind, self.runner.output_names,
+                       self.outputs)
 
 
 def apply_recipe(case: ModelCase, recipe: Recipe | str, tensors: list[str] | str | None = None
@@ -252,7 +349,7 @@ def apply_recipe(case: ModelCase, recipe: Recipe | str, tensors: list[str] | str
     replace = {}
     for t in names:
         try:
-            replace[t] = qdq(case.arrays[t], recipe).x_hat
+            replace[t] = case.quantize(t, recipe).x_hat
         except ValueError:
             continue
     return case.fidelity(replace)

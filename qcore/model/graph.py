@@ -1,12 +1,21 @@
 """Any ONNX model: load it, find its float weights, feed it, run it with chosen weights.
 
-The weights a tool may quantize are the model's float32 initializers of rank >= 2 (matrices,
-embedding tables, convolution kernels); biases and norms (rank 1) stay float, as every
-quantization tool leaves them. :class:`Runner` turns those initializers into graph inputs so
-one onnxruntime session runs the model with any replacement weights; its sessions turn
-intra-op spinning off (onnxruntime's spinning threads would take the cores qcore's next call needs), disable graph
-optimisations and weight prepacking, so that a float weight fed as an input and the same weight
-computed by a DequantizeLinear node go through the same kernels (bit-for-bit comparisons).
+The weights a tool may quantize are those :func:`qcore.io.onnx.find_weights` finds (the one
+reader): float32 / float16 / bfloat16 tensors of rank >= 2 in initializers of the main graph
+and of every subgraph, and in ``Constant`` nodes; biases and norms (rank 1) stay float, as every
+quantization tool leaves them. Each weight is known by its key (its name, or ``graph:name``
+where a subgraph reuses a name). :class:`Runner` makes every weight an input of the main graph
+so one onnxruntime session runs the model with any replacement weights: a main-graph
+float32 initializer becomes the input of its own name; any other weight (a subgraph
+initializer, a Constant node, a float16 / bfloat16 weight) is replaced, where it lives, by an
+``Identity`` — a ``Cast`` to its type for float16 / bfloat16 — reading a new float32 input of
+the main graph (subgraphs read outer-scope names). Weights are fed as float32; a half-precision
+weight goes through the same Cast (round to nearest even) as in the export, so the consumers
+see a computed weight in both and onnxruntime takes the same kernels.
+Sessions turn intra-op spinning off (onnxruntime's spinning threads would take the cores qcore's
+next call needs), disable graph optimisations and weight prepacking, so that a float weight fed
+as an input and the same weight computed by a DequantizeLinear node go through the same kernels
+(bit-for-bit comparisons).
 """
 
 from __future__ import annotations
@@ -18,15 +27,20 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import QuantizationError
+from ..io.onnx import (
+    ModelError,
+    NoWeightsError,
+    WeightRecord,
+    as_float32,
+    find_weights,
+    iter_graphs,
+    topologically_sorted,
+    weight_array,
+)
 from . import require
 
 __all__ = ["ModelError", "PrefixCache", "Runner", "generate_inputs", "graph_inputs", "load_model",
-           "read_inputs", "session_options", "weight_names"]
-
-
-class ModelError(QuantizationError):
-    """A model, its inputs or a plan the tool cannot use (a ValueError)."""
+           "read_inputs", "session_options", "weight_names", "weight_records"]
 
 
 def load_model(path: str | os.PathLike) -> Any:
@@ -43,21 +57,25 @@ def load_model(path: str | os.PathLike) -> Any:
                          ) from None
 
 
+def weight_records(model: Any, min_rank: int = 2) -> list[WeightRecord]:
+    """The model's weights (:func:`qcore.io.onnx.find_weights`; NoWeightsError when none)."""
+    return find_weights(model, min_rank)
+
+
 def weight_names(model: Any, min_rank: int = 2) -> list[str]:
-    """Names of the float32 initializers of rank >= ``min_rank`` that are not graph inputs."""
-    onnx = require("onnx")
-    inputs = {i.name for i in model.graph.input}
-    return [t.name for t in model.graph.initializer
-            if t.data_type == onnx.TensorProto.FLOAT and len(t.dims) >= min_rank
-            and t.name not in inputs]
+    """The keys of the model's weights (empty when it has none)."""
+    try:
+        return [r.key for r in find_weights(model, min_rank)]
+    except NoWeightsError:
+        return []
 
 
 def initializer_arrays(model: Any, names: list[str]) -> dict[str, np.ndarray]:
-    """The initializers ``names`` as NumPy arrays (float32, C order)."""
-    numpy_helper = require("onnx.numpy_helper")
+    """The weights ``names`` (keys) as float32 arrays, C order (float16 / bfloat16 widened
+    exactly)."""
     wanted = set(names)
-    return {t.name: np.ascontiguousarray(numpy_helper.to_array(t), np.float32)
-            for t in model.graph.initializer if t.name in wanted}
+    return {r.key: as_float32(weight_array(model, r)) for r in weight_records(model)
+            if r.key in wanted}
 
 
 def graph_inputs(model: Any) -> list[tuple[str, np.dtype, list[int | str | None]]]:
@@ -156,45 +174,105 @@ def make_session(model: Any, threads: int = 0) -> Any:
                          + (msg[-1] if msg else type(exc).__name__)) from None
 
 
+def _unique(base: str, taken: set[str]) -> str:
+    name, k = base, 0
+    while name in taken:
+        k += 1
+        name = f"{base}.{k}"
+    taken.add(name)
+    return name
+
+
+def expose_weights(model: Any, records: list[WeightRecord]) -> tuple[Any, dict[str, str]]:
+    """A copy of ``model`` (nodes topologically sorted) in which each weight is an input of the
+    main graph (module doc), and the input name of each weight's key."""
+    onnx = require("onnx")
+    helper = require("onnx.helper")
+    out = topologically_sorted(model)
+    taken = {i.name for i in out.graph.input}
+    for _, g in iter_graphs(out.graph):
+        taken |= {t.name for t in g.initializer} | {o for n in g.node for o in n.output}
+        taken |= {i for n in g.node for i in n.input}
+    feed: dict[str, str] = {}
+    new_inputs = []
+    for r in records:
+        # looked up afresh: rewriting a graph's node list copies the subgraphs below it
+        g = dict(iter_graphs(out.graph))[r.graph]
+        direct = r.graph == "main" and r.kind == "initializer" and r.dtype == "float32"
+        name = r.name if direct else _unique(f"qcore.weight.{r.key}", taken)
+        feed[r.key] = name
+        new_inputs.append(helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT,
+                                                        list(r.shape)))
+        if direct:
+            keep = [t for t in g.initializer if t.name != r.name]
+            del g.initializer[:]
+            g.initializer.extend(keep)
+            continue
+        if r.dtype == "float32":
+            read = helper.make_node("Identity", [name], [r.name], name=f"{name}.read")
+        else:  # a Cast, as in the export: the consumers see a computed half-precision weight
+            to = onnx.TensorProto.FLOAT16 if r.dtype == "float16" else onnx.TensorProto.BFLOAT16
+            read = helper.make_node("Cast", [name], [r.name], to=to, name=f"{name}.read")
+        nodes = list(g.node)
+        if r.kind == "initializer":
+            keep = [t for t in g.initializer if t.name != r.name]
+            del g.initializer[:]
+            g.initializer.extend(keep)
+            at = 0
+        else:
+            at = next(k for k, n in enumerate(nodes)
+                      if n.op_type == "Constant" and n.output[0] == r.name)
+            nodes.pop(at)
+        del g.node[:]
+        g.node.extend(nodes[:at] + [read] + nodes[at:])
+    out.graph.input.extend(new_inputs)
+    return out, feed
+
+
 class Runner:
     """One model, its float weights, one session; :meth:`run` with any weights replaced.
 
-    ``weights``: the initializers to expose (default :func:`weight_names`); they become graph
-    inputs of the session's copy of the model, fed from :attr:`weights` unless replaced.
+    ``weights``: the keys of the weights to expose (default: all the reader finds); they
+    become main-graph inputs of the session's copy of the model (:func:`expose_weights`), fed
+    from :attr:`weights` (float32) in their own type unless replaced.
     """
 
     def __init__(self, model: Any, weights: list[str] | None = None, threads: int = 0) -> None:
-        onnx = require("onnx")
-        helper = require("onnx.helper")
         self.model = model
-        self.names = list(weight_names(model) if weights is None else weights)
-        self.weights = initializer_arrays(model, self.names)
+        records = find_weights(model)
+        by_key = {r.key: r for r in records}
+        self.names = list(by_key if weights is None else weights)
         if not self.names:
-            raise ModelError("the model has no float32 initializers of rank >= 2 to quantize "
-                             "(weights that are graph inputs or float16/bfloat16 are not used)")
-        unknown = [n for n in self.names if n not in self.weights]
+            raise ModelError("no weights chosen: name at least one of " + ", ".join(by_key))
+        unknown = [n for n in self.names if n not in by_key]
         if unknown:
-            raise ModelError(f"weights {unknown} are not float initializers of the model")
-        exposed = onnx.ModelProto()
-        exposed.CopyFrom(model)
-        keep = [t for t in exposed.graph.initializer if t.name not in self.weights]
-        del exposed.graph.initializer[:]
-        exposed.graph.initializer.extend(keep)
-        for name in self.names:
-            exposed.graph.input.append(helper.make_tensor_value_info(
-                name, onnx.TensorProto.FLOAT, list(self.weights[name].shape)))
-        self.exposed = exposed
+            raise ModelError(f"weights {unknown} are not float weights of the model; its "
+                             f"weights are {list(by_key)[:20]}")
+        self.records = {n: by_key[n] for n in self.names}
+        self.dtypes = {n: by_key[n].dtype for n in self.names}
+        self.weights = {n: as_float32(weight_array(model, by_key[n])) for n in self.names}
+        self.exposed, self.feed_names = expose_weights(model, list(self.records.values()))
+        self._float_feeds = {self.feed_names[n]: self.weights[n] for n in self.names}
         self.threads = threads
-        self.session = make_session(exposed, threads)
+        self.session = make_session(self.exposed, threads)
         self.output_names = [o.name for o in self.session.get_outputs()]
+
+    def weight_feeds(self, replace: Mapping[str, np.ndarray] | None = None
+                     ) -> dict[str, np.ndarray]:
+        """The session feeds of the weights (by input name, float32), ``replace``'s (by key) in
+        place of the float ones."""
+        out = dict(self._float_feeds)
+        for k, v in (replace or {}).items():
+            if k not in self.feed_names:
+                raise ModelError(f"weight {k!r} is not one this runner exposes")
+            out[self.feed_names[k]] = np.ascontiguousarray(v, np.float32)
+        return out
 
     def run(self, feeds: Mapping[str, np.ndarray],
             replace: Mapping[str, np.ndarray] | None = None) -> list[np.ndarray]:
         """The model's outputs with ``replace``'s weights in place of the float ones."""
         all_feeds = dict(feeds)
-        all_feeds.update(self.weights)
-        if replace:
-            all_feeds.update({k: np.ascontiguousarray(v, np.float32) for k, v in replace.items()})
+        all_feeds.update(self.weight_feeds(replace))
         try:
             return self.session.run(self.output_names, all_feeds)
         except Exception as exc:  # noqa: BLE001
@@ -235,7 +313,8 @@ class PrefixCache:
         inits = {t.name for t in g.initializer}
         outputs = [o.name for o in g.output]
         cuts: dict[str, list[str]] = {}
-        for w in runner.names:
+        for key in runner.names:
+            w = runner.feed_names[key]
             tainted, marked = {w}, []
             for n in g.node:
                 if any(i in tainted for i in n.input if i):
@@ -250,8 +329,8 @@ class PrefixCache:
                 continue  # untyped values, or nothing to save: the whole model runs
             sub = self._submodel(runner.exposed, marked, frontier, feeds, types,
                                  [o for o in outputs if o in made])
-            self.plans[w] = (sub, frontier, feeds, [o for o in outputs if o in made])
-            cuts[w] = frontier
+            self.plans[key] = (sub, frontier, feeds, [o for o in outputs if o in made])
+            cuts[key] = frontier
         needed = sorted({f for fr in cuts.values() for f in fr})
         if not needed:
             return
@@ -264,7 +343,7 @@ class PrefixCache:
         names = outputs + needed
         for b in batches:
             feeds_b = dict(b)
-            feeds_b.update(runner.weights)
+            feeds_b.update(runner.weight_feeds())
             self.values.append(dict(zip(names, session.run(names, feeds_b))))
 
     @staticmethod
@@ -293,14 +372,13 @@ class PrefixCache:
             self.sessions.clear()  # one sub-model session at a time: each keeps its own arena
             self.sessions[weight] = make_session(sub, self.runner.threads)
         session = self.sessions[weight]
-        value = np.ascontiguousarray(value, np.float32)
+        weight_feeds = self.runner.weight_feeds({weight: value})
         result = []
         for i, cached in enumerate(self.values):
             f = {name: cached[name] for name in frontier}
             for name in feeds:
-                f[name] = value if name == weight else (
-                    self.runner.weights[name] if name in self.runner.weights
-                    else self._batch_input(i, name))
+                f[name] = (weight_feeds[name] if name in weight_feeds
+                           else self._batch_input(i, name))
             got = dict(zip(outs, session.run(outs, f))) if outs else {}
             result.append([got.get(o, cached[o]) for o in self.runner.output_names])
         return result

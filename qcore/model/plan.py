@@ -62,6 +62,8 @@ class Plan:
     def to_json(self) -> dict[str, Any]:
         """The plan's JSON (budget, bits_per_element, predicted and measured SQNR, recipes)."""
         def num(v: Any) -> Any:
+            if isinstance(v, dict):
+                return {k: num(x) for k, x in v.items()}
             if isinstance(v, float) and not math.isfinite(v):
                 return None if math.isnan(v) else ("inf" if v > 0 else "-inf")
             return v
@@ -69,6 +71,7 @@ class Plan:
                 "bits": self.bits, "elements": self.elements,
                 "output_sqnr_db_predicted": num(self.output_sqnr_db_predicted),
                 "output_sqnr_db": num(self.measured.get("output_sqnr_db", math.nan)),
+                "outputs": num(self.measured.get("outputs", {})),
                 "measured": {k: num(v) for k, v in self.measured.items()},
                 "additive_model": "predicted output noise power = sum over tensors of the "
                                   "noise power measured with that tensor alone quantized",
@@ -156,9 +159,7 @@ def brute_force(sens: Sensitivity, budget: float, allow_float: bool = True) -> t
 
 def planned_weights(case: Any, plan: Plan) -> dict[str, np.ndarray]:
     """The fake-quantized weights of a plan (tensors planned as float32 are left out)."""
-    from .fidelity import qdq
-
-    return {t: qdq(case.arrays[t], r).x_hat for t, r in plan.recipes.items() if r != FLOAT}
+    return {t: case.quantize(t, r).x_hat for t, r in plan.recipes.items() if r != FLOAT}
 
 
 def run_plan(case: Any, plan: Plan) -> dict[str, Any]:

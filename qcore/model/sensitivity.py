@@ -17,14 +17,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..report.recipes import parse_recipes
-from .fidelity import ModelCase, float_bits, qdq, spearman
+from .fidelity import ModelCase, compare, float_bits, spearman
 
 __all__ = ["COLUMNS", "Sensitivity", "correlation", "measure", "uniform", "write_csv"]
 
 #: The table's columns (the CLI's contract is the first five).
 COLUMNS = ("tensor", "recipe", "bits_per_element", "tensor_sqnr_db", "output_sqnr_db",
            "max_abs", "bits", "elements", "noise_power", "opset", "cosine_mean", "spearman",
-           "kl", "top1")
+           "kl", "top1", "axis", "view")
 
 Progress = Callable[[int, int, str], None]
 
@@ -54,7 +54,18 @@ def _row(tensor: str, q, fid: dict) -> dict:
             "noise_power": fid["noise_power"], "opset": q.opset,
             "cosine_mean": fid.get("cosine_mean", math.nan),
             "spearman": fid.get("spearman", math.nan), "kl": fid.get("kl", math.nan),
-            "top1": fid.get("top1", math.nan)}
+            "top1": fid.get("top1", math.nan),
+            "axis": q.axis if q.granularity != "per-tensor" else -1,
+            "view": "x".join(map(str, q.view)) if q.view else "", **_per_output(fid)}
+
+
+def _per_output(fid: dict) -> dict:
+    """``sqnr_db[NAME]`` and ``max_abs[NAME]`` of each output (docs/semantics.md)."""
+    out = {}
+    for name, m in fid.get("outputs", {}).items():
+        out[f"sqnr_db[{name}]"] = m["sqnr_db"]
+        out[f"max_abs[{name}]"] = m["max_abs"]
+    return out
 
 
 def measure(case: ModelCase, recipes: Sequence[str] | str, tensors: Sequence[str] | None = None,
@@ -71,12 +82,11 @@ def measure(case: ModelCase, recipes: Sequence[str] | str, tensors: Sequence[str
     rows = []
     total, done = len(chosen) * len(names), 0
     for t in chosen:
-        x = case.arrays[t]
         for r in names:
             if progress:
                 progress(done, total, f"{t} × {r}")
             try:
-                q = qdq(x, r)
+                q = case.quantize(t, r)
             except ValueError:
                 done += 1
                 continue
@@ -84,7 +94,9 @@ def measure(case: ModelCase, recipes: Sequence[str] | str, tensors: Sequence[str
             done += 1
     if progress:
         progress(total, total, "done")
-    signal = sum(float(np.sum(np.asarray(y, np.float64) ** 2)) for y in case.reference)
+    # Σ y² over the outputs the figure averages: noise_power is mean_o r_o times this
+    signal = compare(case.reference, case.reference, names=case.runner.output_names,
+                     outputs=case.outputs)["signal_power"]
     return Sensitivity(chosen, names, {t: int(case.arrays[t].size) for t in chosen},
                        {t: float_bits(case.arrays[t]) for t in chosen}, rows, signal)
 
@@ -105,7 +117,7 @@ def uniform(case: ModelCase, recipes: Sequence[str] | str,
             x = case.arrays[t]
             n += x.size
             try:
-                q = qdq(x, r)
+                q = case.quantize(t, r)
             except ValueError:
                 bits += float_bits(x)
                 continue
@@ -124,7 +136,8 @@ def uniform(case: ModelCase, recipes: Sequence[str] | str,
                     "noise_power": fid["noise_power"], "opset": "",
                     "cosine_mean": fid.get("cosine_mean", math.nan),
                     "spearman": fid.get("spearman", math.nan), "kl": fid.get("kl", math.nan),
-                    "top1": fid.get("top1", math.nan)})
+                    "top1": fid.get("top1", math.nan), "axis": "", "view": "",
+                    **_per_output(fid)})
     if progress:
         progress(len(names), len(names), "done")
     return out
@@ -143,9 +156,12 @@ def correlation(rows: Sequence[dict]) -> dict[str, float]:
 
 
 def write_csv(rows: Sequence[dict], path: str | os.PathLike) -> None:
-    """The rows as CSV with :data:`COLUMNS` (numbers as Python writes them; inf as ``inf``)."""
+    """The rows as CSV with :data:`COLUMNS`, then each output's ``sqnr_db[NAME]`` and
+    ``max_abs[NAME]`` (numbers as Python writes them; inf as ``inf``)."""
+    extra = list(dict.fromkeys(k for r in rows for k in r
+                               if k.startswith(("sqnr_db[", "max_abs["))))
     with open(path, "w", newline="", encoding="utf-8") as f:
-        w = csv.DictWriter(f, fieldnames=list(COLUMNS), extrasaction="ignore")
+        w = csv.DictWriter(f, fieldnames=list(COLUMNS) + extra, extrasaction="ignore")
         w.writeheader()
         for r in rows:
             w.writerow({k: ("" if isinstance(v, float) and math.isnan(v) else v)

@@ -44,6 +44,10 @@ recipes:
                  per-axis     one scale per output channel (axis 0); rank <= 1 tensors
                               fall back to per-tensor
                  blockedN     one scale per N elements along the last axis (e.g. blocked32)
+    The report reads tensors without their graph, as (out, in) rows: per-axis on axis 0,
+    blocks along the last axis, whatever the file (safetensors, ONNX, npz); python -m
+    qcore.model takes each ONNX weight's axes from the node that consumes it (MatMul [K, N]:
+    scales along N, blocks along K) and accepts an explicit /AXIS (int8:per-axis/1).
     METHOD       calibration: {methods} (default: minmax for unsigned
                  integer targets, absmax otherwise)
     MX names     {mx}: blocks of 32 along the last axis with

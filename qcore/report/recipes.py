@@ -5,8 +5,13 @@ A recipe is ``TARGET:GRANULARITY[@METHOD]`` — e.g. ``int8:per-axis``, ``uint8:
 names (``mxfp8``, ``mxfp8e5m2``, ``mxfp6``, ``mxfp6e3m2``, ``mxfp4``, ``mxint8``).
 
 - TARGET: any type QuantizeLinear produces (``qcore.QUANTIZED_TYPES``).
-- GRANULARITY: ``per-tensor``; ``per-axis`` (axis 0: the output channels of a (out, in) weight);
-  ``blockedN`` (blocks of N along the last axis, the last block short when N does not divide it).
+- GRANULARITY: ``per-tensor``; ``per-axis`` (one scale per output channel); ``blockedN``
+  (blocks of N along the reduction axis, the last block short when N does not divide it).
+  The axes come from the weight's role in its graph (:mod:`qcore.io.onnx`: MatMul B [K, N]:
+  output axis 1, blocks along K; Conv W: output axis 0, blocks along I ...); a tensor without
+  a graph (a checkpoint in the report) is (out, in): per-axis on axis 0, blocks along the last
+  axis. ``/AXIS`` names the axis explicitly: ``int8:per-axis/1`` (scales along axis 1),
+  ``int4:blocked32/0`` (blocks along axis 0).
   Tensors of rank <= 1 take ``per-tensor`` for ``per-axis`` recipes (one scale per element
   measures nothing), and 0-d tensors take ``per-tensor`` for every recipe.
 - METHOD: a calibration method of :mod:`qcore.calibration` (``minmax``, ``absmax``,
@@ -80,7 +85,7 @@ CATALOGUE = DEFAULT_RECIPES + (
 )
 
 CALIBRATION_METHODS = tuple(m for m in METHODS if m != "manual")
-_GRAN = re.compile(r"^(per-tensor|per-axis|blocked(\d+))$")
+_GRAN = re.compile(r"^(per-tensor|per-axis|blocked(\d+))(?:/(\d+))?$")
 
 
 @dataclass(frozen=True)
@@ -93,6 +98,7 @@ class Recipe:
     block_size: int  # 0 unless blocked
     method: str
     scale_dtype: str  # "float" (float32) or "float8e8m0"
+    axis: int | None = None  # an explicit axis (``/AXIS``); None: the weight's role decides
 
     @property
     def mx(self) -> bool:
@@ -104,7 +110,8 @@ def parse_recipe(spec: str) -> Recipe:
     text = str(spec).strip()
     base, _, method = text.partition("@")
     base, method = base.strip().lower(), method.strip().lower()
-    valid = ("valid: TARGET:per-tensor, TARGET:per-axis, TARGET:blockedN with TARGET one of "
+    valid = ("valid: TARGET:per-tensor, TARGET:per-axis[/AXIS], TARGET:blockedN[/AXIS] with "
+             "TARGET one of "
              + ", ".join(QUANTIZED_TYPES) + "; or " + ", ".join(MX_RECIPES)
              + "; optionally @METHOD with METHOD one of " + ", ".join(CALIBRATION_METHODS))
     if base in MX_RECIPES:
@@ -124,13 +131,16 @@ def parse_recipe(spec: str) -> Recipe:
     if method not in CALIBRATION_METHODS:
         raise QuantizationError(f"recipe {spec!r}: calibration {method!r} is not valid; valid: "
                                 + ", ".join(CALIBRATION_METHODS))
+    axis = int(m.group(3)) if m.group(3) is not None else None
+    if axis is not None and m.group(1) == "per-tensor":
+        raise QuantizationError(f"recipe {spec!r}: per-tensor has no axis; {valid}")
     block = int(m.group(2)) if m.group(2) else 0
     if m.group(2) is not None and block < 1:
         raise QuantizationError(f"recipe {spec!r}: the block size must be >= 1")
-    granularity = BLOCKED if block else (PER_AXIS if gran == "per-axis" else PER_TENSOR)
+    granularity = BLOCKED if block else (PER_AXIS if m.group(1) == "per-axis" else PER_TENSOR)
     name = f"{target}:{gran}" + ("" if method == default else f"@{method}")
     scale = "float8e8m0" if method == "mx" else "float"
-    return Recipe(name, target, granularity, block, method, scale)
+    return Recipe(name, target, granularity, block, method, scale, axis)
 
 
 def parse_recipes(specs: Any) -> list[Recipe]:
@@ -157,8 +167,11 @@ def describe(recipe: Recipe | str) -> str:
     if r.mx:
         return (f"OCP Microscaling: {r.target} elements in blocks of {r.block_size} along the "
                 f"last axis, each block with a float8e8m0 power-of-two scale.")
-    gran = {PER_TENSOR: "one scale for the tensor", PER_AXIS: "one scale per output channel "
-            "(axis 0)", BLOCKED: f"one scale per {r.block_size} elements along the last axis"}
+    where = "" if r.axis is None else f" (axis {r.axis})"
+    gran = {PER_TENSOR: "one scale for the tensor",
+            PER_AXIS: "one scale per output channel" + (where or " (the weight's output axis)"),
+            BLOCKED: f"one scale per {r.block_size} elements along "
+                     + (f"axis {r.axis}" if r.axis is not None else "the reduction axis")}
     return f"{r.target}, {gran[r.granularity]}, calibrated by {r.method}."
 
 

@@ -68,14 +68,33 @@ assert SLICE % CHUNK == 0
 # what a recipe is on a tensor of a given shape
 
 
-def granularity_for(recipe: Any, shape: tuple[int, ...]) -> tuple[str, int, int]:
-    """(granularity, axis, block_size) the recipe uses on a tensor of this shape."""
+def granularity_for(recipe: Any, shape: tuple[int, ...], role: Any = None
+                    ) -> tuple[str, int, int]:
+    """(granularity, axis, block_size) the recipe uses on a tensor of this shape.
+
+    The axis: the recipe's explicit one (``int8:per-axis/1``) if it names one; else, given the
+    weight's ``role`` (:class:`qcore.io.onnx.Role`), its output axis for per-axis and its
+    reduction axis for blocks; else the (out, in) convention of a checkpoint without a graph:
+    per-axis along axis 0, blocks along the last axis."""
     ndim = len(shape)
     if ndim == 0 or recipe.granularity == PER_TENSOR:
         return PER_TENSOR, 0, 0
+    if recipe.granularity == PER_AXIS and ndim == 1:
+        return PER_TENSOR, 0, 0
+    explicit = getattr(recipe, "axis", None)
+    if explicit is not None:
+        if explicit >= ndim:
+            raise QuantizationError(f"recipe {recipe.name!r} names axis {explicit}, but the "
+                                    f"tensor has shape {tuple(shape)} ({ndim} axes)")
+        axis = explicit
+    elif role is not None:
+        out_axis, red_axis = role.axes(ndim)
+        axis = out_axis if recipe.granularity == PER_AXIS else red_axis
+    else:
+        axis = 0 if recipe.granularity == PER_AXIS else ndim - 1
     if recipe.granularity == PER_AXIS:
-        return (PER_TENSOR, 0, 0) if ndim == 1 else (PER_AXIS, 0, 0)
-    return BLOCKED, ndim - 1, recipe.block_size
+        return PER_AXIS, axis, 0
+    return BLOCKED, axis, recipe.block_size
 
 
 def stores_zero_point(params: QuantParams, opset: int) -> bool:
@@ -176,6 +195,10 @@ class _Sums:
 def _params(x: np.ndarray, recipe: Any, shape: tuple[int, ...], lo: float, hi: float,
             whole: np.ndarray | None) -> Any:
     gran, axis, block = granularity_for(recipe, shape)
+    if gran != PER_TENSOR and axis != (0 if gran == PER_AXIS else len(shape) - 1):
+        raise QuantizationError(f"recipe {recipe.name!r}: the report quantizes a tensor as "
+                                f"(out, in) rows (per-axis on axis 0, blocks along the last "
+                                f"axis); axis {axis} is for python -m qcore.model")
     if gran == PER_TENSOR:
         if recipe.method in _RANGE_METHODS:  # the scale of the whole tensor from its range
             x = np.array([lo, hi], np.float32)

@@ -1,8 +1,10 @@
 """Lazy tensor sources for the whole-model report: list a checkpoint's tensors, read one at a time.
 
 A model is a ``.safetensors`` file, a sharded checkpoint (a folder or its
-``model.safetensors.index.json``), an ``.onnx`` model (graph initializers, external data
-included), an ``.npz`` / ``.npy`` file, or a folder of these. :func:`list_tensors` reads only
+``model.safetensors.index.json``), an ``.onnx`` model (the main graph's initializers and every
+weight :func:`qcore.io.onnx.find_weights` finds elsewhere — subgraph initializers, Constant
+nodes — by its key; external data included; a model with no weight at all raises
+:class:`qcore.io.onnx.NoWeightsError`), an ``.npz`` / ``.npy`` file, or a folder of these. :func:`list_tensors` reads only
 headers; :func:`read_tensor` maps one tensor's bytes (``np.memmap``) and returns it as float32,
 so only the tensor being worked on is in memory.
 
@@ -32,8 +34,9 @@ from typing import Any
 import numpy as np
 
 from ..io import DEFAULT_MAX_BYTES, TensorFileError
-from ..io_base import loads_json
-from ..io_safetensors import header_length, parse_header
+from ..io.base import loads_json
+from ..io.onnx import NoWeightsError, find_weights, weight_proto
+from ..io.safetensors import header_length, parse_header
 
 __all__ = ["MODEL_EXTENSIONS", "TensorReader", "TensorRef", "list_tensors", "read_tensor",
            "resolve_files"]
@@ -149,6 +152,8 @@ def list_tensors(model: str | os.PathLike) -> list[TensorRef]:
     for f in resolve_files(model):
         try:
             refs.extend(_list_file(str(f)))
+        except NoWeightsError as exc:  # an ONNX model with nothing to quantize: the model's fault
+            raise NoWeightsError(f"{f}: {exc}") from None
         except TensorFileError as exc:
             refs.append(TensorRef(str(f), "*", (), "", error=str(exc)))
         except (OSError, ValueError, EOFError, OverflowError, MemoryError, RecursionError,
@@ -166,7 +171,16 @@ def _list_file(file: str) -> list[TensorRef]:
                           f"{file}: tensor {t.name!r}: {t.error}" if t.error else "")
                 for t in header]
     if suffix == ".onnx":
-        return [_onnx_ref(file, t) for t in _onnx_model(file, *_stat(file)).graph.initializer]
+        model = _onnx_model(file, *_stat(file))
+        refs = [_onnx_ref(file, t) for t in model.graph.initializer]
+        try:
+            weights = find_weights(model)
+        except ImportError:
+            raise TensorFileError(f"{file}: reading .onnx needs the optional 'onnx' package "
+                                  f"(pip install 'qcore[onnx]')") from None
+        main = {t.name for t in model.graph.initializer}
+        return refs + [_onnx_ref(file, weight_proto(model, w), w.key) for w in weights
+                       if not (w.graph == "main" and w.name in main)]
     if suffix == ".npz":
         index = _npz_index(file, *_stat(file))
         if len(index) == 1:  # one array: named by its file, as an .npy is
@@ -179,13 +193,14 @@ def _list_file(file: str) -> list[TensorRef]:
     raise TensorFileError(f"{file}: unsupported file type")
 
 
-def _onnx_ref(file: str, t: Any) -> TensorRef:
+def _onnx_ref(file: str, t: Any, name: str | None = None) -> TensorRef:
+    name = t.name if name is None else name
     dims = tuple(int(d) for d in t.dims)
     dtype = _ONNX_NAMES.get(t.data_type, f"onnx type {t.data_type}")
     if any(d < 0 for d in dims):
-        return TensorRef(file, t.name, (), dtype, f"{file}: initializer {t.name!r} has dims "
-                                                  f"{list(dims)}; every dimension must be >= 0")
-    return TensorRef(file, t.name, dims, dtype)
+        return TensorRef(file, name, (), dtype, f"{file}: initializer {name!r} has dims "
+                                                f"{list(dims)}; every dimension must be >= 0")
+    return TensorRef(file, name, dims, dtype)
 
 
 def _stat(file: str) -> tuple[int, int]:
@@ -345,7 +360,7 @@ def _mapped(ref: TensorRef, offset: int, nbytes: int, stored: str, size: int) ->
 
 @functools.lru_cache(maxsize=64)
 def _safetensors_header(file: str, mtime_ns: int, size: int) -> tuple[list[Any], int]:
-    """Header entries (:func:`qcore.io_safetensors.parse_header`, the one strict reader) and the
+    """Header entries (:func:`qcore.io.safetensors.parse_header`, the one strict reader) and the
     data section's start."""
     del mtime_ns  # part of the cache key only
     try:
@@ -391,6 +406,9 @@ def _read_onnx(ref: TensorRef) -> _Span | np.ndarray:
     mtime, size = _stat(ref.file)
     model = _onnx_model(ref.file, mtime, size)
     tensor = next((t for t in model.graph.initializer if t.name == ref.name), None)
+    if tensor is None:  # a weight in a subgraph or a Constant node, by its key
+        rec = next((w for w in find_weights(model) if w.key == ref.name), None)
+        tensor = weight_proto(model, rec) if rec is not None else None
     if tensor is None:
         raise TensorFileError(f"{ref.file}: no initializer named {ref.name!r}")
     stored = _ONNX_RAW[tensor.data_type]

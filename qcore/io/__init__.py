@@ -26,32 +26,34 @@ Policy:
   otherwise 2-D (rows, columns).
 - .onnx needs the optional ``onnx`` package; initializers are read by name from the main graph
   and external data is never loaded.
-- .safetensors headers are read by :mod:`qcore.io_safetensors`, the one strict reader the
+- .safetensors headers are read by :mod:`qcore.io.safetensors`, the one strict reader the
   report uses too: exact shapes, unique names, offsets inside the file and not overlapping,
-  JSON nesting bounded (:func:`qcore.io_base.loads_json`).
+  JSON nesting bounded (:func:`qcore.io.base.loads_json`).
 - Every problem (missing, empty, truncated, corrupt, oversized, pickled, non-numeric, zero
   elements) raises :class:`TensorFileError` naming the file, what is wrong and what is valid.
 
-Modules: this one (sources, selection, .npy / .npz / .onnx), :mod:`qcore.io_base` (the error
-type, JSON, helpers), :mod:`qcore.io_safetensors`, :mod:`qcore.io_csv`.
+Modules, one per format: this one (sources, selection), :mod:`qcore.io.base` (the error type,
+JSON, helpers), :mod:`qcore.io.npy` (.npy / .npz), :mod:`qcore.io.safetensors`,
+:mod:`qcore.io.csv`, :mod:`qcore.io.onnx` (initializer entries, and the one reader of an ONNX
+model's weights that the report, the model tool and the pages share).
 """
 
 from __future__ import annotations
 
 import errno
-import io
 import math
 import os
-import zipfile
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 import ml_dtypes
 import numpy as np
 
-from .io_base import MAX_TENSORS, TensorFileError, _Entry, _native, _short, _size, _stem
-from .io_csv import csv_entry
-from .io_safetensors import safetensors_entries
+from .base import MAX_TENSORS, TensorFileError, _Entry, _short, _size, _stem
+from .csv import csv_entry
+from .npy import NPY_MAGIC, VALID_NUMERIC, ZIP_MAGIC, npy_entry, npz_entries
+from .onnx import onnx_entries
+from .safetensors import safetensors_entries
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
@@ -69,8 +71,6 @@ SUPPORTED_EXTENSIONS = (".npy", ".npz", ".safetensors", ".onnx", ".csv")
 
 Source = str | os.PathLike | bytes | bytearray | memoryview | BinaryIO
 
-_NPY_MAGIC = b"\x93NUMPY"
-_ZIP_MAGIC = b"PK\x03\x04"
 _ML_DTYPE_NAMES = (
     "bfloat16",
     "float8_e4m3fn",
@@ -92,8 +92,6 @@ _ML_DTYPE_NAMES = (
 _ML_DTYPES = frozenset(
     np.dtype(getattr(ml_dtypes, n)) for n in _ML_DTYPE_NAMES if hasattr(ml_dtypes, n)
 )
-
-_VALID_NUMERIC = "integer or floating point (incl. bfloat16 / float8 / int4 from ml_dtypes)"
 
 
 # --------------------------------------------------------------------------- public API
@@ -282,9 +280,9 @@ def _extension(filename: str) -> str:
 
 
 def _sniff(data: bytes) -> str:
-    if data.startswith(_NPY_MAGIC):
+    if data.startswith(NPY_MAGIC):
         return ".npy"
-    if data.startswith(_ZIP_MAGIC):
+    if data.startswith(ZIP_MAGIC):
         return ".npz"
     return ""
 
@@ -295,10 +293,10 @@ def _sniff(data: bytes) -> str:
 def _index(label: str, ext: str, data: bytes, max_bytes: int,
            max_elements: int | None = None) -> list[_Entry]:
     readers = {
-        ".npy": lambda: [_npy_entry(label, _stem(label), data)],
-        ".npz": lambda: _npz_entries(label, data, max_bytes, max_elements),
+        ".npy": lambda: [npy_entry(label, _stem(label), data)],
+        ".npz": lambda: npz_entries(label, data, max_bytes, max_elements),
         ".safetensors": lambda: safetensors_entries(label, data),
-        ".onnx": lambda: _onnx_entries(label, data),
+        ".onnx": lambda: onnx_entries(label, data),
         ".csv": lambda: [csv_entry(label, data, max_elements)],
     }
     entries = readers[ext]()
@@ -346,187 +344,5 @@ def _require_numeric(label: str, entry: _Entry) -> None:
             )
         raise TensorFileError(
             f"{label}: tensor {entry.name!r} has dtype {entry.dtype.name!r}, which is not "
-            f"numeric{hint}; valid tensors are {_VALID_NUMERIC}."
+            f"numeric{hint}; valid tensors are {VALID_NUMERIC}."
         )
-
-
-# --------------------------------------------------------------------------- .npy / .npz
-
-
-def _npy_header(label: str, head: bytes) -> tuple[tuple[int, ...], bool, np.dtype, int]:
-    """Parse a .npy header: ``(shape, fortran_order, dtype, data offset)``."""
-    if not head.startswith(_NPY_MAGIC):
-        if head[:1] == b"\x80" or head[:1] in (b"(", b"c", b"]", b"}"):
-            raise TensorFileError(
-                f"{label}: looks like a Python pickle, not a .npy array; pickles are never "
-                "loaded (they can run code). Save the array with numpy.save."
-            )
-        raise TensorFileError(
-            f"{label}: not a .npy file (it does not start with the \\x93NUMPY magic); "
-            "save the array with numpy.save."
-        )
-    fp = io.BytesIO(head)
-    try:
-        version = np.lib.format.read_magic(fp)
-        if version == (1, 0):
-            shape, fortran, dtype = np.lib.format.read_array_header_1_0(fp)
-        elif version == (2, 0):
-            shape, fortran, dtype = np.lib.format.read_array_header_2_0(fp)
-        else:
-            raise TensorFileError(
-                f"{label}: .npy format version {version} is not supported (1.0 and 2.0 are)."
-            )
-    except TensorFileError:
-        raise
-    except Exception as exc:
-        raise TensorFileError(
-            f"{label}: the .npy header is corrupt or truncated ({_short(exc)})."
-        ) from None
-    if dtype.hasobject:
-        raise TensorFileError(
-            f"{label}: holds a Python object array (pickled data), which is never loaded; "
-            f"valid arrays are {_VALID_NUMERIC}."
-        )
-    if any(int(d) < 0 for d in shape):
-        raise TensorFileError(
-            f"{label}: the .npy header has shape {tuple(shape)} with a negative dimension; "
-            "every dimension must be >= 0. The file is corrupt."
-        )
-    return tuple(int(d) for d in shape), bool(fortran), dtype, fp.tell()
-
-
-def _npy_entry(label: str, name: str, data: bytes) -> _Entry:
-    shape, fortran, dtype, offset = _npy_header(label, data)
-    count = math.prod(shape)
-    need = count * dtype.itemsize
-    have = len(data) - offset
-    if have < need:
-        raise TensorFileError(
-            f"{label}: truncated: the header promises {shape} {dtype.name} ({need} bytes) but "
-            f"only {have} bytes of data follow."
-        )
-
-    def read() -> np.ndarray:
-        flat = np.frombuffer(data, dtype=dtype, count=count, offset=offset)
-        arr = flat.reshape(shape[::-1]).T if fortran else flat.reshape(shape)
-        return _native(arr)
-
-    return _Entry(name, shape, dtype, read)
-
-
-def _npz_entries(label: str, data: bytes, max_bytes: int,
-                 max_elements: int | None = None) -> list[_Entry]:
-    if data.count(b"PK\x01\x02") > MAX_TENSORS:  # central directory records, before parsing
-        raise TensorFileError(
-            f"{label}: the archive has more than {MAX_TENSORS:,} members; split the file."
-        )
-    try:
-        zf = zipfile.ZipFile(io.BytesIO(data))
-        infos = [i for i in zf.infolist() if not i.is_dir()]
-    except Exception as exc:  # zipfile raises many types on corrupt input
-        raise TensorFileError(
-            f"{label}: not a valid .npz (zip) archive ({_short(exc)}); the file is corrupt or "
-            "truncated. Save arrays with numpy.savez / savez_compressed."
-        ) from None
-    total = sum(i.file_size for i in infos)
-    if total > max_bytes:
-        raise TensorFileError(
-            f"{label}: its arrays would decompress to {_size(total)}, over the limit of "
-            f"{_size(max_bytes)} (max_bytes)."
-        )
-    entries = []
-    for info in infos:
-        if not info.filename.endswith(".npy"):
-            raise TensorFileError(
-                f"{label}: member {info.filename!r} is not a .npy array; a .npz holds only "
-                ".npy members (numpy.savez)."
-            )
-        member = info.filename[: -len(".npy")]
-        head = _zip_read(label, zf, info, limit=65536)
-        shape, _, dtype, offset = _npy_header(f"{label}[{member}]", head)
-        need = offset + math.prod(shape) * dtype.itemsize
-        entries.append(_Entry(member, shape, dtype,
-                              _npz_reader(label, zf, info, member, need, max_bytes)))
-    return entries
-
-
-def _npz_reader(label: str, zf: zipfile.ZipFile, info: zipfile.ZipInfo, member: str,
-                need: int, max_bytes: int):
-    """Read a member's header and data only: decompression stops after the bytes its header
-    promises (a member that inflates further -- a zip bomb -- is never decompressed whole)."""
-    def read() -> np.ndarray:
-        if need > max_bytes:
-            raise TensorFileError(
-                f"{label}: member {info.filename!r} holds {_size(need)} of data, over the limit "
-                f"of {_size(max_bytes)} (max_bytes)."
-            )
-        raw = _zip_read(label, zf, info, limit=need)
-        return _npy_entry(f"{label}[{member}]", member, raw).read()
-
-    return read
-
-
-def _zip_read(label: str, zf: zipfile.ZipFile, info: zipfile.ZipInfo, limit: int) -> bytes:
-    """At most `limit` decompressed bytes of a member (zipfile inflates only what is read)."""
-    try:
-        with zf.open(info) as fh:
-            return fh.read(limit)
-    except Exception as exc:  # BadZipFile, zlib.error, NotImplementedError, RuntimeError, ...
-        raise TensorFileError(
-            f"{label}: member {info.filename!r} is corrupt or truncated ({_short(exc)})."
-        ) from None
-
-
-# --------------------------------------------------------------------------- .onnx
-
-
-def _onnx_entries(label: str, data: bytes) -> list[_Entry]:
-    try:
-        import onnx
-        from onnx import numpy_helper
-    except ImportError:
-        raise TensorFileError(
-            f"{label}: reading .onnx files needs the optional 'onnx' package, which is not "
-            "installed; pip install onnx (or qcore[onnx]), or export the tensor as .npy."
-        ) from None
-    model = onnx.ModelProto()
-    try:
-        model.ParseFromString(data)
-    except Exception as exc:  # protobuf's DecodeError and friends
-        raise TensorFileError(
-            f"{label}: not a valid ONNX model ({_short(exc)}); the file is corrupt or truncated."
-        ) from None
-    if not model.HasField("graph"):
-        raise TensorFileError(f"{label}: not a valid ONNX model (it has no graph).")
-    if len(model.graph.initializer) > MAX_TENSORS:
-        raise TensorFileError(
-            f"{label}: holds {len(model.graph.initializer):,} initializers, more than the "
-            f"{MAX_TENSORS:,} a file may hold here; split the model."
-        )
-    return [_onnx_entry(label, t, onnx, numpy_helper) for t in model.graph.initializer]
-
-
-def _onnx_entry(label: str, tensor: Any, onnx: Any, numpy_helper: Any) -> _Entry:
-    try:
-        dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type))
-    except Exception:  # unknown / undefined element type
-        dtype = np.dtype(object)
-    external = tensor.data_location == onnx.TensorProto.EXTERNAL
-    dims = tuple(int(d) for d in tensor.dims)
-    if any(d < 0 for d in dims):
-        raise TensorFileError(
-            f"{label}: initializer {tensor.name!r} has dims {list(dims)} with a negative "
-            "dimension; every dimension must be >= 0. The model is corrupt."
-        )
-
-    def read() -> np.ndarray:
-        if external:
-            raise TensorFileError(
-                f"{label}: initializer {tensor.name!r} is stored in external data, which is "
-                "not loaded; save the model with its weights inside the .onnx file."
-            )
-        return _native(np.asarray(numpy_helper.to_array(tensor)))
-
-    return _Entry(tensor.name, dims, dtype, read)
-
-

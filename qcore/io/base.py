@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import QuantizationError
+from ..errors import QuantizationError
 
 __all__ = ["MAX_JSON_DEPTH", "MAX_TENSORS", "TensorFileError", "json_depth", "loads_json"]
 

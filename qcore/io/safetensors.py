@@ -5,7 +5,7 @@ data_offsets: [begin, end]}, "__metadata__": {...}}`` and the data section. Rule
 header can make a reader misplace, wrap or overlap a tensor's bytes:
 
 - the header is at most :data:`MAX_HEADER` bytes, within the file, nested at most
-  :data:`~qcore.io_base.MAX_JSON_DEPTH` deep, and names every tensor once;
+  :data:`~qcore.io.base.MAX_JSON_DEPTH` deep, and names every tensor once;
 - ``shape`` is a list of non-negative Python ints (bool, float and str refused), its product
   computed exactly (no wrap-around);
 - ``data_offsets`` are two non-negative ints with ``end - begin`` the shape's bytes, inside the
@@ -24,7 +24,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from .io_base import MAX_TENSORS, TensorFileError, _Entry, _native, _size, loads_json
+from .base import MAX_TENSORS, TensorFileError, _Entry, _native, _size, loads_json
 
 __all__ = ["DTYPES", "ITEMSIZE", "MAX_HEADER", "SafetensorsTensor", "header_length",
            "parse_header"]

@@ -14,7 +14,7 @@ import re
 
 import numpy as np
 
-from .io_base import TensorFileError, _Entry, _stem
+from .base import TensorFileError, _Entry, _stem
 
 __all__ = ["csv_entry"]
 
