@@ -88,7 +88,7 @@ def runtime_check(recipe_names: tuple[str, ...], runtime: str) -> dict[str, str]
         try:
             q = qdq(w, name)
             p = plan.Plan(0.0, {"w": name}, q.bits, q.elements, 0.0, 1.0)
-            bad = unsupported_nodes(export_plan(model, p, {"w": w}, {"w": q}))
+            bad = unsupported_nodes(export_plan(model, p, {"w": w}))
         except ValueError as exc:
             out[name] = str(exc)
             continue
@@ -215,19 +215,54 @@ _OPTIONAL = ("cosine_mean", "spearman", "kl", "top1")
 
 def rows_table(rows: list[dict]) -> pd.DataFrame:
     """Sensitivity and uniform rows as one typed table: "all weights" for the uniform rows'
-    tensor, the opset an integer column (absent for a uniform row, whose tensors may need
-    several), and a measure no row has (kl and top1 of a model without logits) left out."""
+    tensor; integer columns (opset, axis) typed as integers, empty where a uniform row has no
+    one value (its tensors may need several); a measure no row has (kl and top1 of a model
+    without logits) left out, as are per-output columns when the model has one output."""
     df = pd.DataFrame(rows)
     if df.empty:
         return df
     df["tensor"] = df["tensor"].replace({"*": "all weights"})
-    if "opset" in df:
-        df["opset"] = pd.to_numeric(df["opset"].replace({"": None}),
+    for col in ("opset", "axis"):
+        if col in df:
+            df[col] = pd.to_numeric(df[col].replace({"": None}),
                                     errors="coerce").astype("Int64")
+    if "view" in df:
+        df["view"] = df["view"].fillna("").astype(str)
+        if not df["view"].str.len().any():
+            df = df.drop(columns="view")
     for col in _OPTIONAL:
         if col in df and pd.to_numeric(df[col], errors="coerce").isna().all():
             df = df.drop(columns=col)
+    per_output = [c for c in df.columns if c.startswith(("sqnr_db[", "max_abs["))]
+    if len(per_output) <= 2:  # one output: its columns repeat output_sqnr_db and max_abs
+        df = df.drop(columns=per_output)
     return df
+
+
+def outputs_table(measured: dict[str, Any]) -> pd.DataFrame | None:
+    """Each output's SQNR and max |Δ| (None for a model with one output)."""
+    per = measured.get("outputs") or {}
+    if len(per) < 2:
+        return None
+    return pd.DataFrame([{"output": k, "SQNR (dB)": v["sqnr_db"], "max |Δ|": v["max_abs"]}
+                         for k, v in per.items()])
+
+
+def output_names(case: cases.ModelCase) -> list[str]:
+    """The model's outputs, in graph order."""
+    return list(case.runner.output_names)
+
+
+def with_outputs(case: cases.ModelCase, outputs: list[str] | None) -> cases.ModelCase:
+    """The case whose model figure averages over ``outputs`` (None or all: every output): a
+    shallow copy sharing the loaded model, its session and its float outputs."""
+    import copy
+
+    if not outputs or list(outputs) == output_names(case):
+        return case
+    view = copy.copy(case)
+    view.outputs = list(outputs)
+    return view
 
 
 def plan_table(p: plan.Plan, sens: sensitivity.Sensitivity) -> pd.DataFrame:

@@ -28,9 +28,9 @@ CALIBRATIONS = {"abs-max · float32 scales": "absmax", "min–max · float32 sca
                 "percentile · float32 scales": "percentile", "MSE search · float32 scales": "mse",
                 "MX power of two · float8e8m0 scales": "mx"}
 GRANULARITIES = ("blocked", "per-axis", "per-tensor")
-GRAMMAR = ("TARGET:GRANULARITY[@METHOD], e.g. int4:blocked32, int8:per-axis, "
-           "uint8:per-tensor@percentile, float8e4m3fn:blocked64@mse, int4:blocked32@mx; or an "
-           "OCP MX name (mxfp8, mxfp4, …)")
+GRAMMAR = ("TARGET:GRANULARITY[/AXIS][@METHOD], e.g. int4:blocked32, int8:per-axis, "
+           "uint8:per-tensor@percentile, float8e4m3fn:blocked64@mse, int4:blocked32/0, "
+           "int4:blocked32@mx; or an OCP MX name (mxfp8, mxfp4, …)")
 
 
 def canonical(spec: str) -> str:

@@ -35,7 +35,8 @@ if mode == "recipes":
     df = errors.require(recipe_view.compare, spec, tuple(chosen), bool(saturate),
                         what="Comparing recipes")
     st.caption("Each recipe lays itself on the tensor as the Model Report does (per-axis: one "
-               "scale per row, axis 0; blocked: blocks along the last axis) and runs at the "
+               "scale per row, axis 0; blocked: blocks along the last axis; or the axis the "
+               "recipe names, as in int4:blocked32/0) and runs at the "
                "oldest opset whose operators express it, so its figures equal the report's. "
                "A label shows that opset where the bits depend on it: before opset 21 a zero "
                "point is stored even when it is zero.")
@@ -70,13 +71,14 @@ with right:
         st.error(f"**{row['format']}**: {row['error']}", icon=":material/block:")
     st.caption(compute.PARETO_RULE.format(noun="format" if mode == "formats" else "recipe"))
 
-table = df.drop(columns=["error", "nan_out", "inf_out", "recipe", "opset_sets_bits", "axis"],
+table = df.drop(columns=["error", "nan_out", "inf_out", "recipe", "opset_sets_bits"],
                errors="ignore").copy()
 partial = bool((table["sqnr_coverage"] < 1).any())
 if not partial:
     table = table.drop(columns=["sqnr_coverage"])
-if "block_size" in table:  # a block only where the recipe has blocks (text: never "None")
-    table["block_size"] = table["block_size"].astype("string").fillna("")
+for col in ("axis", "block_size"):  # only where the recipe has one (text: never "None")
+    if col in table:
+        table[col] = table[col].astype("string").fillna("")
 for col in ("clipped_fraction", "mean_rel_error", "sqnr_coverage"):
     if col in table:
         table[col] = 100 * table[col]
@@ -88,6 +90,7 @@ st.dataframe(table, hide_index=True, column_config={
     "format": st.column_config.TextColumn("format" if mode == "formats" else "recipe",
                                           pinned=True),
     "target": st.column_config.TextColumn("element type"),
+    "axis": st.column_config.TextColumn("axis"),
     "block_size": st.column_config.TextColumn("block"),
     "method": st.column_config.TextColumn("calibration"),
     "scale_type": st.column_config.TextColumn("scale type"),

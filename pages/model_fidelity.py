@@ -19,10 +19,12 @@ SOURCES = {"minilm": "all-MiniLM-L6-v2 sentence encoder (optional install)",
 
 st.title("Model Fidelity")
 st.markdown("Every weight through `QuantizeLinear → DequantizeLinear`, the model run in "
-            "onnxruntime and compared with its float self: output SQNR = "
-            "10·log10(Σ y² / Σ (y − ŷ)²) over every output, the same numbers as "
+            "onnxruntime and compared with its float self — the same numbers as "
             "`python -m qcore.model`. Which tensors does the model feel, and what is the best "
             "recipe per tensor under a bits budget?")
+st.caption("Output SQNR = −10·log10(mean over outputs of r_o), r_o = Σ (y_o − ŷ_o)² / Σ y_o²: "
+           "each output's noise relative to its own power, so no output dominates by its "
+           "scale; with one output, 10·log10(Σ y² / Σ (y − ŷ)²).")
 
 source = sources.choose(SOURCES, "mf_source", "minilm")
 side = st.sidebar
@@ -88,13 +90,23 @@ ident = model_view.identity(source, ref)
 with st.spinner("Loading the model and running it in float (once per server)…"):
     case = errors.require(model_view.load_case, source, ref, inputs, int(sentences), int(seed),
                           ident, what="Loading the model")
+names = model_view.output_names(case)
+if len(names) > 1:
+    picked = widgets.multi("Outputs the figure averages", names, "mf_outputs", names,
+                           where=side, help="The model's output SQNR averages the noise-to-"
+                                            "signal ratio of these outputs (each also has its "
+                                            "own SQNR in the tables).")
+    if not picked:
+        st.info("Pick at least one output.", icon=":material/touch_app:")
+        frame.stop_page()
+    case = model_view.with_outputs(case, picked)
 tensors = [t for t in case.weights if filt in t]
 if not chosen or not tensors:
     st.info("Pick at least one recipe and one tensor.", icon=":material/touch_app:")
     frame.stop_page()
 
 key = (ident, inputs and model_view.identity("path", inputs), int(sentences), int(seed),
-       tuple(chosen), tuple(tensors))
+       tuple(chosen), tuple(tensors), tuple(case.outputs or ()))
 c1, c2, c3 = st.columns([2, 2, 1], vertical_alignment="bottom")
 c1.metric("Weight tensors", f"{len(tensors)} of {len(case.weights)}",
           f"{sum(case.arrays[t].size for t in tensors) / 1e6:,.2f} M elements",
@@ -149,6 +161,11 @@ m[2].metric("Output SQNR measured", f"{p.measured['output_sqnr_db']:.2f} dB",
             f"max |Δ| {p.measured['max_abs']:.3g}", delta_color="off", border=True)
 for col, (label, value, note, why) in zip(m[3:], extra):
     col.metric(label, value, note or None, delta_color="off", border=True, help=why)
+per_output = model_view.outputs_table(p.measured)
+if per_output is not None:
+    st.dataframe(per_output, hide_index=True, column_config={
+        "SQNR (dB)": st.column_config.NumberColumn(format="%.2f"),
+        "max |Δ|": st.column_config.NumberColumn(format="%.3g")})
 with st.expander("The plan: one recipe per tensor"):
     st.dataframe(model_view.plan_table(p, sens), hide_index=True)
 st.caption("The plan is exactly optimal under the additive model: it predicts the mixed "

@@ -121,7 +121,8 @@ def compare_recipes(x: Any, recipes: Any, *, saturate: bool = True,
     scales) stand in one table with one Pareto front.
 
     A recipe lays itself on ``x`` as the report and the model tool do
-    (:func:`qcore.report.recipes.granularity_for`) and runs at ``opset``, or by default at the
+    (:func:`qcore.report.recipes.granularity_for`: per-axis along axis 0, blocks along the last
+    axis, unless the recipe names its axis, ``/AXIS``) and runs at ``opset``, or by default at the
     oldest opset whose operators express it (the report's rule, so the figures equal the
     report's). Columns: ``format`` (the label: the recipe, with `` · opset N`` when its bits
     depend on the opset), :data:`RECIPE_COLUMNS`, then :func:`compare_formats`' metric columns,
@@ -138,14 +139,16 @@ def compare_recipes(x: Any, recipes: Any, *, saturate: bool = True,
     shape = tuple(int(d) for d in xa.shape)
     rows = []
     for r in parse_recipes(recipes):
-        gran, axis, block = granularity_for(r, shape)
         row: dict[str, Any] = {"format": r.name, "recipe": r.name, "target": r.target,
-                               "granularity": gran, "axis": axis if gran != PER_TENSOR else None,
-                               "block_size": block or None, "method": r.method,
+                               "granularity": r.granularity, "axis": None, "block_size": None,
+                               "method": r.method,
                                "scale_type": "float8e8m0" if r.mx else "float32",
                                "opset": None, "opset_sets_bits": False,
                                "bits": target_format(r.target).bits}
         try:
+            gran, axis, block = granularity_for(r, shape)
+            row.update(granularity=gran, axis=axis if gran != PER_TENSOR else None,
+                       block_size=block or None)
             p, op, xh = recipe_round_trip(xa, r, saturate=saturate, opset=opset)
             m = error_metrics(xa, xh, params=p, opset=op)
             row.update({k: m[k] for k in _METRIC_COLUMNS})

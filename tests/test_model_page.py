@@ -177,3 +177,53 @@ def test_sentences_beyond_the_shipped_ones_are_replaced_with_a_note():
     at = open_page({"mf_source": "minilm", "mf_sentences": "5000", "mf_filter": "no such tensor"})
     assert at.query_params["mf_sentences"] == str(most)
     assert any(f"mf_sentences='5000' → '{most}'" in w.value for w in at.sidebar.warning)
+
+
+def two_output_model():
+    """tiny_model with its hidden layer as a second output ("r", far more power than logits)."""
+    m = tiny_model()
+    m.graph.output.append(onnx.helper.make_tensor_value_info("r", onnx.TensorProto.FLOAT,
+                                                             ["batch", 64]))
+    return m
+
+
+def test_several_outputs_each_measured_and_chosen(tmp_path):
+    """A model with two outputs: the plan's per-output table gives each output's SQNR as
+    onnxruntime's own runs of the float and the planned model give it; the figure is
+    −10·log10 of the mean ratio; choosing one output makes the figure that output's SQNR."""
+    import onnxruntime as ort
+
+    model = tmp_path / "two.onnx"
+    onnx.save(two_output_model(), model)
+    query = {"mf_source": "path", "mf_path": str(model), "mf_recipes": "int4:blocked32",
+             "mf_budget": "9"}
+    at = open_page(query)
+    table = at.dataframe[0].value.set_index("output")
+    assert list(table.index) == ["logits", "r"]
+    # outside: the planned weights fed to onnxruntime, outputs compared in float64
+    case = cases.load_case(str(model), seed=0)
+    p = plan.make_plan(sensitivity.measure(case, "int4:blocked32"), 9.0, allow_float=False)
+    weights = plan.planned_weights(case, p)
+    feeds = case.batches[0]
+    so = ort.SessionOptions()  # unfused kernels, as the page's runs use
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(model.read_bytes(), so, providers=["CPUExecutionProvider"])
+    ref = dict(zip(["logits", "r"], sess.run(None, feeds)))
+    m = onnx.load(str(model))
+    for init in m.graph.initializer:
+        if init.name in weights:
+            init.CopyFrom(onnx.numpy_helper.from_array(weights[init.name], init.name))
+    got = dict(zip(["logits", "r"], ort.InferenceSession(
+        m.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, feeds)))
+    ratios = {}
+    for k in ref:
+        y, yh = ref[k].astype(np.float64), got[k].astype(np.float64)
+        ratios[k] = np.sum((y - yh) ** 2) / np.sum(y * y)
+        # weights as initializers here, as graph inputs in the page's session: float32 sums
+        # may round differently, a few millionths of a dB
+        assert table.loc[k, "SQNR (dB)"] == pytest.approx(-10 * np.log10(ratios[k]), abs=1e-4)
+    both = -10 * np.log10(np.mean(list(ratios.values())))
+    assert metrics(at)["Output SQNR measured"] == f"{both:.2f} dB"
+    one = open_page({**query, "mf_outputs": "logits"})
+    assert metrics(one)["Output SQNR measured"] == f"{-10 * np.log10(ratios['logits']):.2f} dB"
+    assert one.query_params["mf_outputs"] == "logits"
