@@ -46,7 +46,8 @@ else:
         ref = sources.upload("Model (.onnx)", ["onnx"], "mf_upload")
         inputs = sources.upload("Inputs (.npz, optional)", ["npz"], "mf_inputs")
         if ref is None:
-            st.info("Upload an .onnx model whose weights are float initializers.",
+            st.info("Upload an .onnx model (weights in initializers, subgraphs or Constant "
+                    "nodes; float32, float16 or bfloat16).",
                     icon=":material/upload_file:")
             frame.stop_page()
     else:

@@ -233,3 +233,26 @@ def test_a_model_without_weights_is_an_error_saying_what_was_looked_at(tmp_path)
                           capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "2 initializers" in proc.stderr and "Constant" in proc.stderr
+
+
+def test_external_data_is_read_where_it_lives_and_never_outside_the_folder(tmp_path):
+    m = everywhere_model()
+    want = {r.key: qonnx.weight_array(m, r) for r in qonnx.find_weights(m)}
+    path = tmp_path / "m.onnx"
+    onnx.save_model(m, path, save_as_external_data=True, all_tensors_to_one_file=True,
+                    location="m.data", size_threshold=64)
+    assert any(r.external for r in qonnx.find_weights(onnx.load(path, load_external_data=False)))
+    loaded = graph.load_model(path)
+    got = {r.key: qonnx.weight_array(loaded, r) for r in qonnx.find_weights(loaded)}
+    assert set(got) == set(want)
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k])
+    bad = onnx.load(path, load_external_data=False)
+    for t in bad.graph.initializer:
+        for e in t.external_data:
+            if e.key == "location":
+                e.value = "../m.data"
+    (tmp_path / "sub").mkdir()
+    onnx.save_model(bad, tmp_path / "sub" / "bad.onnx")
+    with pytest.raises(graph.ModelError, match="outside the model's folder"):
+        graph.load_model(tmp_path / "sub" / "bad.onnx")

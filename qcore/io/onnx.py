@@ -27,7 +27,8 @@ from ..errors import QuantizationError
 from .base import MAX_TENSORS, TensorFileError, _Entry, _native, _short
 
 __all__ = ["DEFAULT_ROLE", "MAIN", "ROLES", "WEIGHT_TYPES", "Consumer", "ModelError",
-           "NoWeightsError", "Role", "WeightRecord", "as_float32", "describe_search",
+           "NoWeightsError", "Role", "WeightRecord", "as_float32", "check_external_data",
+           "describe_search",
            "find_weights", "iter_graphs", "onnx_entries", "role_of", "topologically_sorted",
            "weight_array", "weight_proto"]
 
@@ -402,3 +403,50 @@ def topologically_sorted(model: Any) -> Any:
     out.CopyFrom(model)
     _sort_graph(out.graph, set(), MAIN)
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# external data
+
+
+def _all_tensors(model: Any):
+    """Every TensorProto of the model: initializers of every graph and Constant values."""
+    for _, graph in iter_graphs(model.graph):
+        yield from graph.initializer
+        for node in graph.node:
+            for a in node.attribute:
+                if a.type == 4:
+                    yield a.t
+
+
+def check_external_data(model: Any, folder: str | Any) -> None:
+    """Refuse external data that names a file outside the model's ``folder`` (or a link out of
+    it), a missing file, or an offset / length that is not a non-negative decimal inside the
+    file — before anything is read (the report's rule, :mod:`qcore.report.sources`)."""
+    from pathlib import Path
+
+    base = Path(folder).resolve()
+    for t in _all_tensors(model):
+        if t.data_location != 1:
+            continue
+        info = {e.key: e.value for e in t.external_data}
+        location = info.get("location", "")
+        target = (base / location).resolve()
+        if not location or base not in target.parents:
+            raise ModelError(f"tensor {t.name!r} names external data {location!r} outside the "
+                             f"model's folder")
+        if not target.is_file():
+            raise ModelError(f"tensor {t.name!r}: its external data file {location!r} is "
+                             f"missing")
+        size = target.stat().st_size
+        fields = {}
+        for key in ("offset", "length"):
+            text = info.get(key, "0" if key == "offset" else str(size))
+            if not (text.isascii() and text.isdigit() and len(text) <= 20):
+                raise ModelError(f"tensor {t.name!r} has external-data {key} {text!r}; it must "
+                                 f"be a non-negative decimal integer")
+            fields[key] = int(text)
+        if fields["offset"] + (fields["length"] if "length" in info else 0) > size:
+            raise ModelError(f"tensor {t.name!r} needs bytes {fields['offset']}.."
+                             f"{fields['offset'] + fields['length']} of {location!r}, which "
+                             f"has {size}; it is truncated")

@@ -32,6 +32,7 @@ from ..io.onnx import (
     NoWeightsError,
     WeightRecord,
     as_float32,
+    check_external_data,
     find_weights,
     iter_graphs,
     topologically_sorted,
@@ -44,17 +45,28 @@ __all__ = ["ModelError", "PrefixCache", "Runner", "generate_inputs", "graph_inpu
 
 
 def load_model(path: str | os.PathLike) -> Any:
-    """The ``onnx.ModelProto`` at ``path``, external data loaded from beside it."""
+    """The ``onnx.ModelProto`` at ``path``, external data loaded from beside it (checked first:
+    :func:`qcore.io.onnx.check_external_data`)."""
     onnx = require("onnx")
     p = Path(path).expanduser()
     if not p.is_file():
         raise ModelError(f"model {str(path)!r}: no such file (give a .onnx path or 'minilm')")
     try:
-        return onnx.load(str(p), load_external_data=True)
+        model = onnx.load(str(p), load_external_data=False)
     except Exception as exc:  # noqa: BLE001 - onnx raises many types for a bad file
         raise ModelError(f"model {str(path)!r} is not an ONNX model onnx can load: "
                          f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
                          ) from None
+    check_external_data(model, p.parent)  # no path escape, inside its file, before reading
+    try:
+        from onnx.external_data_helper import load_external_data_for_model
+
+        load_external_data_for_model(model, str(p.parent))
+    except Exception as exc:  # noqa: BLE001
+        raise ModelError(f"model {str(path)!r}: its external data cannot be read: "
+                         f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+                         ) from None
+    return model
 
 
 def weight_records(model: Any, min_rank: int = 2) -> list[WeightRecord]:
