@@ -256,3 +256,46 @@ def test_external_data_is_read_where_it_lives_and_never_outside_the_folder(tmp_p
     onnx.save_model(bad, tmp_path / "sub" / "bad.onnx")
     with pytest.raises(graph.ModelError, match="outside the model's folder"):
         graph.load_model(tmp_path / "sub" / "bad.onnx")
+
+
+def _role(op, index, **attrs):
+    return qonnx.role_of([qonnx.Consumer("main", "n", op, index,
+                                         tuple((k, int(v)) for k, v in attrs.items()))])
+
+
+@pytest.mark.parametrize("op,index,attrs,ndim,axes", [
+    ("MatMul", 1, {}, 2, (1, 0)),  # B [K, N]
+    ("MatMul", 1, {}, 3, (2, 1)),  # batched B [.., K, N]
+    ("MatMul", 0, {}, 2, (0, 1)),  # a constant A [M, K]
+    ("Gemm", 1, {"transB": 0}, 2, (1, 0)),
+    ("Gemm", 1, {"transB": 1}, 2, (0, 1)),
+    ("Conv", 1, {}, 4, (0, 1)),
+    ("ConvTranspose", 1, {}, 4, (1, 0)),  # (I, O/g, k...)
+    ("Gather", 0, {}, 2, (0, 1)),  # embedding rows
+    ("LSTM", 1, {}, 3, (1, 2)), ("GRU", 2, {}, 3, (1, 2)), ("RNN", 1, {}, 3, (1, 2)),
+    ("Einsum", 1, {}, 2, (0, 1)),  # unknown: the (out, in) convention
+])
+def test_role_table(op, index, attrs, ndim, axes):
+    assert _role(op, index, **attrs).axes(ndim) == axes
+
+
+def test_recipe_axis_grammar_and_the_report_keeps_rows(tmp_path):
+    from qcore.errors import QuantizationError
+    from qcore.report import run_report
+    from qcore.report.recipes import parse_recipe
+
+    r = parse_recipe("int8:per-axis/1")
+    assert (r.granularity, r.axis, r.name) == ("per-axis", 1, "int8:per-axis/1")
+    assert parse_recipe("int4:blocked32/0").axis == 0
+    assert parse_recipe("int4:blocked32").axis is None
+    with pytest.raises(QuantizationError, match="per-tensor has no axis"):
+        parse_recipe("int8:per-tensor/0")
+    w = arr(8, 64)
+    assert fidelity.qdq(w, "int8:per-axis/1").scale.shape == (64,)
+    with pytest.raises(QuantizationError, match="axis 2"):
+        fidelity.qdq(w, "int8:per-axis/2")
+    np.savez(tmp_path / "w.npz", w=w)
+    rows = run_report(tmp_path / "w.npz", ["int8:per-axis/0", "int8:per-axis/1"]).rows
+    ok = rows[rows["recipe"] == "int8:per-axis/0"]
+    assert (ok["error"] == "").all()
+    assert "(out, in) rows" in rows[rows["recipe"] == "int8:per-axis/1"]["error"].iloc[0]

@@ -1,11 +1,13 @@
 """From tensors to the model: output fidelity, sensitivity, an optimal plan and the QDQ export.
 
-- :mod:`qcore.model.graph`: load any ``.onnx`` model (external data included), list its float
-  weight initializers, read or generate its inputs, run it in onnxruntime with chosen weights.
+- :mod:`qcore.model.graph`: load any ``.onnx`` model (external data included), its weights
+  wherever they live (:mod:`qcore.io.onnx`, the one reader), read or generate its inputs, run it
+  in onnxruntime with chosen weights.
 - :mod:`qcore.model.minilm`: the all-MiniLM-L6-v2 sentence encoder as an ONNX graph built from
   the installed checkpoint, and its tokenizer.
-- :mod:`qcore.model.fidelity`: a recipe on all weights or on one → output SQNR, max |Δ|, cosine,
-  Spearman of pairwise similarities, KL and top-1 for logits.
+- :mod:`qcore.model.fidelity`: a recipe on all weights or on one, laid out by each weight's
+  role → output SQNR (per output, and their mean noise ratio), max |Δ|, cosine, Spearman of
+  pairwise similarities, KL and top-1 for logits.
 - :mod:`qcore.model.sensitivity`: every weight × every recipe alone.
 - :mod:`qcore.model.plan`: one recipe per tensor under a bits budget, exactly optimal.
 - :mod:`qcore.model.export`: the plan as a QDQ ONNX model.

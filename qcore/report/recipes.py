@@ -17,7 +17,8 @@ names (``mxfp8``, ``mxfp8e5m2``, ``mxfp6``, ``mxfp6e3m2``, ``mxfp4``, ``mxint8``
 - METHOD: a calibration method of :mod:`qcore.calibration` (``minmax``, ``absmax``,
   ``percentile``, ``mse``, ``mx``). Default: ``minmax`` (asymmetric) for unsigned integers,
   ``absmax`` (symmetric) otherwise.
-- MX recipes: blocks of 32 along the last axis, float8e8m0 scales by the OCP rule
+- MX recipes: blocks of 32 along the reduction axis (a tensor without a graph: the last axis),
+  float8e8m0 scales by the OCP rule
   2^(floor(log2 amax) - emax) with emax the element format's largest exponent (e4m3: 8,
   e5m2: 15, e2m3: 2, e3m2: 4, e2m1: 2, int8: 6) — :func:`qcore.calibration.mx_scale`.
 
@@ -166,7 +167,7 @@ def describe(recipe: Recipe | str) -> str:
     r = parse_recipe(recipe) if isinstance(recipe, str) else recipe
     if r.mx:
         return (f"OCP Microscaling: {r.target} elements in blocks of {r.block_size} along the "
-                f"last axis, each block with a float8e8m0 power-of-two scale.")
+                f"reduction axis, each block with a float8e8m0 power-of-two scale.")
     where = "" if r.axis is None else f" (axis {r.axis})"
     gran = {PER_TENSOR: "one scale for the tensor",
             PER_AXIS: "one scale per output channel" + (where or " (the weight's output axis)"),
