@@ -304,19 +304,22 @@ def measured_figures(measured: dict[str, Any], kind: str) -> list[tuple[str, str
 # figures
 
 
-def heatmap(sens: sensitivity.Sensitivity) -> Any:
-    """Output SQNR with one tensor quantized, tensor × recipe (dark: the model feels it)."""
+def heatmap(sens: sensitivity.Sensitivity, output: str | None = None) -> Any:
+    """Output SQNR with one tensor quantized, tensor × recipe (dark: the model feels it):
+    the model figure, or one output's own SQNR (``output``)."""
     import plotly.graph_objects as go
 
     from . import charts, theme
 
     rows = pd.DataFrame(sens.rows)
-    m = rows.pivot(index="tensor", columns="recipe", values="output_sqnr_db")
+    value = f"sqnr_db[{output}]" if output else "output_sqnr_db"
+    m = rows.pivot(index="tensor", columns="recipe", values=value)
     m = m.reindex(index=[t for t in sens.tensors if t in m.index],
                   columns=[r for r in sens.recipes if r in m.columns])
     z = m.to_numpy(np.float64)
     z = np.where(np.isfinite(z), z, np.nan)
-    fig = charts.figure("Output SQNR (dB) with one tensor quantized (dark = the model feels it)",
+    what = f"SQNR of output {output}" if output else "Output SQNR"
+    fig = charts.figure(f"{what} (dB) with one tensor quantized (dark = the model feels it)",
                         "", "", height=max(380, min(1400, 18 * len(m) + 190)))
     fig.add_trace(go.Heatmap(z=z, x=list(m.columns), y=list(m.index), colorscale=theme.HEAT,
                              reversescale=True, colorbar=dict(thickness=12),

@@ -134,7 +134,12 @@ sens, uniform = result
 
 left, right = st.columns([3, 2], gap="medium")
 with left:
-    charts.show(model_view.heatmap(sens))
+    shown = None
+    if len(names) > 1:
+        shown = widgets.select("Heat map of", ["", *names], "mf_heat", "", kind="segmented",
+                               format_func=lambda o: o or "the model figure",
+                               help="The model's figure, or one output's own SQNR.")
+    charts.show(model_view.heatmap(sens, shown or None))
 with right:
     charts.show(model_view.scatter(sens))
     st.caption("Each point: one tensor quantized alone. Off the diagonal trend = tensors whose "

@@ -227,3 +227,13 @@ def test_several_outputs_each_measured_and_chosen(tmp_path):
     one = open_page({**query, "mf_outputs": "logits"})
     assert metrics(one)["Output SQNR measured"] == f"{-10 * np.log10(ratios['logits']):.2f} dB"
     assert one.query_params["mf_outputs"] == "logits"
+
+
+def test_the_heat_map_shows_one_output_on_request(tmp_path):
+    model = tmp_path / "two.onnx"
+    onnx.save(two_output_model(), model)
+    at = open_page({"mf_source": "path", "mf_path": str(model), "mf_recipes": "int8:per-axis",
+                    "mf_heat": "r"})
+    spec = at.get("plotly_chart")[0].proto.spec
+    assert "SQNR of output r" in spec
+    assert at.query_params["mf_heat"] == "r"
