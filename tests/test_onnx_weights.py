@@ -296,6 +296,9 @@ def test_recipe_axis_grammar_and_the_report_keeps_rows(tmp_path):
         fidelity.qdq(w, "int8:per-axis/2")
     np.savez(tmp_path / "w.npz", w=w)
     rows = run_report(tmp_path / "w.npz", ["int8:per-axis/0", "int8:per-axis/1"]).rows
-    ok = rows[rows["recipe"] == "int8:per-axis/0"]
-    assert (ok["error"] == "").all()
-    assert "(out, in) rows" in rows[rows["recipe"] == "int8:per-axis/1"]["error"].iloc[0]
+    assert (rows["error"] == "").all()
+    by = rows.set_index("recipe")
+    assert (by.loc["int8:per-axis/0", "axis"], by.loc["int8:per-axis/0", "scales"]) == (0, 8)
+    assert (by.loc["int8:per-axis/1", "axis"], by.loc["int8:per-axis/1", "scales"]) == (1, 64)
+    assert by.loc["int8:per-axis/1", "sqnr_db"] == pytest.approx(
+        fidelity.qdq(w, "int8:per-axis/1").tensor_sqnr_db, rel=1e-9)

@@ -29,7 +29,8 @@ from .base import MAX_TENSORS, TensorFileError, _Entry, _native, _short
 __all__ = ["DEFAULT_ROLE", "MAIN", "ROLES", "WEIGHT_TYPES", "Consumer", "ModelError",
            "NoWeightsError", "Role", "WeightRecord", "as_float32", "check_external_data",
            "describe_search",
-           "find_weights", "iter_graphs", "onnx_entries", "role_of", "topologically_sorted",
+           "find_weights", "iter_graphs", "onnx_entries", "role_in_graph", "role_of",
+           "topologically_sorted",
            "weight_array", "weight_proto"]
 
 
@@ -191,6 +192,13 @@ def role_of(consumers: tuple[Consumer, ...] | list[Consumer]) -> Role:
         if role is not None:
             return role
     return DEFAULT_ROLE
+
+
+def role_in_graph(graph: Any, name: str, path: str = MAIN) -> Role:
+    """The role of the value ``name`` from its consumers in ``graph`` and the subgraphs below
+    (an initializer :func:`find_weights` does not list, such as one that is also a graph
+    input, still has the role its consuming node gives it)."""
+    return role_of(_consumers(graph, path, name))
 
 
 def _onnx() -> Any:

@@ -11,6 +11,8 @@
 - :mod:`qcore.model.sensitivity`: every weight × every recipe alone.
 - :mod:`qcore.model.plan`: one recipe per tensor under a bits budget, exactly optimal.
 - :mod:`qcore.model.export`: the plan as a QDQ ONNX model.
+- :mod:`qcore.model.activations`: activation sites, their calibration, the staged fake-quant
+  evaluation, the QDQ insertion, per-site sensitivity and SmoothQuant.
 
 ``python -m qcore.model MODEL ...`` is the command line. onnx, onnxruntime and tokenizers are
 the ``model`` extra; they are imported when first needed, so ``import qcore.model`` works

@@ -1,5 +1,6 @@
 """python -m qcore.model MODEL [--inputs FILE.npz] [--recipes R1,R2,...] [--budget BITS]
-[--out TABLE.csv] [--plan PLAN.json] [--export QDQ.onnx]
+[--out TABLE.csv] [--plan PLAN.json] [--export QDQ.onnx] [--activations MODE]
+[--calibrate FILE.npz] [--float-activations K] [--smooth ALPHA]
 
 Sensitivity of every weight × every recipe (alone) and of every recipe on all weights; with
 --budget, the exactly optimal plan, run and measured; with --export, the plan as a QDQ model.
@@ -12,9 +13,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
-from typing import TextIO
+from typing import NoReturn, TextIO
 
 from ..errors import QuantizationError
 from ..report.recipes import DEFAULT_RECIPES
@@ -51,8 +53,13 @@ class Bar:
         self.stream.flush()
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line, like every other refusal
+        self.exit(2, f"error: {message} (see --help)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m qcore.model", description=__doc__.split("\n\n")[1])
+    p = _Parser(prog="python -m qcore.model", description=__doc__.split("\n\n")[1])
     p.add_argument("model", help="a .onnx path or 'minilm'")
     p.add_argument("--inputs", help=".npz whose arrays are the graph inputs (else generated)")
     p.add_argument("--recipes", default=",".join(DEFAULT_RECIPES),
@@ -77,6 +84,18 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-float", action="store_true",
                    help="the plan may not leave a weight in float32")
     p.add_argument("--threads", type=int, default=0, help="onnxruntime intra-op threads")
+    p.add_argument("--activations", default="none",
+                   help="none | dynamic | static[:TYPE][@METHOD]: quantize the activation sites "
+                   "(the data inputs of MatMul/Gemm/Conv); TYPE int8 (default), uint8, int16, "
+                   "uint16, float8e4m3fn, float8e5m2, …; METHOD minmax (default), percentile, "
+                   "mse, entropy")
+    p.add_argument("--calibrate", help=".npz of graph inputs the static activation scales "
+                   "are calibrated on (default: the inputs)")
+    p.add_argument("--float-activations", type=int, default=0, metavar="K",
+                   help="the plan keeps the K most sensitive activation sites in float")
+    p.add_argument("--smooth", type=float, metavar="ALPHA",
+                   help="SmoothQuant: migrate activation outliers into the weights with "
+                   "strength ALPHA in [0, 1] (e.g. 0.5)")
     return p
 
 
@@ -89,12 +108,53 @@ def _extra(kind: str, m: dict) -> str:
 
 
 def _floats(text: str | None) -> list[float]:
-    if not text:
-        return []
-    try:
-        return [float(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise QuantizationError(f"--budgets {text!r}: give numbers, e.g. 4.25,5,6") from None
+    from .checks import parse_budgets
+
+    return parse_budgets(text)
+
+
+def check_args(args: argparse.Namespace) -> tuple[list[str] | None, tuple[int, int]]:
+    """Every argument the model is not needed for, checked before anything is loaded
+    (:mod:`qcore.model.checks`): (the --tensors names, the --int-range)."""
+    from . import checks
+
+    if (args.plan or args.export) and args.budget is None:
+        raise QuantizationError("--plan and --export need --budget BITS (bits per weight)")
+    if args.budget is not None:
+        checks.check_budget(args.budget)
+    checks.parse_budgets(args.budgets)
+    checks.check_threads(args.threads)
+    checks.check_dim(args.dim)
+    checks.check_seed(args.seed)
+    checks.check_sentences(args.sentences, None)
+    if args.out:
+        checks.check_output_path("--out", args.out, checks.TABLE_SUFFIXES)
+    if args.plan:
+        checks.check_output_path("--plan", args.plan)
+    if args.export:
+        checks.check_output_path("--export", args.export)
+    sources = {"MODEL": args.model, "--inputs": args.inputs}
+    checks.check_outputs_distinct({**{k: v for k, v in sources.items()
+                                      if v and "\x00" not in v and os.path.isfile(v)},
+                                   "--out": args.out, "--plan": args.plan,
+                                   "--export": args.export})
+    _check_activation_args(args)
+    return checks.parse_tensors(args.tensors), checks.parse_int_range(args.int_range)
+
+
+def _check_activation_args(args: argparse.Namespace) -> None:
+    """--activations parsed; --float-activations, --calibrate and --smooth consistent with it."""
+    from .activations import parse_activations
+
+    mode = parse_activations(args.activations)
+    if mode.mode == "none" and (args.float_activations or args.calibrate):
+        raise QuantizationError("--float-activations and --calibrate need --activations "
+                                "dynamic or static[:TYPE][@METHOD]")
+    if args.float_activations < 0:
+        raise QuantizationError(f"--float-activations {args.float_activations}: give a count "
+                                f">= 0")
+    if args.smooth is not None and not 0 <= args.smooth <= 1:
+        raise QuantizationError(f"--smooth {args.smooth}: alpha must be in [0, 1]")
 
 
 def _fmt(v: float, nd: int = 2) -> str:
@@ -103,20 +163,17 @@ def _fmt(v: float, nd: int = 2) -> str:
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
     from .cases import load_case
+    from .checks import check_case
     from .plan import make_plan, run_plan
-    from .sensitivity import correlation, measure, uniform, write_csv
+    from .sensitivity import correlation, measure, uniform, write_table
 
-    if (args.plan or args.export) and args.budget is None:
-        raise QuantizationError("--plan and --export need --budget BITS (bits per weight)")
-    try:
-        lo, hi = (int(v) for v in args.int_range.split(","))
-    except ValueError:
-        raise QuantizationError(f"--int-range {args.int_range!r}: give LO,HI, e.g. 0,100"
-                                ) from None
-    tensors = [t.strip() for t in args.tensors.split(",") if t.strip()] if args.tensors else None
+    tensors, (lo, hi) = check_args(args)
     from ..report.recipes import parse_recipes
 
     recipes = [r.name for r in parse_recipes(args.recipes)]
+    from . import activations as act
+
+    mode = act.parse_activations(args.activations)
     t0 = time.perf_counter()
     case = load_case(args.model, args.inputs, sentences=args.sentences, seed=args.seed,
                      int_range=(lo, hi), dim=args.dim, kind="logits" if args.logits else None,
@@ -128,14 +185,16 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         if missing:
             raise QuantizationError(f"--tensors {missing} are not weights of the model; "
                                     f"its weights: {', '.join(case.weights)}")
+    check_case(case, tensors or case.weights)
     for b in ([args.budget] if args.budget is not None else []) + _floats(args.budgets):
         _check_budget(case, tensors or case.weights, recipes, b, not args.no_float)
     print(f"{case.name}: {len(tensors or case.weights)} weight tensors, "
           f"{len(recipes)} recipes ({time.perf_counter() - t0:.1f} s to load)", file=out)
+    case, specs, act_rows, smoothing = _activations(case, mode, args, out)
     t1 = time.perf_counter()
     sens = measure(case, recipes, tensors, Bar("sensitivity"))
     t_sens = time.perf_counter() - t1
-    rows = sens.rows + uniform(case, recipes, tensors, Bar("uniform    "))
+    rows = sens.rows + act_rows + uniform(case, recipes, tensors, Bar("uniform    "))
     corr = correlation(sens.rows)
     print(f"sensitivity: {len(sens.rows)} runs in {t_sens:.1f} s; tensor SQNR vs output SQNR: "
           f"Pearson {_fmt(corr['pearson'], 3)}, Spearman {_fmt(corr['spearman'], 3)} "
@@ -146,10 +205,14 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
             extra = _extra(case.kind, r)
             print(f"{r['recipe']:28s} {r['bits_per_element']:7.3f} "
                   f"{_fmt(r['output_sqnr_db']):>15s} {r['max_abs']:10.3g}{extra}", file=out)
+            if specs:
+                _print_with_activations(case, r["recipe"], tensors, specs, mode.name, out)
     if args.out:
-        write_csv(rows, args.out)
+        write_table(rows, args.out)
     for b in _floats(args.budgets):
         p = make_plan(sens, b, allow_float=not args.no_float)
+        _attach(p, specs, act_rows, args.float_activations, mode.name,
+                smoothing)
         m = run_plan(case, p)
         extra = _extra(case.kind, m)
         print(f"{'plan @ ' + str(b):28s} {p.bits_per_element:7.3f} "
@@ -160,6 +223,8 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     t2 = time.perf_counter()
     plan = make_plan(sens, args.budget, allow_float=not args.no_float)
     t_plan = time.perf_counter() - t2
+    _attach(plan, specs, act_rows, args.float_activations, mode.name,
+            smoothing)
     run_plan(case, plan)
     print(f"plan at {args.budget} bits/weight ({t_plan * 1000:.0f} ms): "
           f"{plan.bits_per_element:.4f} bits/weight, output SQNR predicted "
@@ -171,6 +236,71 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     if args.export:
         write_export(case, plan, args.export, out)
     return 0
+
+
+def _activations(case, mode, args: argparse.Namespace, out: TextIO):
+    """(case, specs, rows, smoothing as the plan records it): smoothing applied (--smooth), the sites' specs calibrated, each
+    site's sensitivity measured alone (:func:`qcore.model.activations.study`)."""
+    from . import activations as act
+
+    if mode.mode == "none" and args.smooth is None:
+        return case, [], [], {}
+    calib = act.calibration_case(case, args.calibrate) if args.calibrate else None
+    if mode.mode != "none" and args.float_activations:
+        n = len(act.runner_for(case).names)
+        if args.float_activations > n:
+            raise QuantizationError(f"--float-activations {args.float_activations}: the model "
+                                    f"has {n} activation sites")
+    t = time.perf_counter()
+    s = act.study(case, mode, alpha=args.smooth, calibration=calib,
+                  progress=Bar("activations"))
+    if s.smoothing is not None:
+        how = list(s.smoothing.folded.values())
+        print(f"smoothing (alpha {args.smooth}): {len(s.smoothing.factors)} sites, "
+              f"{how.count('layernorm')} folded into LayerNorm, {how.count('upstream')} into "
+              f"constants or weights upstream, {how.count('mul')} by a Mul", file=out)
+    smoothing = ({"alpha": s.smoothing.alpha, "sites": dict(s.smoothing.folded)}
+                 if s.smoothing is not None else {})
+    if mode.mode == "none":
+        return s.case, [], [], smoothing
+    print(f"activations {mode.name}: {len(s.specs)} sites ({time.perf_counter() - t:.1f} s); "
+          f"all quantized, weights float: output SQNR "
+          f"{_fmt(s.activations_only['output_sqnr_db'])} dB; most sensitive alone:", file=out)
+    for r in sorted(s.rows, key=lambda r: r["output_sqnr_db"])[:5]:
+        print(f"  {r['tensor']:32s} {_fmt(r['output_sqnr_db']):>8s} dB  "
+              f"(read by {r['consumers'][:60]})", file=out)
+    return s.case, s.specs, s.rows, smoothing
+
+
+def _print_with_activations(case, recipe: str, tensors, specs, name: str, out: TextIO) -> None:
+    """One recipe on every weight with every activation site quantized, printed as a row."""
+    from .activations import evaluate
+
+    replace = {}
+    for t in tensors or case.weights:
+        try:
+            replace[t] = case.quantize(t, recipe).x_hat
+        except ValueError:
+            continue
+    m = evaluate(case, specs, replace)
+    print(f"{'  + ' + name:28s} {'':7s} {_fmt(m['output_sqnr_db']):>15s} "
+          f"{m['max_abs']:10.3g}{_extra(case.kind, m)}", file=out)
+
+
+def _attach(plan, specs, rows, k: int, name: str, smoothing: dict | None = None) -> None:
+    """The activation specs on a plan, the ``k`` most sensitive sites left in float; the
+    quantized sites' noise powers (each measured alone) join the additive prediction."""
+    from .activations import keep_float
+
+    plan.smoothing = dict(smoothing or {})
+    if not specs:
+        return
+    keep = keep_float(rows, k)
+    plan.activations = [s for s in specs if s.site not in keep]
+    plan.float_activations = keep
+    plan.activation_mode = name
+    plan.noise_predicted += sum(float(r["noise_power"]) for r in rows
+                                if r["tensor"] not in keep)
 
 
 def _check_budget(case, tensors: list[str], recipes: list[str], budget: float,
@@ -207,8 +337,12 @@ def write_export(case, plan, path: str, out: TextIO) -> None:
     from .plan import planned_weights
 
     model = export_plan(case.model, plan, case.arrays)
-    save(model, path)
     bad = unsupported_nodes(model)
+    if plan.activations:
+        from .activations import insert_qdq
+
+        model = insert_qdq(model, plan.activations)
+    save(model, path)
     if bad:
         print(f"export: {path} is valid ONNX; onnxruntime has no kernel for {len(bad)} "
               f"DequantizeLinear node(s): {', '.join(bad)}", file=out)
@@ -220,7 +354,12 @@ def write_export(case, plan, path: str, out: TextIO) -> None:
                                          for k in range(len(names))]
     if case.order is not None:
         outs = [_restore(o, case.order) for o in outs]
-    fake = case.run(planned_weights(case, plan))
+    if plan.activations:
+        from .activations import runner_for
+
+        fake = runner_for(case).run(plan.activations, planned_weights(case, plan))
+    else:
+        fake = case.run(planned_weights(case, plan))
     same = all(np.array_equal(a, b) for a, b in zip(outs, fake))
     worst = max(float(np.max(np.abs(a.astype(np.float64) - b))) for a, b in zip(outs, fake))
     print(f"export: {path}; onnxruntime runs it; outputs "
@@ -250,14 +389,34 @@ def save(model, path: str) -> None:
         onnx.save(model, path)
 
 
+def _line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def main(argv: list[str] | None = None) -> int:
+    """The command line: exit 0 done; 2 a refusal (one ``error:`` line on stderr); 130
+    interrupted. A failure no check names (onnx, onnxruntime, NumPy, a file) is one line too."""
     args = _parser().parse_args(argv)
     try:
         return run(args, sys.stdout)
-    except (QuantizationError, ImportError, OSError) as exc:
-        print(f"error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",
+    except QuantizationError as exc:
+        print(f"error: {_line(exc)}", file=sys.stderr)
+    except ImportError as exc:
+        print(f"error: {_line(exc)}", file=sys.stderr)
+    except OSError as exc:
+        where = f" ({exc.filename})" if exc.filename else ""
+        print(f"error: {exc.strerror or _line(exc)}{where}", file=sys.stderr)
+    except MemoryError:
+        print("error: out of memory; give fewer sentences, a smaller --dim or smaller inputs",
               file=sys.stderr)
-        return 2
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - the boundary: one line, never a traceback
+        print(f"error: unexpected {type(exc).__name__}: {_line(exc)} (a case qcore.model does "
+              f"not check yet; please report it)", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

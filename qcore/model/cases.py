@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from .checks import check_initializers, check_sentences
 from .fidelity import ModelCase
 from .graph import ModelError, check_inputs, generate_inputs, load_model, read_inputs
 
@@ -32,6 +33,7 @@ def load_case(model: str | os.PathLike | Any, inputs: str | os.PathLike | dict |
         if inputs is not None:
             raise ModelError("--inputs is for a model given by path; MiniLM runs on the "
                              "shipped sentences (--sentences N)")
+        check_sentences(sentences, len(minilm.load_sentences()))
         try:
             proto = minilm.minilm_model()
         except Exception as exc:  # TensorFileError: not installed
@@ -46,6 +48,7 @@ def load_case(model: str | os.PathLike | Any, inputs: str | os.PathLike | dict |
         proto = load_model(model)
     else:
         name, proto = "model", model
+        check_initializers(proto)
     if inputs is None:
         feeds = generate_inputs(proto, seed, int_range, dim)
     elif isinstance(inputs, dict):

@@ -5,11 +5,12 @@ body, or in place of its Constant node), three initializers — ``W.codes`` (the
 and 4-bit types packed by :func:`qcore.packing.pack`, two or four per byte, low bits first, as
 ONNX stores them; 6-bit floats packed by onnx's own ``numpy_helper``), ``W.scale`` (float32 or
 float8e8m0) and, where the recipe stores one, ``W.zero_point`` — and a ``DequantizeLinear``
-node (its axis the one the weight's role chose, :func:`qcore.model.fidelity.weight_layout`)
+node (its axis the one the weight's role chose, :func:`qcore.report.sliced.weight_layout`)
 whose final output is named W, so every consumer of the weight is unchanged. A Conv kernel
 quantized as its [O, I·k] view is followed by a ``Reshape`` to its shape; a float16 / bfloat16
 weight by a ``Cast`` to its type (DequantizeLinear computes float32; the Cast rounds to nearest
-even, as the fake-quant run does), so the export keeps the model's float type. The model's opset import is raised to
+even, as the fake-quant run does), so the export keeps the model's float type. A name the model
+already uses gets a suffix (``W.scale_1``), so export names never collide. The model's opset import is raised to
 the newest version any planned recipe needs (int8 per-axis: 13, float8: 19, int4 and blocked:
 21, float4: 23, float8e8m0 scales: 24, int2: 25, float6: 28); ``onnx.checker`` checks the result.
 
@@ -55,17 +56,46 @@ def tensor_proto(a: np.ndarray, name: str) -> Any:
     return numpy_helper.from_array(np.ascontiguousarray(a), name)
 
 
-def _dq_nodes(name: str, q: Quantized, opset: int, dtype: str, shape: tuple[int, ...]
-              ) -> tuple[list[Any], list[Any]]:
+def graph_names(graph: Any) -> set[str]:
+    """Every name a graph and its subgraphs use: initializers, inputs, outputs, value infos,
+    node inputs, outputs and node names."""
+    from ..io.onnx import iter_graphs
+
+    names: set[str] = set()
+    for _, g in iter_graphs(graph):
+        names.update(t.name for t in g.initializer)
+        names.update(v.name for v in list(g.input) + list(g.output) + list(g.value_info))
+        for n in g.node:
+            names.update(n.input)
+            names.update(n.output)
+            names.add(n.name)
+    names.discard("")
+    return names
+
+
+def fresh_name(base: str, taken: set[str]) -> str:
+    """``base``, or ``base_1``, ``base_2``, ... : the first not in ``taken`` (then taken), so an
+    export name never collides with a name the model already uses."""
+    name, k = base, 0
+    while name in taken:
+        k += 1
+        name = f"{base}_{k}"
+    taken.add(name)
+    return name
+
+
+def _dq_nodes(name: str, q: Quantized, opset: int, dtype: str, shape: tuple[int, ...],
+              taken: set[str] | None = None) -> tuple[list[Any], list[Any]]:
     """The nodes computing weight ``name`` from its codes (DequantizeLinear, then a Reshape for
     a kernel quantized as its 2-D view, then a Cast to float16 / bfloat16 for a weight of that
-    type) and their initializers."""
+    type) and their initializers; every new name is fresh in ``taken``."""
     helper = require("onnx.helper")
     onnx = require("onnx")
-    inputs = [name + ".codes", name + ".scale"]
+    taken = set() if taken is None else taken
+    inputs = [fresh_name(name + ".codes", taken), fresh_name(name + ".scale", taken)]
     inits = [tensor_proto(q.y, inputs[0]), tensor_proto(q.scale, inputs[1])]
     if q.zero_point is not None:
-        inputs.append(name + ".zero_point")
+        inputs.append(fresh_name(name + ".zero_point", taken))
         inits.append(tensor_proto(q.zero_point, inputs[2]))
     attrs: dict[str, int] = {}
     if q.granularity != "per-tensor":
@@ -75,20 +105,21 @@ def _dq_nodes(name: str, q: Quantized, opset: int, dtype: str, shape: tuple[int,
     if get_format(q.scale.dtype).name != "float32" and opset >= _E8M0_OUTPUT_OPSET:
         attrs["output_dtype"] = 1  # FLOAT: float32, cast below where the weight is narrower
     steps = (["reshape"] if q.view else []) + (["cast"] if dtype != "float32" else [])
-    outs = [f"{name}.{step}_in" for step in steps] + [name]
-    nodes = [helper.make_node("DequantizeLinear", inputs, [outs[0]], name=name + ".dequantize",
-                              **attrs)]
+    outs = [fresh_name(f"{name}.{step}_in", taken) for step in steps] + [name]
+    nodes = [helper.make_node("DequantizeLinear", inputs, [outs[0]],
+                              name=fresh_name(name + ".dequantize", taken), **attrs)]
     for k, step in enumerate(steps):
         if step == "reshape":
             from onnx import numpy_helper
 
-            inits.append(numpy_helper.from_array(np.asarray(shape, np.int64), name + ".shape"))
-            nodes.append(helper.make_node("Reshape", [outs[k], name + ".shape"], [outs[k + 1]],
-                                          name=name + ".reshape"))
+            shape_name = fresh_name(name + ".shape", taken)
+            inits.append(numpy_helper.from_array(np.asarray(shape, np.int64), shape_name))
+            nodes.append(helper.make_node("Reshape", [outs[k], shape_name], [outs[k + 1]],
+                                          name=fresh_name(name + ".reshape", taken)))
         else:
             to = onnx.TensorProto.FLOAT16 if dtype == "float16" else onnx.TensorProto.BFLOAT16
             nodes.append(helper.make_node("Cast", [outs[k]], [outs[k + 1]], to=to,
-                                          name=name + ".cast"))
+                                          name=fresh_name(name + ".cast", taken)))
     return nodes, inits
 
 
@@ -119,11 +150,12 @@ def export_plan(model: Any, plan: Plan, weights: dict[str, np.ndarray] | None = 
     old = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
     opset = max([old] + [q.opset for q in quantized.values()])
     out = topologically_sorted(model)
+    taken = graph_names(out.graph)
     for t in planned:
         rec = records[t]
         # looked up afresh: rewriting a graph's node list copies the subgraphs below it
         g = dict(iter_graphs(out.graph))[rec.graph]
-        nodes, inits = _dq_nodes(rec.name, quantized[t], opset, rec.dtype, rec.shape)
+        nodes, inits = _dq_nodes(rec.name, quantized[t], opset, rec.dtype, rec.shape, taken)
         g.initializer.extend(inits)
         existing = list(g.node)
         if rec.kind == "initializer":

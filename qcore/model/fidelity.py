@@ -33,10 +33,10 @@ from ..ops import dequantize_linear, quantize_linear
 from ..report.recipes import (
     Recipe,
     asks_zero_point,
-    granularity_for,
     parse_recipe,
     required_opset,
     stores_zero_point,
+    weight_layout,
 )
 from .graph import Runner
 
@@ -68,38 +68,6 @@ class Quantized:
     @property
     def bits_per_element(self) -> float:
         return self.bits / self.elements if self.elements else math.nan
-
-
-def weight_layout(recipe: Recipe, shape: tuple[int, ...], role: Role | None = None
-                  ) -> tuple[str, int, int, tuple[int, ...] | None]:
-    """(granularity, axis, block size, view) of a recipe on a weight of this shape and role.
-
-    Per-axis follows the role's output axis, blocks its reduction axis
-    (:func:`qcore.report.recipes.granularity_for`). A Conv kernel (O, I/g, k...) under a
-    blocked recipe without an explicit axis takes, of three layouts, the one with the fewest
-    scales (the fewest bits; ties in this order):
-
-    1. blocks along I (what runtime kernels expect; exact when N divides I);
-    2. one scale per output channel, when a row of I·k elements is shorter than two blocks
-       (depthwise and few-channel kernels: one scale covers at most 2N - 1 elements);
-    3. blocks over I·k together: the [O, I·k] view, DequantizeLinear on the 2-D codes then a
-       Reshape (kernels larger than 1 whose I is not a multiple of N).
-
-    ``view`` is the 2-D shape quantized in case 3, else None."""
-    gran, axis, block = granularity_for(recipe, shape, role)
-    if (gran == "blocked" and role is not None and role.kernel and recipe.axis is None
-            and len(shape) >= 3 and axis == 1):
-        o, i, k = shape[0], shape[1], math.prod(shape[2:])
-        along_i = o * -(-i // block) * k
-        per_row = o if i * k < 2 * block else None
-        flat = o * -(-(i * k) // block)
-        best = min(x for x in (along_i, per_row, flat) if x is not None)
-        if best == along_i:
-            return gran, 1, block, None
-        if best == per_row:
-            return "per-axis", 0, 0, None
-        return gran, 1, block, (o, i * k)
-    return gran, axis, block, None
 
 
 def qdq(x: np.ndarray, recipe: Recipe | str, role: Role | None = None) -> Quantized:

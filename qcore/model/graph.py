@@ -38,7 +38,7 @@ from ..io.onnx import (
     topologically_sorted,
     weight_array,
 )
-from . import require
+from . import checks, require
 
 __all__ = ["ModelError", "PrefixCache", "Runner", "generate_inputs", "graph_inputs", "load_model",
            "read_inputs", "session_options", "weight_names", "weight_records"]
@@ -48,6 +48,8 @@ def load_model(path: str | os.PathLike) -> Any:
     """The ``onnx.ModelProto`` at ``path``, external data loaded from beside it (checked first:
     :func:`qcore.io.onnx.check_external_data`)."""
     onnx = require("onnx")
+    if "\x00" in str(path):
+        raise ModelError(f"model {str(path)!r}: the path holds a null byte")
     p = Path(path).expanduser()
     if not p.is_file():
         raise ModelError(f"model {str(path)!r}: no such file (give a .onnx path or 'minilm')")
@@ -66,6 +68,7 @@ def load_model(path: str | os.PathLike) -> Any:
         raise ModelError(f"model {str(path)!r}: its external data cannot be read: "
                          f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
                          ) from None
+    checks.check_initializers(model, f"model {str(path)!r}")
     return model
 
 
@@ -99,7 +102,14 @@ def graph_inputs(model: Any) -> list[tuple[str, np.dtype, list[int | str | None]
         if i.name in inits:
             continue
         tt = i.type.tensor_type
-        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type))
+        try:
+            if not i.type.HasField("tensor_type"):
+                raise KeyError(i.type.WhichOneof("value"))
+            dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type))
+        except (KeyError, TypeError, ValueError):
+            raise ModelError(f"input {i.name!r} is not a tensor of a type NumPy holds (elem "
+                             f"type {tt.elem_type}); the tool feeds tensor inputs only"
+                             ) from None
         dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
                 for d in tt.shape.dim]
         out.append((i.name, dtype, dims))
@@ -109,13 +119,22 @@ def graph_inputs(model: Any) -> list[tuple[str, np.dtype, list[int | str | None]
 def generate_inputs(model: Any, seed: int = 0, int_range: tuple[int, int] = (0, 100),
                     dim: int = 1) -> dict[str, np.ndarray]:
     """Seeded inputs: floats standard normal, integers uniform in ``int_range`` (inclusive),
-    booleans fair coins; a symbolic dimension takes ``dim``."""
-    rng = np.random.default_rng(seed)
-    lo, hi = int(int_range[0]), int(int_range[1])
-    if hi < lo:
-        raise ModelError(f"int_range {int_range}: the low end must not exceed the high end")
+    booleans fair coins; a symbolic dimension takes ``dim``. Refused: ``dim`` < 1, inputs
+    over :data:`~qcore.model.checks.MAX_INPUT_BYTES`, integers outside an input's type."""
+    checks.check_dim(dim)
+    rng = np.random.default_rng(checks.check_seed(seed))
+    lo, hi = checks.parse_int_range(f"{int_range[0]},{int_range[1]}")
+    expected = graph_inputs(model)
+    total, worst = checks.generated_bytes(expected, dim)
+    if total > checks.MAX_INPUT_BYTES:
+        raise ModelError(f"--dim {dim}: the generated inputs would take {total / 2**30:.3g} GiB "
+                         f"(largest: input {worst!r}), over the "
+                         f"{checks.MAX_INPUT_BYTES / 2**30:.3g} GiB limit; give a smaller --dim")
+    for name, dtype, _ in expected:
+        if dtype.kind in "iu":
+            checks.check_int_range_fits(name, dtype, lo, hi)
     out = {}
-    for name, dtype, dims in graph_inputs(model):
+    for name, dtype, dims in expected:
         shape = tuple(d if isinstance(d, int) and d > 0 else dim for d in dims)
         if dtype.kind == "f":
             out[name] = rng.standard_normal(shape).astype(dtype)
@@ -129,7 +148,8 @@ def generate_inputs(model: Any, seed: int = 0, int_range: tuple[int, int] = (0, 
 
 
 def check_inputs(model: Any, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """``feeds`` checked against the graph's inputs (names, ranks, fixed dims, dtype kinds);
+    """``feeds`` checked against the graph's inputs (names, ranks, fixed dims, symbolic dims
+    that agree across inputs, dtype kinds, integers within the input's type, finite floats);
     floats and integers cast to the input's type."""
     expected = graph_inputs(model)
     names = [n for n, _, _ in expected]
@@ -138,37 +158,28 @@ def check_inputs(model: Any, feeds: Mapping[str, np.ndarray]) -> dict[str, np.nd
     if missing or extra:
         raise ModelError(f"inputs do not match the model: missing {missing}, unknown {extra}; "
                          f"the model's inputs are {names}")
-    out = {}
-    for name, dtype, dims in expected:
-        a = np.asarray(feeds[name])
-        if a.ndim != len(dims) or any(isinstance(d, int) and d > 0 and d != s
-                                      for d, s in zip(dims, a.shape)):
-            raise ModelError(f"input {name!r} has shape {a.shape}; the model wants "
-                             f"{[d if d else '?' for d in dims]}")
-        if (a.dtype.kind == "f") != (dtype.kind == "f"):
-            raise ModelError(f"input {name!r} is {a.dtype}; the model wants {dtype}")
-        out[name] = np.ascontiguousarray(a.astype(dtype, copy=False))
-    return out
+    symbols: dict[str, tuple[str, int]] = {}
+    return {name: checks.check_feed(name, feeds[name], dtype, dims, symbols)
+            for name, dtype, dims in expected}
 
 
 def read_inputs(path: str | os.PathLike, model: Any) -> dict[str, np.ndarray]:
-    """Inputs from an ``.npz`` whose array names are the graph's input names."""
-    try:
-        with np.load(Path(path).expanduser(), allow_pickle=False) as z:
-            feeds = {k: z[k] for k in z.files}
-    except (OSError, ValueError) as exc:
-        raise ModelError(f"inputs {str(path)!r} are not a readable .npz: {exc}") from None
-    return check_inputs(model, feeds)
+    """Inputs from an ``.npz`` whose array names are the graph's input names, checked from
+    the zip directory and the ``.npy`` headers before any array is read
+    (:func:`qcore.model.checks.read_npz`)."""
+    return checks.read_npz(path, graph_inputs(model))
 
 
 def session_options(threads: int = 0) -> Any:
-    """onnxruntime options: spinning off, no graph optimisations, no prepacking (module doc)."""
+    """onnxruntime options: spinning off, no graph optimisations, no prepacking (module doc);
+    ``threads`` 0 (onnxruntime's default) or 1..4 × the cores (more crashes onnxruntime)."""
+    threads = checks.check_threads(threads)
     ort = require("onnxruntime")
     so = ort.SessionOptions()
     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     so.add_session_config_entry("session.disable_prepacking", "1")
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    so.log_severity_level = 3
+    so.log_severity_level = 4  # fatal only: a failed run raises with its reason, said once
     if threads:
         so.intra_op_num_threads = int(threads)
     return so
@@ -289,7 +300,12 @@ class Runner:
             return self.session.run(self.output_names, all_feeds)
         except Exception as exc:  # noqa: BLE001
             msg = str(exc).strip().splitlines()
-            raise ModelError("onnxruntime cannot run the model on these inputs: "
+            given = ", ".join(f"{k} {np.asarray(v).dtype} {tuple(np.shape(v))}"
+                              for k, v in feeds.items())
+            wanted = ", ".join(f"{n} {d} [{', '.join(str(x) if x else '?' for x in s)}]"
+                               for n, d, s in graph_inputs(self.model))
+            raise ModelError(f"onnxruntime cannot run the model on these inputs ({given}; the "
+                             f"model wants {wanted}): "
                              + (msg[-1] if msg else type(exc).__name__)) from None
 
 
@@ -327,6 +343,8 @@ class PrefixCache:
         cuts: dict[str, list[str]] = {}
         for key in runner.names:
             w = runner.feed_names[key]
+            if w in outputs:
+                continue  # the weight itself is an output: the whole model runs
             tainted, marked = {w}, []
             for n in g.node:
                 if any(i in tainted for i in n.input if i):

@@ -30,8 +30,8 @@ from typing import Any
 
 import numpy as np
 
+from .checks import ModelError, check_budget
 from .fidelity import FLOAT
-from .graph import ModelError
 from .sensitivity import Sensitivity
 
 __all__ = ["Plan", "make_plan", "options"]
@@ -48,6 +48,14 @@ class Plan:
     noise_predicted: float
     signal_power: float
     measured: dict[str, Any] = field(default_factory=dict)
+    #: Activation sites quantized with the weights (qcore.model.activations.ActivationSpec),
+    #: the sites kept in float, and the --activations mode's name.
+    activations: list[Any] = field(default_factory=list)
+    float_activations: list[str] = field(default_factory=list)
+    activation_mode: str = "none"
+    #: SmoothQuant applied before planning (--smooth): alpha and, per site, how the division
+    #: was made (layernorm, upstream, mul); empty without smoothing.
+    smoothing: dict[str, Any] = field(default_factory=dict)
 
     @property
     def bits_per_element(self) -> float:
@@ -73,9 +81,14 @@ class Plan:
                 "output_sqnr_db": num(self.measured.get("output_sqnr_db", math.nan)),
                 "outputs": num(self.measured.get("outputs", {})),
                 "measured": {k: num(v) for k, v in self.measured.items()},
-                "additive_model": "predicted output noise power = sum over tensors of the "
-                                  "noise power measured with that tensor alone quantized",
-                "recipes": dict(self.recipes)}
+                "additive_model": "predicted output noise power = sum over tensors (and "
+                                  "quantized activation sites) of the noise power measured "
+                                  "with that tensor (site) alone quantized",
+                "recipes": dict(self.recipes),
+                "activation_mode": self.activation_mode,
+                "activations": [a.to_json() for a in self.activations],
+                "float_activations": list(self.float_activations),
+                "smoothing": dict(self.smoothing)}
 
 
 def _cap(budget: float, elements: int) -> int:
@@ -89,7 +102,7 @@ def options(sens: Sensitivity, allow_float: bool = True
     """Per tensor: (recipe, bits, noise power) choices; float32 (noise 0) when allowed."""
     out: dict[str, list[tuple[str, int, float]]] = {t: [] for t in sens.tensors}
     for r in sens.rows:
-        if r["tensor"] in out:
+        if r["tensor"] in out and r.get("kind", "weight") == "weight":
             noise = float(r["noise_power"])
             out[r["tensor"]].append((r["recipe"], int(r["bits"]), noise))
     if allow_float:
@@ -99,8 +112,15 @@ def options(sens: Sensitivity, allow_float: bool = True
 
 
 def make_plan(sens: Sensitivity, budget: float, allow_float: bool = True) -> Plan:
-    """The exactly optimal plan at ``budget`` bits per weight element (module doc)."""
+    """The exactly optimal plan at ``budget`` bits per weight element (module doc); a budget
+    that is not a finite number in (0, 1024], or a measured noise that is NaN, is refused."""
+    budget = check_budget(budget, "budget")
     opts = options(sens, allow_float)
+    unmeasured = [(t, r) for t in opts for r, _, n in opts[t] if math.isnan(n)]
+    if unmeasured:
+        raise ModelError(f"the output noise of {unmeasured[:3]} (tensor, recipe) is NaN: the "
+                         f"float outputs or the weights hold NaN or Inf, so no plan can be "
+                         f"chosen")
     tensors = [t for t in sens.tensors if opts[t]]
     missing = [t for t in sens.tensors if not opts[t]]
     if missing:
@@ -128,6 +148,8 @@ def make_plan(sens: Sensitivity, budget: float, allow_float: bool = True) -> Pla
         front = nn < prev_min  # strictly less noise than every cheaper (or equal-cost) state
         cost, noise, idx = cc[front], nn[front], keep[front]
         back.append((idx // len(c), idx % len(c)))
+    if not len(noise):  # every state ran over the cap (cannot happen with finite costs)
+        raise ModelError(f"budget {budget} bits per weight: no plan of these recipes fits")
     best = int(np.argmin(noise))  # noise decreases with cost along the front: the last one
     choice: dict[str, str] = {}
     j = best
@@ -163,7 +185,13 @@ def planned_weights(case: Any, plan: Plan) -> dict[str, np.ndarray]:
 
 
 def run_plan(case: Any, plan: Plan) -> dict[str, Any]:
-    """Run the planned mixed model; its measured fidelity is stored in ``plan.measured``."""
+    """Run the planned mixed model (its activation sites fake-quantized too); its measured
+    fidelity is stored in ``plan.measured``."""
+    if plan.activations:
+        from .activations import evaluate
+
+        plan.measured = evaluate(case, plan.activations, planned_weights(case, plan))
+        return plan.measured
     plan.measured = case.fidelity(planned_weights(case, plan))
     return plan.measured
 

@@ -19,12 +19,15 @@ import numpy as np
 from ..report.recipes import parse_recipes
 from .fidelity import ModelCase, compare, float_bits, spearman
 
-__all__ = ["COLUMNS", "Sensitivity", "correlation", "measure", "uniform", "write_csv"]
+__all__ = ["COLUMNS", "Sensitivity", "correlation", "measure", "uniform", "write_csv",
+           "write_table"]
 
-#: The table's columns (the CLI's contract is the first five).
+#: The table's columns (the CLI's contract is the first five). ``kind`` is ``weight`` for a
+#: weight's row (and the ``*`` rows) and ``activation`` for an activation site's row
+#: (:func:`qcore.model.activations.activation_rows`).
 COLUMNS = ("tensor", "recipe", "bits_per_element", "tensor_sqnr_db", "output_sqnr_db",
            "max_abs", "bits", "elements", "noise_power", "opset", "cosine_mean", "spearman",
-           "kl", "top1", "axis", "view")
+           "kl", "top1", "axis", "view", "kind")
 
 Progress = Callable[[int, int, str], None]
 
@@ -48,7 +51,7 @@ class Sensitivity:
 
 
 def _row(tensor: str, q, fid: dict) -> dict:
-    return {"tensor": tensor, "recipe": q.recipe, "bits_per_element": q.bits_per_element,
+    return {"kind": "weight", "tensor": tensor, "recipe": q.recipe, "bits_per_element": q.bits_per_element,
             "tensor_sqnr_db": q.tensor_sqnr_db, "output_sqnr_db": fid["output_sqnr_db"],
             "max_abs": fid["max_abs"], "bits": q.bits, "elements": q.elements,
             "noise_power": fid["noise_power"], "opset": q.opset,
@@ -130,7 +133,7 @@ def uniform(case: ModelCase, recipes: Sequence[str] | str,
         tensor_sqnr = (10 * math.log10(sum(float(np.sum(case.arrays[t].astype(np.float64) ** 2))
                                            for t in chosen) / sum(noise_t))
                        if sum(noise_t) > 0 else math.inf)
-        out.append({"tensor": "*", "recipe": r, "bits_per_element": bits / n,
+        out.append({"kind": "weight", "tensor": "*", "recipe": r, "bits_per_element": bits / n,
                     "tensor_sqnr_db": tensor_sqnr, "output_sqnr_db": fid["output_sqnr_db"],
                     "max_abs": fid["max_abs"], "bits": bits, "elements": n,
                     "noise_power": fid["noise_power"], "opset": "",
@@ -147,12 +150,37 @@ def correlation(rows: Sequence[dict]) -> dict[str, float]:
     """Pearson and Spearman correlation of tensor SQNR with output SQNR over the single-tensor
     rows whose both values are finite, and how many rows that is."""
     pairs = np.array([(r["tensor_sqnr_db"], r["output_sqnr_db"]) for r in rows
-                      if r["tensor"] != "*" and math.isfinite(r["tensor_sqnr_db"])
+                      if r["tensor"] != "*" and r.get("kind", "weight") == "weight"
+                      and math.isfinite(r["tensor_sqnr_db"])
                       and math.isfinite(r["output_sqnr_db"])], np.float64).reshape(-1, 2)
     if len(pairs) < 3:
         return {"pearson": math.nan, "spearman": math.nan, "n": len(pairs)}
     return {"pearson": float(np.corrcoef(pairs[:, 0], pairs[:, 1])[0, 1]),
             "spearman": spearman(pairs[:, 0], pairs[:, 1]), "n": len(pairs)}
+
+
+def write_table(rows: Sequence[dict], path: str | os.PathLike) -> None:
+    """The rows as ``.parquet`` (pyarrow; NaN as null, opset null on ``*`` rows) or, for any
+    other name, CSV (:func:`write_csv`)."""
+    if str(path).lower().endswith(".parquet"):
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        types = {"tensor": pa.string(), "recipe": pa.string(), "kind": pa.string(),
+                 "bits": pa.int64(),
+                 "elements": pa.int64(), "opset": pa.int64()}
+        schema = pa.schema([(c, types.get(c, pa.float64())) for c in COLUMNS])
+
+        def cell(c: str, v):
+            if v is None or v == "" or (isinstance(v, float) and math.isnan(v)):
+                return None
+            return str(v) if c in ("tensor", "recipe", "kind") else (
+                int(v) if c in ("bits", "elements", "opset") else float(v))
+        table = pa.Table.from_pylist([{c: cell(c, r.get(c)) for c in COLUMNS} for r in rows],
+                                     schema=schema)
+        pq.write_table(table, path)
+        return
+    write_csv(rows, path)
 
 
 def write_csv(rows: Sequence[dict], path: str | os.PathLike) -> None:

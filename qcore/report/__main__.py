@@ -41,17 +41,21 @@ recipes:
   A recipe is TARGET:GRANULARITY[@METHOD], or an OCP Microscaling name.
     TARGET       a QuantizeLinear output type: {targets}
     GRANULARITY  per-tensor   one scale for the whole tensor
-                 per-axis     one scale per output channel (axis 0); rank <= 1 tensors
-                              fall back to per-tensor
-                 blockedN     one scale per N elements along the last axis (e.g. blocked32)
-    The report reads tensors without their graph, as (out, in) rows: per-axis on axis 0,
-    blocks along the last axis, whatever the file (safetensors, ONNX, npz); python -m
-    qcore.model takes each ONNX weight's axes from the node that consumes it (MatMul [K, N]:
-    scales along N, blocks along K) and accepts an explicit /AXIS (int8:per-axis/1).
+                 per-axis     one scale per output channel; rank <= 1 tensors fall back
+                              to per-tensor
+                 blockedN     one scale per N elements along the reduction axis
+                 /AXIS        names the axis instead (int8:per-axis/1, int4:blocked32/0)
+    Axes of an ONNX model's weights come from the node that consumes each one, as in python
+    -m qcore.model: MatMul B [K, N] scales along N (axis 1) and blocks along K (axis 0);
+    Gemm B by transB; Conv W (O, I/g, k...): per-axis on O, and blocked along I, per output
+    channel or over the [O, I*k] view, whichever stores the fewest scales; ConvTranspose,
+    Gather, LSTM/GRU/RNN by their roles. A tensor without a graph (safetensors, npz, npy) or that no
+    known node consumes is (out, in) rows: per-axis on axis 0, blocks along the last axis.
+    Rows record the axis used ('axis') and the 2-D view quantized, if any ('view').
     METHOD       calibration: {methods} (default: minmax for unsigned
                  integer targets, absmax otherwise)
-    MX names     {mx}: blocks of 32 along the last axis with
-                 float8e8m0 power-of-two scales (OCP rule)
+    MX names     {mx}: blocks of 32 along the reduction axis
+                 with float8e8m0 power-of-two scales (OCP rule)
   e.g. --recipes int8:per-axis,uint8:per-tensor,int4:blocked32,float8e4m3fn:per-tensor@mse,mxfp4
   --list-recipes prints the named catalogue with one line each.
 

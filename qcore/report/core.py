@@ -44,7 +44,7 @@ from .identity import (
 )
 from .recipes import DEFAULT_RECIPES, parse_recipes
 from .sources import TensorRef, list_tensors, resolve_files
-from .tasks import COLUMNS, Task, model_root, relative_file, run_task
+from .tasks import COLUMNS, OPTIONAL_COLUMNS, Task, model_root, relative_file, run_task
 
 __all__ = ["COLUMNS", "Report", "Task", "model_root", "read_rows", "run_report",
            "run_task", "select", "sqnr_matrix", "summarize", "tensor_labels", "write_rows"]
@@ -160,22 +160,27 @@ def _read_csv_rows(p: Path) -> pd.DataFrame:
             header = next(reader, None)
         if header is None:
             return _frame([])
-        missing = [c for c in COLUMNS if c not in header]
+        missing = [c for c in COLUMNS if c not in header and c not in OPTIONAL_COLUMNS]
         if missing:
             raise TensorFileError(f"{p}: not a qcore report (missing columns "
                                   f"{', '.join(missing)})")
-        idx = {c: header.index(c) for c in COLUMNS}
+        idx = {c: header.index(c) for c in COLUMNS if c in header}
         for line in reader:
             if len(line) != len(header):
                 continue  # interrupted while writing
             try:
-                records.append({c: _cast(k, line[idx[c]]) for c, k in COLUMNS.items()})
+                records.append({c: _cast(k, line[idx[c]]) if c in idx else OPTIONAL_COLUMNS[c]
+                                for c, k in COLUMNS.items()})
             except ValueError:
                 continue
     return _frame(records)
 
 
 def _frame(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
+    """Rows as a frame of :data:`COLUMNS`; a column a report written before it existed lacks
+    (:data:`~qcore.report.tasks.OPTIONAL_COLUMNS`) takes the value it then meant."""
+    records = [r if all(c in r for c in OPTIONAL_COLUMNS) else {**OPTIONAL_COLUMNS, **r}
+               for r in records]
     df = pd.DataFrame.from_records(list(records), columns=list(COLUMNS))
     for c, k in COLUMNS.items():
         df[c] = df[c].astype({str: object, int: np.int64, float: np.float64}[k])

@@ -2,11 +2,14 @@
 
 The identity is what decides a run's rows: the model (its resolved path and every file's
 path, size and modification time), the options that choose tensors (include, exclude,
-min_elements), the recipes and qcore's version. It is the journal's first line
+min_elements), the recipes, qcore's version and, for a model with ``.onnx`` files, the rule
+that lays out their weights (``axes``: :data:`ONNX_AXES`, each weight by its role). It is the journal's first line
 (``# qcore-report-run {json}``) and, once the run finishes, ``OUT.run.json`` beside each
 output. Resuming compares it with the saved one:
 
-- another model, other tensor-choosing options or another qcore version: refused, naming what
+- another model, other tensor-choosing options, another qcore version or another ``axes``
+  rule (a journal of an ONNX model written when the report read every tensor as (out, in)
+  rows has none): refused, naming what
   differs (``fresh=True`` / ``--fresh`` discards the saved rows instead);
 - a file whose size or modification time changed (or that is gone): its saved rows are dropped,
   so its tensors are computed again;
@@ -28,11 +31,13 @@ from ..io import TensorFileError
 from .sources import resolve_files
 from .tasks import relative_file
 
-__all__ = ["IDENTITY_PREFIX", "compare", "identity_path", "read_identity", "run_identity",
+__all__ = ["IDENTITY_PREFIX", "ONNX_AXES", "compare", "identity_path", "read_identity", "run_identity",
            "usable_rows"]
 
 IDENTITY_PREFIX = "# qcore-report-run "
-_REFUSING = ("model", "options", "qcore")  # differences that make the saved rows unusable
+#: How an ONNX model's weights are laid out (recorded in the identity of runs on .onnx files).
+ONNX_AXES = "by role: per-axis on the output axis, blocks along the reduction axis"
+_REFUSING = ("model", "options", "qcore", "axes")  # differences that make saved rows unusable
 
 
 def run_identity(model: str | os.PathLike, root: str, recipes: list[str],
@@ -41,13 +46,17 @@ def run_identity(model: str | os.PathLike, root: str, recipes: list[str],
     from .. import __version__
 
     files = {}
-    for f in resolve_files(model):
+    paths = resolve_files(model)
+    for f in paths:
         st = f.stat()
         files[relative_file(str(f), root)] = [st.st_size, st.st_mtime_ns]
-    return {"qcore": __version__, "model": str(Path(model).expanduser().resolve()),
-            "files": files, "recipes": list(recipes),
-            "options": {"include": list(include), "exclude": list(exclude),
-                        "min_elements": int(min_elements)}}
+    ident = {"qcore": __version__, "model": str(Path(model).expanduser().resolve()),
+             "files": files, "recipes": list(recipes),
+             "options": {"include": list(include), "exclude": list(exclude),
+                         "min_elements": int(min_elements)}}
+    if any(f.suffix.lower() == ".onnx" for f in paths):
+        ident["axes"] = ONNX_AXES
+    return ident
 
 
 def identity_path(out: Path) -> Path:
@@ -62,16 +71,27 @@ def read_identity(journal: Path, out: Path) -> dict[str, Any] | None:
             with open(journal, encoding="utf-8") as fh:
                 first = fh.readline(1 << 24)
             if first.startswith(IDENTITY_PREFIX):
-                return json.loads(first[len(IDENTITY_PREFIX):])
+                return _checked(json.loads(first[len(IDENTITY_PREFIX):]))
             return None
         side = identity_path(out)
         if side.exists():
-            return json.loads(side.read_text(encoding="utf-8"))
+            return _checked(json.loads(side.read_text(encoding="utf-8")))
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise TensorFileError(f"{journal if journal.exists() else identity_path(out)}: the "
                               f"saved run's identity cannot be read ({exc}); rerun with "
                               f"--resume --fresh to start afresh") from None
     return None
+
+
+def _checked(saved: Any) -> dict[str, Any]:
+    """A saved identity of the right shape: a mapping whose ``files`` is a mapping of
+    [size, mtime] pairs (ValueError otherwise)."""
+    if not isinstance(saved, dict):
+        raise ValueError(f"a JSON {type(saved).__name__}, not an object")
+    files = saved.get("files", {})
+    if not isinstance(files, dict):
+        raise ValueError(f"'files' is a JSON {type(files).__name__}, not an object")
+    return saved
 
 
 def compare(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:

@@ -51,6 +51,7 @@ from .sliced import (  # noqa: F401 - what a recipe is on a shape, re-exported h
     required_opset,
     stores_zero_point,
     tensor_statistics,
+    weight_layout,
 )
 
 __all__ = ["DEFAULT_RECIPES", "MX_RECIPES", "Recipe", "describe", "parse_recipe",
@@ -180,17 +181,18 @@ def describe(recipe: Recipe | str) -> str:
 # running one recipe on one tensor
 
 
-def run_recipe(x: np.ndarray, recipe: Recipe) -> dict[str, Any]:
+def run_recipe(x: np.ndarray, recipe: Recipe, role: Any = None) -> dict[str, Any]:
     """Quantize and dequantize float32 ``x`` by the recipe; the metrics of the round trip (the
-    report's own sliced computation, :mod:`qcore.report.sliced`, on an array in memory).
+    report's own sliced computation, :mod:`qcore.report.sliced`, on an array in memory), laid
+    out by ``role`` (an ONNX weight's :class:`qcore.io.onnx.Role`; None: (out, in) rows).
 
-    Keys: granularity, axis, block_size, opset, sqnr_db, rmse, max_abs_error,
+    Keys: granularity, axis, view, block_size, opset, sqnr_db, rmse, max_abs_error,
     clipped_fraction, nan_out, inf_out, bits_per_element, bytes, scales.
     """
     x = np.asarray(x, np.float32)
     reader = ArrayReader(x)
     st = tensor_statistics(reader, x.size)
-    (out,) = recipe_rows(reader, tuple(x.shape), [recipe], st["min"], st["max"])
+    (out,) = recipe_rows(reader, tuple(x.shape), [recipe], st["min"], st["max"], role)
     if isinstance(out, QuantizationError):
         raise out
     return out

@@ -7,18 +7,26 @@ TensorReader`):
 1. statistics: flat slices of :data:`SLICE` elements (a whole number of the statistics kernel's
    chunks), per-chunk moments merged in order — absmax, std, kurtosis, the non-finite count and
    the finite min / max that per-tensor recipes calibrate on;
-2. recipes: slices of whole rows along axis 0 (about :data:`SLICE` elements each). Per-axis
-   (axis 0), blocked and MX recipes calibrate each slice alone — their groups never cross a
-   row, so the scales are the tensor's own; per-tensor ``minmax`` / ``absmax`` recipes take
-   their one scale from the first pass's range. Each recipe's error sums are computed per slice
-   by :func:`qcore.reductions.error_stats` (one row of sums per fixed chunk of its CHUNK
-   elements, whichever thread runs the chunk, added in chunk order) and added in slice order in
-   float64.
+2. recipes: slabs of about :data:`SLICE` elements along an axis that cuts no group of
+   elements sharing a scale (:func:`slice_axis`): whole rows along axis 0 for per-tensor
+   recipes, blocks along any axis but 0 and a Conv kernel's [O, I·k] view; whole channels along
+   the scale axis for per-axis recipes (MatMul B [K, N]: columns); slabs along axis 1 for blocks
+   along axis 0 (MatMul B's blocks along K). A slab along an axis other than 0 is read as one
+   piece per index of the axes before it. Per-axis, blocked and MX recipes calibrate each slab
+   alone — their groups never cross a cut, so the scales are the tensor's own; per-tensor
+   ``minmax`` / ``absmax`` recipes take their one scale from the first pass's range. Each
+   recipe's error sums are computed per slab by :func:`qcore.reductions.error_stats` (one row
+   of sums per fixed chunk of its CHUNK elements, whichever thread runs the chunk, added in
+   chunk order) and added in slab order in float64.
 
-The slicing depends only on the tensor's shape, so a tensor gives the same rows on one thread
-or many, in this process or on Dask, in one run or resumed. Tensors of rank <= 1 are one slice,
-and so is a per-tensor recipe calibrated by ``percentile`` or ``mse`` (they need every value at
-once).
+The layout of a recipe on a tensor (:func:`weight_layout`: granularity, axis, block, view) is
+the model tool's rule: an ONNX weight's role (:class:`qcore.io.onnx.Role`) picks the axes and a
+Conv kernel's blocked layout; a tensor without a role is (out, in) rows.
+
+The slicing depends only on the tensor's shape and the recipe's layout, so a tensor gives the
+same rows on one thread or many, in this process or on Dask, in one run or resumed, whatever
+other recipes run beside it. Tensors of rank <= 1 are one slice, and a per-tensor recipe
+calibrated by ``percentile`` or ``mse`` reads every value at once.
 """
 
 from __future__ import annotations
@@ -54,8 +62,9 @@ from ..versions import LATEST_OPSET, QUANTIZE, versions
 from .sources import TensorReader
 from .stats import CHUNK, chunk_rows, stats_of_rows
 
-__all__ = ["SLICE", "ArrayReader", "asks_zero_point", "granularity_for", "recipe_rows",
-           "required_opset", "row_slices", "stores_zero_point", "tensor_statistics"]
+__all__ = ["SLICE", "ArrayReader", "asks_zero_point", "axis_slices", "granularity_for",
+           "read_slab", "recipe_rows", "required_opset", "row_slices", "slice_axis",
+           "stores_zero_point", "tensor_statistics", "weight_layout"]
 
 #: Elements per slice (a multiple of the statistics CHUNK): 16 MiB of float32.
 SLICE = 1 << 22
@@ -95,6 +104,39 @@ def granularity_for(recipe: Any, shape: tuple[int, ...], role: Any = None
     if recipe.granularity == PER_AXIS:
         return PER_AXIS, axis, 0
     return BLOCKED, axis, recipe.block_size
+
+
+def weight_layout(recipe: Any, shape: tuple[int, ...], role: Any = None
+                  ) -> tuple[str, int, int, tuple[int, ...] | None]:
+    """(granularity, axis, block size, view) of a recipe on a weight of this shape and role.
+
+    Per-axis follows the role's output axis, blocks its reduction axis
+    (:func:`granularity_for`). A Conv kernel (O, I/g, k...) under a
+    blocked recipe without an explicit axis takes, of three layouts, the one with the fewest
+    scales (the fewest bits; ties in this order):
+
+    1. blocks along I (what runtime kernels expect; exact when N divides I);
+    2. one scale per output channel, when a row of I·k elements is shorter than two blocks
+       (depthwise and few-channel kernels: one scale covers at most 2N - 1 elements);
+    3. blocks over I·k together: the [O, I·k] view, DequantizeLinear on the 2-D codes then a
+       Reshape (kernels larger than 1 whose I is not a multiple of N).
+
+    ``view`` is the 2-D shape quantized in case 3, else None. The one rule the report and the
+    model tool (:func:`qcore.model.fidelity.qdq`) share."""
+    gran, axis, block = granularity_for(recipe, shape, role)
+    if (gran == BLOCKED and role is not None and role.kernel and recipe.axis is None
+            and len(shape) >= 3 and axis == 1):
+        o, i, k = shape[0], shape[1], math.prod(shape[2:])
+        along_i = o * -(-i // block) * k
+        per_row = o if i * k < 2 * block else None
+        flat = o * -(-(i * k) // block)
+        best = min(x for x in (along_i, per_row, flat) if x is not None)
+        if best == along_i:
+            return gran, 1, block, None
+        if best == per_row:
+            return PER_AXIS, 0, 0, None
+        return gran, 1, block, (o, i * k)
+    return gran, axis, block, None
 
 
 def stores_zero_point(params: QuantParams, opset: int) -> bool:
@@ -169,13 +211,57 @@ def tensor_statistics(reader: TensorReader | ArrayReader, n: int) -> dict[str, f
     return stats_of_rows(np.concatenate(rows) if rows else np.zeros((0, 9)))
 
 
-def row_slices(shape: tuple[int, ...]) -> list[tuple[int, int]]:
-    """(first row, end row) along axis 0 of about SLICE elements each (rank <= 1: one)."""
+def slice_axis(shape: tuple[int, ...], layout: tuple[str, int, int, Any]) -> int:
+    """The axis the recipe pass slices a tensor along for one layout (:func:`weight_layout`):
+    one whose cuts never split a group of elements sharing a scale. Per-axis on axis a: along
+    a (each slice holds whole channels); blocks along axis 0: along axis 1 (a block never
+    crosses it); anything else (per-tensor, blocks along another axis, the [O, I·k] view of a
+    Conv kernel): along axis 0, as whole rows. Rank <= 1: axis 0 (one slice)."""
+    gran, axis, _, view = layout
+    if len(shape) < 2 or view is not None:
+        return 0
+    if gran == PER_AXIS:
+        return axis
+    if gran == BLOCKED and axis == 0:
+        return 1
+    return 0
+
+
+def axis_slices(shape: tuple[int, ...], axis: int = 0) -> list[tuple[int, int]]:
+    """(first, end) index ranges along ``axis`` of about SLICE elements each (rank <= 1: one)."""
     if len(shape) < 2:
         return [(0, 1)]
-    row = math.prod(shape[1:])
-    per = max(1, SLICE // max(row, 1))
-    return [(i, min(i + per, shape[0])) for i in range(0, shape[0], per)]
+    length = shape[axis]
+    per_index = math.prod(shape) // length if length else 0
+    per = max(1, SLICE // max(per_index, 1))
+    return [(i, min(i + per, length)) for i in range(0, length, per)]
+
+
+def row_slices(shape: tuple[int, ...]) -> list[tuple[int, int]]:
+    """(first row, end row) along axis 0 of about SLICE elements each (rank <= 1: one)."""
+    return axis_slices(shape, 0)
+
+
+def read_slab(reader: TensorReader | ArrayReader, shape: tuple[int, ...], axis: int, a: int,
+              b: int) -> np.ndarray:
+    """The elements whose index along ``axis`` lies in [a, b), as an array of ``shape`` with
+    that axis cut to b - a: one read when every axis before ``axis`` has length 1 (axis 0
+    above all) or the range is the whole axis, else one read per index of the axes before it
+    (a strided slab of a C-order tensor)."""
+    n = math.prod(shape)
+    if len(shape) < 2:
+        return reader.read(0, n).reshape(shape)
+    outer = math.prod(shape[:axis])
+    length = shape[axis]
+    inner = math.prod(shape[axis + 1:])
+    cut = tuple(shape[:axis]) + (b - a,) + tuple(shape[axis + 1:])
+    if outer == 1 or (a, b) == (0, length):
+        start = a * inner if outer == 1 else 0
+        return reader.read(start, math.prod(cut)).reshape(cut)
+    out = np.empty((outer, (b - a) * inner), np.float32)
+    for o in range(outer):
+        out[o] = reader.read((o * length + a) * inner, (b - a) * inner)
+    return out.reshape(cut)
 
 
 @dataclass
@@ -183,22 +269,19 @@ class _Sums:
     """One recipe's running totals over the slices."""
 
     recipe: Any  # qcore.report.recipes.Recipe
+    layout: tuple[str, int, int, Any] = (PER_TENSOR, 0, 0, None)  # weight_layout's answer
     stats: np.ndarray = field(default_factory=lambda: np.zeros(N_STATS))
     scales: int = 0
     asymmetric: bool = False  # a zero point the oldest opsets must express (required_opset)
     nonzero_zero_point: bool = False  # some slice's zero point is not all zero (storage)
-    scale_shape: tuple[int, ...] = ()
+    tensor_scale_shape: tuple[int, ...] = ()  # a per-tensor recipe's scale shape
     params: Any = None  # the last slice's parameters (format, scale format, kwargs)
     error: str = ""
 
 
-def _params(x: np.ndarray, recipe: Any, shape: tuple[int, ...], lo: float, hi: float,
-            whole: np.ndarray | None) -> Any:
-    gran, axis, block = granularity_for(recipe, shape)
-    if gran != PER_TENSOR and axis != (0 if gran == PER_AXIS else len(shape) - 1):
-        raise QuantizationError(f"recipe {recipe.name!r}: the report quantizes a tensor as "
-                                f"(out, in) rows (per-axis on axis 0, blocks along the last "
-                                f"axis); axis {axis} is for python -m qcore.model")
+def _params(x: np.ndarray, s: _Sums, lo: float, hi: float, whole: np.ndarray | None) -> Any:
+    recipe = s.recipe
+    gran, axis, block, _ = s.layout
     if gran == PER_TENSOR:
         if recipe.method in _RANGE_METHODS:  # the scale of the whole tensor from its range
             x = np.array([lo, hi], np.float32)
@@ -208,9 +291,9 @@ def _params(x: np.ndarray, recipe: Any, shape: tuple[int, ...], lo: float, hi: f
                          block_size=block or 32)
 
 
-def _add(s: _Sums, x: np.ndarray, recipe: Any, shape: tuple[int, ...], lo: float, hi: float,
-         whole: np.ndarray | None, first_slice: bool) -> None:
-    params = _params(x, recipe, shape, lo, hi, whole)
+def _add(s: _Sums, x: np.ndarray, lo: float, hi: float, whole: np.ndarray | None,
+         first_slice: bool) -> None:
+    params = _params(x, s, lo, hi, whole)
     fmt = params.format
     zp = params.zero_point
     # values do not depend on the opset: run at the latest, report the oldest that expresses
@@ -223,13 +306,11 @@ def _add(s: _Sums, x: np.ndarray, recipe: Any, shape: tuple[int, ...], lo: float
     maxae = max(s.stats[S_MAXAE], st[S_MAXAE])
     s.stats += st
     s.stats[S_MAXAE] = maxae
-    sshape = tuple(np.shape(params.scale))
-    per_tensor = params.granularity == PER_TENSOR
-    if per_tensor:
-        s.scales, s.scale_shape = int(np.asarray(params.scale).size), sshape
+    if params.granularity == PER_TENSOR:
+        s.scales = int(np.asarray(params.scale).size)
+        s.tensor_scale_shape = tuple(np.shape(params.scale))
     else:
         s.scales += int(np.asarray(params.scale).size)
-        s.scale_shape = (shape[0],) + sshape[1:] if len(shape) >= 2 else sshape
     if zp is not None:  # as recipes.run_recipe and recipes.stores_zero_point judge one array
         s.asymmetric |= asks_zero_point(params)
         s.nonzero_zero_point |= bool(np.any(np.asarray(zp).astype(np.float64) != 0))
@@ -237,11 +318,24 @@ def _add(s: _Sums, x: np.ndarray, recipe: Any, shape: tuple[int, ...], lo: float
         s.params = params
 
 
+def _scale_shape(s: _Sums, qshape: tuple[int, ...]) -> tuple[int, ...]:
+    """The whole tensor's scale shape (what one array's parameters would have): per-axis one
+    per index of the axis, blocks the shape with the block axis counted in blocks."""
+    gran, axis, block, _ = s.layout
+    if s.params.granularity == PER_TENSOR:
+        return s.tensor_scale_shape
+    if gran == PER_AXIS:
+        return (qshape[axis],)
+    return tuple(-(-d // block) if k == axis else d for k, d in enumerate(qshape))
+
+
 def _row(s: _Sums, shape: tuple[int, ...], n: int) -> dict[str, Any]:
     params = s.params
     fmt = params.format
     kw = params.kwargs
-    opset = required_opset(fmt.name, params.scale_format.name, tuple(shape), s.scale_shape,
+    view = s.layout[3]
+    qshape = tuple(view) if view is not None else tuple(shape)
+    opset = required_opset(fmt.name, params.scale_format.name, qshape, _scale_shape(s, qshape),
                            s.asymmetric, kw["axis"], kw["block_size"])
     stored = metrics.zero_point_stored(s.nonzero_zero_point, opset)
     st = s.stats
@@ -255,6 +349,7 @@ def _row(s: _Sums, shape: tuple[int, ...], n: int) -> dict[str, Any]:
     return {
         "granularity": gran,
         "axis": int(kw["axis"]) if gran != PER_TENSOR else -1,
+        "view": "x".join(str(d) for d in view) if view is not None else "",
         "block_size": int(kw["block_size"]),
         "opset": int(opset),
         "sqnr_db": float(sqnr),
@@ -271,31 +366,46 @@ def _row(s: _Sums, shape: tuple[int, ...], n: int) -> dict[str, Any]:
 
 
 def recipe_rows(reader: TensorReader | ArrayReader, shape: tuple[int, ...], recipes: list[Any],
-                lo: float, hi: float) -> list[dict[str, Any] | QuantizationError]:
+                lo: float, hi: float, role: Any = None
+                ) -> list[dict[str, Any] | QuantizationError]:
     """The second pass: each recipe's metrics (or the QuantizationError it raised) for the
-    tensor behind ``reader``; ``lo`` / ``hi``: its finite range from the first pass."""
+    tensor behind ``reader``; ``lo`` / ``hi``: its finite range from the first pass; ``role``:
+    the weight's role in its ONNX graph (:class:`qcore.io.onnx.Role`; None: the (out, in)
+    convention), which with the recipe decides the layout (:func:`weight_layout`).
+
+    Recipes are grouped by the axis their layout is sliced along (:func:`slice_axis`); each
+    group reads the tensor once, slab by slab. A recipe's slices depend only on the shape and
+    its own layout, so its row does not depend on the other recipes of the task."""
     n = math.prod(shape)
+    shape = tuple(shape)
     sums = [_Sums(r) for r in recipes]
+    for s in sums:
+        try:
+            s.layout = weight_layout(s.recipe, shape, role)
+        except QuantizationError as exc:
+            s.error = str(exc)
     whole = None
-    if any(granularity_for(r, shape)[0] == PER_TENSOR and r.method not in _RANGE_METHODS
-           for r in recipes):
+    if any(not s.error and s.layout[0] == PER_TENSOR and s.recipe.method not in _RANGE_METHODS
+           for s in sums):
         whole = reader.read(0, n).reshape(shape)  # percentile / mse: every value at once
-    slices = row_slices(shape)
-    row = math.prod(shape[1:]) if len(shape) >= 2 else n
-    for k, (a, b) in enumerate(slices):
-        if len(shape) >= 2:
-            x = reader.read(a * row, (b - a) * row).reshape((b - a,) + tuple(shape[1:]))
-        else:
-            x = reader.read(0, n).reshape(shape)
-        with _free_cores():
-            for s in sums:
-                if s.error:
-                    continue
-                try:
-                    _add(s, x, s.recipe, shape, lo, hi, whole, k == 0)
-                except QuantizationError as exc:
-                    s.error = str(exc)
-        del x
+    groups: dict[int, list[_Sums]] = {}
+    for s in sums:
+        if not s.error:
+            groups.setdefault(slice_axis(shape, s.layout), []).append(s)
+    for axis, group in groups.items():
+        for k, (a, b) in enumerate(axis_slices(shape, axis)):
+            x = read_slab(reader, shape, axis, a, b)
+            with _free_cores():
+                for s in group:
+                    if s.error:
+                        continue
+                    view = s.layout[3]
+                    xs = x.reshape((b - a, view[1])) if view is not None else x
+                    try:
+                        _add(s, xs, lo, hi, whole, k == 0)
+                    except QuantizationError as exc:
+                        s.error = str(exc)
+            del x
     out: list[dict[str, Any] | QuantizationError] = []
     for s in sums:
         try:

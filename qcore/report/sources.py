@@ -35,7 +35,7 @@ import numpy as np
 
 from ..io import DEFAULT_MAX_BYTES, TensorFileError
 from ..io.base import loads_json
-from ..io.onnx import NoWeightsError, find_weights, weight_proto
+from ..io.onnx import MAIN, NoWeightsError, Role, find_weights, role_in_graph, weight_proto
 from ..io.safetensors import header_length, parse_header
 
 __all__ = ["MODEL_EXTENSIONS", "TensorReader", "TensorRef", "list_tensors", "read_tensor",
@@ -69,6 +69,7 @@ class TensorRef:
     shape: tuple[int, ...]
     dtype: str  # float32, float16, bfloat16, float64, or the file's own name for others
     error: str = ""  # why it cannot be read (name "*": the file's header as a whole)
+    role: Role | None = None  # an ONNX weight's role (qcore.io.onnx); None: (out, in) rows
 
     @property
     def elements(self) -> int:
@@ -172,15 +173,19 @@ def _list_file(file: str) -> list[TensorRef]:
                 for t in header]
     if suffix == ".onnx":
         model = _onnx_model(file, *_stat(file))
-        refs = [_onnx_ref(file, t) for t in model.graph.initializer]
         try:
             weights = find_weights(model)
         except ImportError:
             raise TensorFileError(f"{file}: reading .onnx needs the optional 'onnx' package "
                                   f"(pip install 'qcore[onnx]')") from None
+        roles = {w.name: w.role for w in weights if w.graph == MAIN}
+        for t in model.graph.initializer:  # main initializers find_weights leaves out
+            if t.name not in roles and len(t.dims) >= 2:  # (graph inputs too) have a role
+                roles[t.name] = role_in_graph(model.graph, t.name)
+        refs = [_onnx_ref(file, t, role=roles.get(t.name)) for t in model.graph.initializer]
         main = {t.name for t in model.graph.initializer}
-        return refs + [_onnx_ref(file, weight_proto(model, w), w.key) for w in weights
-                       if not (w.graph == "main" and w.name in main)]
+        return refs + [_onnx_ref(file, weight_proto(model, w), w.key, w.role) for w in weights
+                       if not (w.graph == MAIN and w.name in main)]
     if suffix == ".npz":
         index = _npz_index(file, *_stat(file))
         if len(index) == 1:  # one array: named by its file, as an .npy is
@@ -193,14 +198,16 @@ def _list_file(file: str) -> list[TensorRef]:
     raise TensorFileError(f"{file}: unsupported file type")
 
 
-def _onnx_ref(file: str, t: Any, name: str | None = None) -> TensorRef:
+def _onnx_ref(file: str, t: Any, name: str | None = None, role: Role | None = None
+              ) -> TensorRef:
+    """A TensorRef of an ONNX tensor; ``role``: its role in the graph (what decides its axes)."""
     name = t.name if name is None else name
     dims = tuple(int(d) for d in t.dims)
     dtype = _ONNX_NAMES.get(t.data_type, f"onnx type {t.data_type}")
     if any(d < 0 for d in dims):
         return TensorRef(file, name, (), dtype, f"{file}: initializer {name!r} has dims "
                                                 f"{list(dims)}; every dimension must be >= 0")
-    return TensorRef(file, name, dims, dtype)
+    return TensorRef(file, name, dims, dtype, role=role)
 
 
 def _stat(file: str) -> tuple[int, int]:

@@ -21,21 +21,26 @@ from .recipes import Recipe, parse_recipes
 from .sliced import recipe_rows, tensor_statistics
 from .sources import TensorReader, TensorRef, list_tensors
 
-__all__ = ["COLUMNS", "SERIAL_BELOW", "Task", "model_root", "relative_file", "run_task"]
+__all__ = ["COLUMNS", "OPTIONAL_COLUMNS", "SERIAL_BELOW", "Task", "model_root", "relative_file", "run_task"]
 
-#: Column -> type of every row, in order.
+#: Column -> type of every row, in order. ``axis``: the scale axis (per-axis) or block axis
+#: (blocked), -1 per-tensor; ``view``: the 2-D shape quantized when it is not the tensor's own
+#: (a Conv kernel blocked over I·k: ``OxIk``), else empty.
 COLUMNS: dict[str, type] = {
     "file": str, "tensor": str, "shape": str, "dtype": str, "elements": int,
     "absmax": float, "std": float, "excess_kurtosis": float, "nonfinite_in": int,
     "recipe": str, "target": str, "method": str, "scale_dtype": str, "granularity": str,
-    "axis": int, "block_size": int, "opset": int,
+    "axis": int, "view": str, "block_size": int, "opset": int,
     "sqnr_db": float, "rmse": float, "max_abs_error": float, "clipped_fraction": float,
     "nan_out": int, "inf_out": int, "bits_per_element": float, "bytes": int, "scales": int,
     "error": str,
 }
+#: Columns a report written before they existed may lack, with the value they then meant
+#: (read_rows fills them in).
+OPTIONAL_COLUMNS: dict[str, Any] = {"view": ""}
 #: Tensors smaller than this run qcore's kernels on one thread (see :func:`run_task`).
 SERIAL_BELOW = 1 << 21
-_METRIC_DEFAULTS = {"granularity": "", "axis": -1, "block_size": 0, "opset": 0,
+_METRIC_DEFAULTS = {"granularity": "", "axis": -1, "view": "", "block_size": 0, "opset": 0,
                     "sqnr_db": math.nan, "rmse": math.nan, "max_abs_error": math.nan,
                     "clipped_fraction": math.nan, "nan_out": 0, "inf_out": 0,
                     "bits_per_element": math.nan, "bytes": 0, "scales": 0}
@@ -143,7 +148,8 @@ def _task_rows(task: Task) -> list[dict[str, Any]]:
                 why = (f"{ref.file}: tensor {ref.name!r} has no finite value (all "
                        f"{ref.elements:,} are NaN or infinite); there is nothing to quantize")
                 return [_row(base, r, None, why) for r in recipes]
-            results = recipe_rows(reader, tuple(ref.shape), recipes, stats["min"], stats["max"])
+            results = recipe_rows(reader, tuple(ref.shape), recipes, stats["min"], stats["max"],
+                                  ref.role)
     except TensorFileError as exc:
         return [_row(base, r, None, str(exc)) for r in recipes]
     except OSError as exc:
