@@ -175,19 +175,39 @@ def measure(case: cases.ModelCase, chosen: list[str], tensors: list[str],
 
 
 def run_plan(case: cases.ModelCase, sens: sensitivity.Sensitivity, budget: float,
-             allow_float: bool) -> plan.Plan:
-    """The optimal plan at ``budget``, run and measured."""
+             allow_float: bool, study: Any = None, float_sites: int = 0) -> plan.Plan:
+    """The optimal plan at ``budget``, run and measured; with an activation ``study``
+    (:func:`activation_study`) its sites quantized too, the ``float_sites`` most sensitive
+    left in float, and the quantized sites' noises (each measured alone) added to the
+    prediction — the rule ``python -m qcore.model --activations`` follows."""
     p = plan.make_plan(sens, budget, allow_float)
+    if study is not None and study.specs:
+        from qcore.model.activations import keep_float
+
+        keep = keep_float(study.rows, min(int(float_sites), len(study.specs)))
+        p.activations = [s for s in study.specs if s.site not in keep]
+        p.float_activations = keep
+        p.activation_mode = study.config.name
+        p.noise_predicted += sum(float(r["noise_power"]) for r in study.rows
+                                 if r["tensor"] not in keep)
     plan.run_plan(case, p)
     return p
 
 
-def curve(case: cases.ModelCase, sens: sensitivity.Sensitivity, allow_float: bool
-          ) -> list[plan.Plan]:
-    """Optimal plans at :data:`CURVE_POINTS` budgets across the possible range, each run."""
+def curve(case: cases.ModelCase, sens: sensitivity.Sensitivity, allow_float: bool,
+          study: Any = None, float_sites: int = 0) -> list[plan.Plan]:
+    """Optimal plans at :data:`CURVE_POINTS` budgets across the possible range, each run
+    (:func:`run_plan`; budgets below the cheapest plan left out)."""
+    from qcore.model.graph import ModelError
+
     lo, hi = plan.budget_range(sens)
-    return plan.plans_at(case, sens, [float(b) for b in np.linspace(lo, hi, CURVE_POINTS)],
-                         allow_float)
+    out = []
+    for b in np.linspace(lo, hi, CURVE_POINTS):
+        try:
+            out.append(run_plan(case, sens, float(b), allow_float, study, float_sites))
+        except ModelError:
+            continue
+    return out
 
 
 def budget_bounds(sens: sensitivity.Sensitivity) -> tuple[float, float]:
@@ -197,12 +217,117 @@ def budget_bounds(sens: sensitivity.Sensitivity) -> tuple[float, float]:
     return lo_c, max(lo_c + 0.01, math.floor(hi * 100) / 100)
 
 
-def export(case: cases.ModelCase, p: plan.Plan) -> tuple[bytes, list[str]]:
-    """The plan as a QDQ model (serialized) and the nodes onnxruntime cannot run."""
+def export(case: cases.ModelCase, p: plan.Plan) -> tuple[bytes, list[str], str]:
+    """The plan as a QDQ model (serialized; its activation sites as QuantizeLinear →
+    DequantizeLinear or DynamicQuantizeLinear → DequantizeLinear pairs), the weight nodes
+    onnxruntime cannot run, and why onnxruntime cannot load the whole model ("" when it can)."""
     from qcore.model.export import export_plan, unsupported_nodes
 
     model = export_plan(case.model, p, case.arrays)
-    return model.SerializeToString(), unsupported_nodes(model)
+    bad = unsupported_nodes(model)
+    if p.activations:
+        from qcore.model.activations import insert_qdq
+
+        model = insert_qdq(model, p.activations)
+    data = model.SerializeToString()
+    return data, bad, loads_in_onnxruntime(data)
+
+
+def loads_in_onnxruntime(data: bytes) -> str:
+    """"" when the installed onnxruntime makes a session of the model, else its message."""
+    import onnxruntime as ort
+
+    try:
+        so = ort.SessionOptions()
+        so.log_severity_level = 4
+        ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # noqa: BLE001 - any failure is the runtime's answer
+        return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return ""
+
+
+# ---------------------------------------------------------------------------------------------
+# activations
+
+#: The activation choices the page offers (``--activations`` of ``python -m qcore.model``).
+ACTIVATIONS = {"none": "none (weights only)",
+               "dynamic": "dynamic uint8 (DynamicQuantizeLinear at run time)",
+               "static:int8": "static int8 (calibrated Q/DQ pairs)",
+               "static:uint8": "static uint8",
+               "static:float8e4m3fn": "static float8e4m3fn",
+               "static:float8e5m2": "static float8e5m2"}
+
+
+def activation_config(choice: str, method: str) -> Any:
+    """The :class:`qcore.model.activations.ActivationConfig` of a choice (static ones with
+    their calibration ``method``)."""
+    from qcore.model.activations import parse_activations
+
+    return parse_activations(choice + (f"@{method}" if choice.startswith("static") else ""))
+
+
+def activation_study(case: cases.ModelCase, name: str, progress: Progress | None = None
+                     ) -> Any:
+    """Every activation site of the case alone quantized (``name``: an activation mode,
+    ``static:int8@minmax``) and all of them at once, weights float
+    (:func:`qcore.model.activations.study`)."""
+    from qcore.model.activations import study
+
+    return study(case, name, progress=progress)
+
+
+def with_activations(case: cases.ModelCase, study: Any, recipe_names: list[str],
+                     tensors: list[str]) -> list[dict]:
+    """Each recipe on every chosen weight with every activation site quantized too: the
+    W8A8-style figure of a recipe and the study's activation mode."""
+    from qcore.model.activations import evaluate
+
+    out = []
+    for r in recipe_names:
+        replace = {}
+        for t in tensors:
+            try:
+                replace[t] = case.quantize(t, r).x_hat
+            except ValueError:
+                continue
+        fid = evaluate(case, study.specs, replace)
+        out.append({"weights": r, "activations": study.config.name,
+                    "output SQNR (dB)": fid["output_sqnr_db"], "max |Δ|": fid["max_abs"]})
+    return out
+
+
+def uniform_with_activations(uniform: list[dict], both: list[dict]) -> list[dict]:
+    """The uniform rows (bits per weight) with the output SQNR of the same recipe with the
+    activations quantized too."""
+    by = {r["weights"]: r["output SQNR (dB)"] for r in both}
+    return [{**u, "output_sqnr_db": by.get(u["recipe"], u["output_sqnr_db"])} for u in uniform]
+
+
+def site_chart(study: Any, most: int = 24) -> Any:
+    """The most sensitive activation sites: output SQNR with each alone quantized."""
+    import plotly.graph_objects as go
+
+    from . import charts, theme
+
+    t = site_table(study).head(most)
+    fig = charts.figure(f"Activation sites alone ({study.config.name}): the lowest output SQNR "
+                        "first", "output SQNR (dB), that site alone quantized", "",
+                        height=max(260, 22 * len(t) + 120))
+    fig.add_trace(go.Bar(x=t["output SQNR alone (dB)"], y=t["site"], orientation="h",
+                         marker=dict(color=theme.OUTPUT), customdata=t["read by"],
+                         hovertemplate="%{y}<br>%{x:.2f} dB<br>read by %{customdata}"
+                                       "<extra></extra>"))
+    fig.update_yaxes(autorange="reversed", tickfont=dict(size=10))
+    return fig
+
+
+def site_table(study: Any) -> pd.DataFrame:
+    """One row per activation site, most sensitive first: the output SQNR with that site alone
+    quantized, its own SQNR and the weights of the nodes that read it."""
+    rows = sorted(study.rows, key=lambda r: r["output_sqnr_db"])
+    return pd.DataFrame([{"site": r["tensor"], "output SQNR alone (dB)": r["output_sqnr_db"],
+                          "site SQNR (dB)": r["tensor_sqnr_db"], "read by": r["consumers"]}
+                         for r in rows])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -222,6 +347,8 @@ def rows_table(rows: list[dict]) -> pd.DataFrame:
     if df.empty:
         return df
     df["tensor"] = df["tensor"].replace({"*": "all weights"})
+    if "kind" in df:
+        df["kind"] = df["kind"].fillna("weight").astype(str)
     for col in ("opset", "axis"):
         if col in df:
             df[col] = pd.to_numeric(df[col].replace({"": None}),

@@ -9,6 +9,7 @@ import os
 import streamlit as st
 
 from app import charts, errors, frame, model_view, sources, warm, widgets
+from qcore.model import activations as act
 from qcore.report import models, recipes
 
 frame.enter()
@@ -83,6 +84,31 @@ if left_out:
                  "plan with them.")
 filt = widgets.text("Tensors containing", "mf_filter", "", where=side,
                     help="Only the weights whose name contains this text (empty: all).")
+act_choice = widgets.select("Activations", list(model_view.ACTIVATIONS), "mf_act", "none",
+                            where=side, format_func=model_view.ACTIVATIONS.get,
+                            help="Also quantize the activation sites (the float inputs of the "
+                                 "nodes that consume weights: MatMul, Gemm, Conv). Dynamic: "
+                                 "DynamicQuantizeLinear at run time, uint8 per tensor. Static: "
+                                 "a QuantizeLinear → DequantizeLinear pair per site with a "
+                                 "scale calibrated on the inputs. int8 weights with static int8 "
+                                 "activations is W8A8 int8; float8e4m3fn weights with static "
+                                 "float8e4m3fn activations, W8A8 float8.")
+act_method, float_sites = "minmax", 0
+if act_choice.startswith("static"):
+    act_method = widgets.select("Activation calibration", list(act.METHODS), "mf_act_method",
+                                "minmax", where=side,
+                                help="minmax: the observed range; percentile: |x| clipped at "
+                                     "its 99.99th percentile; mse: the clipping of least "
+                                     "squared error; entropy: the clipping whose histogram "
+                                     "keeps the least KL divergence (as TensorRT and "
+                                     "onnxruntime calibrate).")
+if act_choice != "none":
+    float_sites = widgets.number("Activation sites kept in float", "mf_act_float", 0,
+                                 min_value=0, max_value=256, where=side,
+                                 help="The plan leaves this many of the most sensitive sites "
+                                      "(lowest output SQNR alone) in float.")
+act_config = errors.require(model_view.activation_config, act_choice, act_method,
+                            what="Activations")
 
 if os.environ.get(warm.SERVER_PID):
     # the app's warm-up process: loading a model compiles no kernel, it would only cost time
@@ -106,8 +132,9 @@ if not chosen or not tensors:
     st.info("Pick at least one recipe and one tensor.", icon=":material/touch_app:")
     frame.stop_page()
 
-key = (ident, inputs and model_view.identity("path", inputs), int(sentences), int(seed),
-       tuple(chosen), tuple(tensors), tuple(case.outputs or ()))
+case_key = (ident, inputs and model_view.identity("path", inputs), int(sentences), int(seed),
+            tuple(case.outputs or ()))
+key = case_key + (tuple(chosen), tuple(tensors))
 c1, c2, c3 = st.columns([2, 2, 1], vertical_alignment="bottom")
 c1.metric("Weight tensors", f"{len(tensors)} of {len(case.weights)}",
           f"{sum(case.arrays[t].size for t in tensors) / 1e6:,.2f} M elements",
@@ -146,6 +173,45 @@ with right:
                "own error says little about what the model feels.")
 
 # ---------------------------------------------------------------------------------------------
+# activations
+
+study = None
+if act_config.mode != "none":
+    st.subheader("Activations", divider="gray")
+    study = model_view.stored(("act",) + case_key + (act_config.name,))
+    if study is None:
+        abar = st.progress(0.0, text="Activation sites: one run per site…")
+
+        def act_progress(done: int, total: int, label: str) -> None:
+            abar.progress(min(1.0, done / total if total else 1.0),
+                          text=f"{done}/{total} {label}")
+
+        study = errors.require(model_view.compute, ("act",) + case_key + (act_config.name,),
+                               model_view.activation_study, case, act_config.name,
+                               act_progress, what="Measuring the activation sites")
+        abar.empty()
+    with st.spinner("Each recipe with the activations…"):
+        both = errors.require(model_view.compute, ("wa",) + key + (act_config.name,),
+                              model_view.with_activations, case, study, chosen, tensors,
+                              what="Recipes with activations")
+    a1, a2 = st.columns([1, 2])
+    a1.metric(f"{len(study.specs)} sites quantized, weights float",
+              f"{study.activations_only['output_sqnr_db']:.2f} dB", act_config.name,
+              delta_color="off", border=True)
+    with a2:
+        st.dataframe(both, hide_index=True, column_config={
+            "output SQNR (dB)": st.column_config.NumberColumn(format="%.2f"),
+            "max |Δ|": st.column_config.NumberColumn(format="%.3g")})
+        st.caption("Each recipe on every chosen weight with every site quantized: int8 weights "
+                   "with static int8 activations is W8A8 int8; change the activations in the "
+                   "sidebar to compare W8A8 float8e4m3fn.")
+    charts.show(model_view.site_chart(study))
+    with st.expander("Every activation site alone"):
+        st.dataframe(model_view.site_table(study), hide_index=True, column_config={
+            "output SQNR alone (dB)": st.column_config.NumberColumn(format="%.2f"),
+            "site SQNR (dB)": st.column_config.NumberColumn(format="%.2f")})
+
+# ---------------------------------------------------------------------------------------------
 # the plan
 
 st.subheader("The plan under a budget", divider="gray")
@@ -154,10 +220,12 @@ budget = widgets.slider("Budget (bits per weight, scales and zero points include
                         "mf_budget", float(min(max(5.0, lo), hi)), min_value=lo, max_value=hi,
                         step=0.01)
 allow_float = widgets.toggle("A tensor may stay float32 (32 bits)", "mf_float", False)
-plan_key = key + (float(budget), bool(allow_float))
+act_key = (act_config.name, int(float_sites)) if study is not None else ()
+plan_key = key + (float(budget), bool(allow_float)) + act_key
 with st.spinner("Planning, then running the planned model…"):
     p = errors.require(model_view.compute, ("plan",) + plan_key, model_view.run_plan, case,
-                       sens, float(budget), bool(allow_float), what="Planning")
+                       sens, float(budget), bool(allow_float), study, int(float_sites),
+                       what="Planning")
 m = st.columns(3 + len(extra := model_view.measured_figures(p.measured, case.kind)))
 m[0].metric("Bits per weight", f"{p.bits_per_element:.4f}", f"budget {budget:.2f}",
             delta_color="off", border=True)
@@ -172,6 +240,11 @@ if per_output is not None:
     st.dataframe(per_output, hide_index=True, column_config={
         "SQNR (dB)": st.column_config.NumberColumn(format="%.2f"),
         "max |Δ|": st.column_config.NumberColumn(format="%.3g")})
+if p.activations or p.float_activations:
+    st.caption(f"Activations {p.activation_mode} on {len(p.activations)} sites"
+               + (f"; kept in float: {', '.join(p.float_activations)}"
+                  if p.float_activations else "")
+               + ". Their noises, each measured alone, join the prediction.")
 with st.expander("The plan: one recipe per tensor"):
     st.dataframe(model_view.plan_table(p, sens), hide_index=True)
 st.caption("The plan is exactly optimal under the additive model: it predicts the mixed "
@@ -181,10 +254,11 @@ st.caption("The plan is exactly optimal under the additive model: it predicts th
            "interact, so the planned model is then run and measured.")
 
 with st.spinner("Plans along the budget, each run…"):
-    plans = errors.require(model_view.compute, ("curve",) + key + (bool(allow_float),),
-                           model_view.curve, case, sens, bool(allow_float),
-                           what="Plans along the budget")
-charts.show(model_view.bits_vs_fidelity(uniform, plans, p))
+    plans = errors.require(model_view.compute, ("curve",) + key + (bool(allow_float),)
+                           + act_key, model_view.curve, case, sens, bool(allow_float), study,
+                           int(float_sites), what="Plans along the budget")
+points = uniform if study is None else model_view.uniform_with_activations(uniform, both)
+charts.show(model_view.bits_vs_fidelity(points, plans, p))
 
 # ---------------------------------------------------------------------------------------------
 # downloads
@@ -211,8 +285,12 @@ if built and built[0] == plan_key:
     if built[2]:
         st.warning(f"Valid ONNX; onnxruntime has no kernel for {len(built[2])} "
                    f"DequantizeLinear node(s): {', '.join(built[2])}.", icon=":material/info:")
+    elif built[3]:
+        st.warning(f"Valid ONNX; onnxruntime does not load it: {built[3]}",
+                   icon=":material/info:")
     else:
-        st.success("onnxruntime runs every DequantizeLinear node of this model.",
+        st.success("onnxruntime loads this model and runs every DequantizeLinear node of it.",
                    icon=":material/check:")
 with st.expander("All rows"):
-    st.dataframe(model_view.rows_table(sens.rows + uniform), hide_index=True)
+    st.dataframe(model_view.rows_table(sens.rows + uniform + (study.rows if study else [])),
+                 hide_index=True)

@@ -237,3 +237,45 @@ def test_the_heat_map_shows_one_output_on_request(tmp_path):
     spec = at.get("plotly_chart")[0].proto.spec
     assert "SQNR of output r" in spec
     assert at.query_params["mf_heat"] == "r"
+
+
+@pytest.mark.skipif("minilm" not in installed_models(), reason="MiniLM weights not installed")
+def test_minilm_w8a8_int8_and_float8_are_one_choice_apart():
+    """Static int8 activations with int8 weights (W8A8 int8), then static float8e4m3fn: the
+    page's figure for each is the exported QDQ model's, run in onnxruntime; the sites' own
+    sensitivity is drawn and listed."""
+    from qcore.model import activations
+    from qcore.model.export import export_plan
+    from qcore.model.graph import make_session
+
+    tensor = "encoder.layer.5.attention.self.query.weight"
+    at = open_page({"mf_source": "minilm", "mf_sentences": "4", "mf_filter": tensor,
+                    "mf_recipes": "int8:per-axis,float8e4m3fn:per-axis",
+                    "mf_act": "static:int8", "mf_budget": "8.1"})
+    assert len(at.get("plotly_chart")) == 4  # heat map, scatter, sites, bits vs fidelity
+    case = cases.load_case("minilm", sentences=4)
+    for act_type, weights in (("int8", "int8:per-axis"),
+                              ("float8e4m3fn", "float8e4m3fn:per-axis")):
+        if act_type != "int8":
+            at.selectbox(key="mf_act").set_value(f"static:{act_type}").run()
+            assert not at.exception
+        table = at.dataframe[0].value.set_index("weights")
+        shown = table.loc[weights, "output SQNR (dB)"]
+        assert table.loc[weights, "activations"] == f"static:{act_type}@minmax"
+        # outside: the QDQ model in onnxruntime, against the float model's outputs
+        specs = activations.specs_for(case, activations.parse_activations(f"static:{act_type}"))
+        p = plan.Plan(0.0, {tensor: weights}, 0, 1, 0.0, 1.0)
+        qdq_model = activations.insert_qdq(export_plan(case.model, p, case.arrays), specs)
+        sess = make_session(qdq_model)  # onnxruntime with the page's session options
+        out = [np.concatenate([sess.run(None, b)[0] for b in case.batches])]
+        restored = np.empty_like(out[0])
+        restored[case.order] = out[0]
+        y = case.reference[0].astype(np.float64)
+        noise = np.sum((y - restored.astype(np.float64)) ** 2)
+        assert shown == pytest.approx(10 * np.log10(np.sum(y * y) / noise), abs=1e-9)
+    assert at.query_params["mf_act"] == "static:float8e4m3fn"
+    sites = at.dataframe[1].value
+    assert len(sites) == len(specs) and sites["output SQNR alone (dB)"].is_monotonic_increasing
+    assert any("Activations static:float8e4m3fn@minmax on" in c.value for c in at.caption)
+    at.button[1].click().run()  # Build the QDQ model: weights and activation pairs
+    assert any("onnxruntime loads this model" in s.value for s in at.success)
