@@ -302,3 +302,133 @@ def test_recipe_axis_grammar_and_the_report_keeps_rows(tmp_path):
     assert (by.loc["int8:per-axis/1", "axis"], by.loc["int8:per-axis/1", "scales"]) == (1, 64)
     assert by.loc["int8:per-axis/1", "sqnr_db"] == pytest.approx(
         fidelity.qdq(w, "int8:per-axis/1").tensor_sqnr_db, rel=1e-9)
+
+
+# ------------------------------------------------------ initializers listed as graph inputs
+
+
+def listed_model(ir: int, opset: int):
+    """x [1, 3, 8, 8] -> Conv (conv.w, conv.b) -> Relu -> Flatten -> MatMul mm.w [288, 32] ->
+    Gemm fc.w [10, 32] transB=1 (+ fc.b); every initializer also listed as a graph input, as
+    exporters before IR version 4 had to write them."""
+    inits = {"conv.w": arr(8, 3, 3, 3, scale=0.3), "conv.b": arr(8), "mm.w": arr(288, 32, scale=0.1),
+             "fc.w": arr(10, 32, scale=0.3), "fc.b": arr(10)}
+    nodes = [helper.make_node("Conv", ["x", "conv.w", "conv.b"], ["c"], kernel_shape=[3, 3]),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("Flatten", ["r"], ["f"]),
+             helper.make_node("MatMul", ["f", "mm.w"], ["h"]),
+             helper.make_node("Gemm", ["h", "fc.w", "fc.b"], ["y"], transB=1)]
+    inputs = [vi("x", shape=[1, 3, 8, 8])] + [vi(k, shape=list(v.shape)) for k, v in inits.items()]
+    g = helper.make_graph(nodes, "listed", inputs, [vi("y", shape=[1, 10])],
+                          [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = ir
+    onnx.checker.check_model(m)
+    return m
+
+
+@pytest.mark.parametrize("ir,opset", [(3, 9), (3, 11), (8, 13)])
+def test_initializers_listed_as_inputs_are_weights_the_tool_plans_and_exports(ir, opset):
+    from qcore.model import activations as act
+
+    m = listed_model(ir, opset)
+    recs = {r.key: r for r in qonnx.find_weights(m)}
+    assert list(recs) == ["conv.w", "mm.w", "fc.w"]  # the rank-1 biases stay float
+    assert all(r.is_input and r.overridable == (ir >= 4) for r in recs.values())
+    assert recs["mm.w"].role.axes(2) == (1, 0) and recs["fc.w"].role.axes(2) == (0, 1)
+    # the user feeds x alone; the initializers are the weights' values, as in onnxruntime
+    feeds = graph.generate_inputs(m)
+    assert list(feeds) == ["x"]
+    with pytest.raises(graph.ModelError, match="unknown"):
+        graph.check_inputs(m, dict(feeds, **{"mm.w": arr(288, 32)}))
+    case = _cases(m, feeds)
+    for a, b in zip(case.reference, graph.make_session(m).run(None, feeds)):
+        np.testing.assert_array_equal(a, b)
+    assert [i.name for i in case.runner.exposed.graph.input] == ["x", "conv.w", "mm.w", "fc.w"]
+    for recipe in ("int8:per-axis", "int4:blocked32"):
+        plan = Plan(8.0, {k: recipe for k in case.weights}, 0, 1, 0.0, 1.0)
+        ex = export_plan(m, plan, case.arrays)
+        onnx.checker.check_model(ex)
+        # a replaced weight is listed no more; before IR 4 no initializer stays listed
+        assert [i.name for i in ex.graph.input] == (["x"] if ir < 4 else ["x", "conv.b", "fc.b"])
+        weights = planned_weights(case, plan)
+        for a, b in zip(case.runner.run(feeds, weights), graph.make_session(ex).run(None, feeds)):
+            np.testing.assert_array_equal(a, b)
+    # one weight replaced through the prefix cache = the whole model run
+    cache = graph.PrefixCache(case.runner, case.batches)
+    assert cache.supports("mm.w") and cache.supports("fc.w")
+    for key in ("mm.w", "fc.w"):
+        w = case.arrays[key] * 1.5
+        for a, b in zip(cache.run(key, w)[0], case.runner.run(feeds, {key: w})):
+            np.testing.assert_array_equal(a, b)
+    # the data inputs of the three weight consumers are activation sites, evaluated as
+    # onnxruntime runs the QDQ export with the quantized sites
+    sites = {s.name: s.consumers[0][3] for s in act.find_sites(m)}
+    assert sites == {"x": "conv.w", "f": "mm.w", "h": "fc.w"}
+    specs = act.specs_for(case, act.parse_activations("dynamic"))
+    fake = act.runner_for(case).run(specs, weights)
+    real = graph.make_session(act.insert_qdq(ex, specs)).run(None, feeds)
+    for a, b in zip(fake, real):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_the_report_and_the_model_tool_take_a_listed_model(tmp_path, capsys):
+    from qcore.model.__main__ import main
+    from qcore.report import run_report
+
+    path = tmp_path / "old.onnx"
+    onnx.save(listed_model(3, 9), path)
+    rows = run_report(path, ["int8:per-axis"]).rows.set_index("tensor")
+    assert (rows.loc[["conv.w", "mm.w", "fc.w"], "error"] == "").all()
+    assert (rows.loc["mm.w", "axis"], rows.loc["fc.w", "axis"]) == (1, 0)
+    assert main([str(path), "--recipes", "int8:per-axis", "--budget", "9",
+                 "--export", str(tmp_path / "q.onnx")]) == 0
+    assert "equal the fake-quant evaluation bit for bit" in capsys.readouterr().out
+    assert [i.name for i in onnx.load(tmp_path / "q.onnx").graph.input] == ["x"]
+
+
+def _pytorch_0_3_model(name: str) -> Path:
+    """One of the PyTorch 0.3 exports (IR version 3, opset 6) the onnx package ships."""
+    import importlib.util
+
+    root = Path(list(importlib.util.find_spec("onnx").submodule_search_locations)[0])
+    path = root / "backend" / "test" / "data" / "pytorch-converted" / name
+    if not (path / "model.onnx").is_file():
+        pytest.skip(f"this onnx wheel ships no {name}")
+    return path
+
+
+@pytest.mark.parametrize("name", ["test_Conv2d_groups", "test_ConvTranspose2d", "test_Embedding"])
+def test_a_real_ir3_export_is_planned_and_exported(name):
+    d = _pytorch_0_3_model(name)
+    m = graph.load_model(d / "model.onnx")
+    assert m.ir_version == 3
+    (rec,) = qonnx.find_weights(m)
+    assert rec.is_input and not rec.overridable
+    x = numpy_helper.to_array(onnx.load_tensor(str(d / "test_data_set_0" / "input_0.pb")))
+    y = numpy_helper.to_array(onnx.load_tensor(str(d / "test_data_set_0" / "output_0.pb")))
+    case = _cases(m, {"0": x})
+    np.testing.assert_allclose(case.reference[0], y, rtol=1e-5, atol=1e-5)  # PyTorch's own output
+    plan = Plan(8.0, {rec.key: "int8:per-axis"}, 0, 1, 0.0, 1.0)
+    ex = export_plan(m, plan, case.arrays)
+    assert [i.name for i in ex.graph.input] == ["0"]
+    got = graph.make_session(ex).run(None, {"0": x})
+    for a, b in zip(case.runner.run({"0": x}, planned_weights(case, plan)), got):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_body_input_shadowing_a_body_initializer_is_no_weight():
+    """A Loop body's inputs are always bound by the Loop: an initializer of the same name is
+    never the value read, so it is not a weight; the main graph's listed initializers are."""
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond"], ["cond_out"]),
+         helper.make_node("MatMul", ["acc", "acc"], ["acc_out"])], "body",
+        [vi("i", TensorProto.INT64, []), vi("cond", TensorProto.BOOL, []), vi("acc", shape=[4, 4])],
+        [vi("cond_out", TensorProto.BOOL, []), vi("acc_out", shape=[4, 4])],
+        [numpy_helper.from_array(arr(4, 4), "acc")])
+    m = model_of([helper.make_node("MatMul", ["x", "w"], ["x2"]),
+                  helper.make_node("Loop", ["n", "c", "x2"], ["y"], body=body)],
+                 [vi("x", shape=[4, 4]), vi("n", TensorProto.INT64, []),
+                  vi("c", TensorProto.BOOL, []), vi("w", shape=[4, 4])],
+                 [vi("y", shape=[4, 4])], [numpy_helper.from_array(arr(4, 4), "w")])
+    assert [(r.key, r.is_input, r.overridable) for r in qonnx.find_weights(m)] == [("w", True, True)]

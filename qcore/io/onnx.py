@@ -3,9 +3,14 @@
 :func:`find_weights` is the one reader the report, the model tool and the model pages share
 (docs/semantics.md, Definitions: a weight). A weight is a float32 / float16 / bfloat16 tensor
 of rank >= 2 held as a parameter wherever the exporter put it: an initializer of the main graph
-(graph inputs excluded: a caller may feed them) or of any subgraph (If / Loop / Scan bodies, any
-depth), or a ``Constant`` node's ``value``. A weight several nodes read is one record with
-several consumers; a weight that is also a graph output is still a weight. Each record names
+or of any subgraph (If / Loop / Scan bodies, any depth), or a ``Constant`` node's ``value``. A
+weight several nodes read is one record with several consumers; a weight that is also a graph
+output is still a weight. A main-graph initializer that is also listed as a graph input is a
+weight whose value is the initializer (onnxruntime's rule): before IR version 4 every
+initializer had to be listed so (older PyTorch, Caffe2 and keras2onnx exports); from IR 4 the
+listing makes it a default a caller may override, which its record says (``overridable``). A
+subgraph initializer that a Loop / Scan body input shadows is no weight (the node always binds
+the input). Each record names
 its graph path (``main``, ``main/If_0.then_branch``), kind, name, dtype, shape and consumers
 (op type, input index, integer attributes); its :class:`Role` (the role table :data:`ROLES`)
 gives the output axis (per-axis scales) and the reduction axis (blocks). A model with no weight
@@ -30,7 +35,7 @@ __all__ = ["DEFAULT_ROLE", "MAIN", "ROLES", "WEIGHT_TYPES", "Consumer", "ModelEr
            "NoWeightsError", "Role", "WeightRecord", "as_float32", "check_external_data",
            "describe_search",
            "find_weights", "iter_graphs", "onnx_entries", "role_in_graph", "role_of",
-           "topologically_sorted",
+           "topologically_sorted", "unlist_initializer_inputs",
            "weight_array", "weight_proto"]
 
 
@@ -160,7 +165,10 @@ class WeightRecord:
     ``key``: its name across the model (the graph name where unique, else ``graph:name``);
     ``graph``: ``"main"`` or a subgraph path such as ``"main/If_0.then_branch"``; ``kind``:
     ``"initializer"`` or ``"constant"`` (a Constant node's ``value``; ``node`` names it);
-    ``is_output``: the value is also an output of its graph.
+    ``is_output``: the value is also an output of its graph; ``is_input``: a main-graph
+    initializer also listed as a graph input; ``overridable``: so listed in a model of IR
+    version >= 4, where a caller may feed another value (qcore uses the initializer's; before
+    IR 4 every initializer is listed so and none is overridable).
     """
 
     key: str
@@ -173,6 +181,8 @@ class WeightRecord:
     is_output: bool = False
     node: str = ""
     external: bool = False
+    is_input: bool = False
+    overridable: bool = False
 
     @property
     def role(self) -> Role:
@@ -196,8 +206,7 @@ def role_of(consumers: tuple[Consumer, ...] | list[Consumer]) -> Role:
 
 def role_in_graph(graph: Any, name: str, path: str = MAIN) -> Role:
     """The role of the value ``name`` from its consumers in ``graph`` and the subgraphs below
-    (an initializer :func:`find_weights` does not list, such as one that is also a graph
-    input, still has the role its consuming node gives it)."""
+    (any value, a weight or not: the role its consuming node gives it)."""
     return role_of(_consumers(graph, path, name))
 
 
@@ -254,22 +263,25 @@ def _defined(graph: Any) -> set[str]:
 
 def find_weights(model: Any, min_rank: int = 2) -> list[WeightRecord]:
     """Every float32 / float16 / bfloat16 tensor of rank >= ``min_rank`` the model holds as a
-    parameter: initializers of the main graph (not graph inputs, which a caller may replace)
-    and of every subgraph, and ``Constant`` nodes' ``value`` tensors; in graph order, each
-    once however many nodes read it. Raises :class:`NoWeightsError` saying what was looked at
-    when there are none."""
+    parameter: initializers of the main graph (those also listed as graph inputs included,
+    module doc) and of every subgraph (not those a body input shadows), and ``Constant``
+    nodes' ``value`` tensors; in graph order, each once however many nodes read it. Raises
+    :class:`NoWeightsError` saying what was looked at when there are none."""
     _onnx()
     found: list[WeightRecord] = []
+    overridable = getattr(model, "ir_version", 0) >= 4
     for path, graph in iter_graphs(model.graph):
         inputs = {i.name for i in graph.input}
         outputs = {o.name for o in graph.output}
         for t in graph.initializer:
+            listed = t.name in inputs
             if (t.data_type in WEIGHT_TYPES and len(t.dims) >= min_rank
-                    and t.name not in inputs):
+                    and (path == MAIN or not listed)):
                 found.append(WeightRecord(
                     t.name, t.name, path, "initializer", WEIGHT_TYPES[t.data_type],
                     tuple(int(d) for d in t.dims), tuple(_consumers(graph, path, t.name)),
-                    t.name in outputs, external=t.data_location == 1))
+                    t.name in outputs, external=t.data_location == 1, is_input=listed,
+                    overridable=listed and overridable))
         for i, node in enumerate(graph.node):
             if node.op_type != "Constant" or node.domain not in ("", "ai.onnx"):
                 continue
@@ -288,6 +300,21 @@ def find_weights(model: Any, min_rank: int = 2) -> list[WeightRecord]:
         counts[w.name] = counts.get(w.name, 0) + 1
     return [w if counts[w.name] == 1 or w.graph == MAIN
             else replace(w, key=f"{w.graph}:{w.name}") for w in found]
+
+
+def unlist_initializer_inputs(model: Any, names: set[str] | None = None) -> None:
+    """Drop, in place, the main-graph input entries that name initializers (``names``: only
+    those; default all), raising the IR version to 4, the first where an initializer need not
+    be listed. The initializers keep their values; a caller can no longer override them."""
+    graph = model.graph
+    inits = {t.name for t in graph.initializer}
+    drop = inits if names is None else inits & set(names)
+    keep = [i for i in graph.input if i.name not in drop]
+    if len(keep) == len(graph.input):
+        return
+    del graph.input[:]
+    graph.input.extend(keep)
+    model.ir_version = max(model.ir_version, 4)
 
 
 def describe_search(model: Any, min_rank: int = 2) -> str:
@@ -309,8 +336,8 @@ def describe_search(model: Any, min_rank: int = 2) -> str:
     listed = ", ".join(f"{n} {k}" for k, n in sorted(inits.items())) or "none"
     return (f"the model holds no float32/float16/bfloat16 weight of rank >= {min_rank} to "
             f"quantize: looked at {sum(inits.values())} initializers ({listed}), {constants} "
-            f"Constant nodes and {subgraphs} subgraphs (If/Loop/Scan bodies); graph inputs "
-            f"count as inputs, not weights")
+            f"Constant nodes and {subgraphs} subgraphs (If/Loop/Scan bodies); inputs of a Loop / "
+            f"Scan body count as inputs, not weights")
 
 
 def weight_proto(model: Any, record: WeightRecord) -> Any:

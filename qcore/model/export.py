@@ -129,12 +129,20 @@ def export_plan(model: Any, plan: Plan, weights: dict[str, np.ndarray] | None = 
     (default read from the model); ``quantized``: round trips already made, by key.
 
     Each weight is replaced where it lives: an initializer of the main graph or of a subgraph
-    by codes initializers and DequantizeLinear nodes at the top of that graph; a Constant node
-    by the same nodes in its place. Nodes are topologically sorted first."""
+    by codes initializers and DequantizeLinear nodes at the top of that graph (and no longer
+    listed as a graph input); a Constant node by the same nodes in its place. A model before
+    IR version 4 lists no initializer as an input in its export (IR 4 or later). Nodes are
+    topologically sorted first."""
     onnx = require("onnx")
     from onnx import helper
 
-    from ..io.onnx import find_weights, iter_graphs, topologically_sorted
+    from ..io.onnx import (
+        MAIN,
+        find_weights,
+        iter_graphs,
+        topologically_sorted,
+        unlist_initializer_inputs,
+    )
     from .graph import initializer_arrays
 
     planned = {t: r for t, r in plan.recipes.items() if r != FLOAT}
@@ -150,6 +158,12 @@ def export_plan(model: Any, plan: Plan, weights: dict[str, np.ndarray] | None = 
     old = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
     opset = max([old] + [q.opset for q in quantized.values()])
     out = topologically_sorted(model)
+    # a replaced weight listed as a graph input is listed no more (a node now makes it); before
+    # IR 4 every initializer is listed, a rule of the file format, not an invitation to feed
+    # them: none stays listed (onnxruntime folds and prepacks only unlisted ones)
+    replaced = {records[t].name for t in planned
+                if records[t].graph == MAIN and records[t].kind == "initializer"}
+    unlist_initializer_inputs(out, None if model.ir_version < 4 else replaced)
     taken = graph_names(out.graph)
     for t in planned:
         rec = records[t]

@@ -6,7 +6,9 @@ and of every subgraph, and in ``Constant`` nodes; biases and norms (rank 1) stay
 quantization tool leaves them. Each weight is known by its key (its name, or ``graph:name``
 where a subgraph reuses a name). :class:`Runner` makes every weight an input of the main graph
 so one onnxruntime session runs the model with any replacement weights: a main-graph
-float32 initializer becomes the input of its own name; any other weight (a subgraph
+float32 initializer becomes the input of its own name (an initializer the model also lists as
+a graph input is no other input: the session's inputs are the user's and the weights); any
+other weight (a subgraph
 initializer, a Constant node, a float16 / bfloat16 weight) is replaced, where it lives, by an
 ``Identity`` — a ``Cast`` to its type for float16 / bfloat16 — reading a new float32 input of
 the main graph (subgraphs read outer-scope names). Weights are fed as float32; a half-precision
@@ -36,6 +38,7 @@ from ..io.onnx import (
     find_weights,
     iter_graphs,
     topologically_sorted,
+    unlist_initializer_inputs,
     weight_array,
 )
 from . import checks, require
@@ -212,6 +215,10 @@ def expose_weights(model: Any, records: list[WeightRecord]) -> tuple[Any, dict[s
     onnx = require("onnx")
     helper = require("onnx.helper")
     out = topologically_sorted(model)
+    # initializers listed as graph inputs (every one before IR 4) stop being inputs: an exposed
+    # weight becomes an input of its own, the others keep their values, so the session's
+    # inputs are the user's and the exposed weights'
+    unlist_initializer_inputs(out)
     taken = {i.name for i in out.graph.input}
     for _, g in iter_graphs(out.graph):
         taken |= {t.name for t in g.initializer} | {o for n in g.node for o in n.output}

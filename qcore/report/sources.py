@@ -179,8 +179,8 @@ def _list_file(file: str) -> list[TensorRef]:
             raise TensorFileError(f"{file}: reading .onnx needs the optional 'onnx' package "
                                   f"(pip install 'qcore[onnx]')") from None
         roles = {w.name: w.role for w in weights if w.graph == MAIN}
-        for t in model.graph.initializer:  # main initializers find_weights leaves out
-            if t.name not in roles and len(t.dims) >= 2:  # (graph inputs too) have a role
+        for t in model.graph.initializer:  # main initializers that are no weight (not
+            if t.name not in roles and len(t.dims) >= 2:  # float) still have a role
                 roles[t.name] = role_in_graph(model.graph, t.name)
         refs = [_onnx_ref(file, t, role=roles.get(t.name)) for t in model.graph.initializer]
         main = {t.name for t in model.graph.initializer}
