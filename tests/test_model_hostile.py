@@ -12,6 +12,7 @@ import csv
 import io
 import json
 import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -403,6 +404,22 @@ CASES = [
     ("plan-over-the-inputs", lambda m, t: T(m) + ["--inputs", m.npz["good"], "--budget", "9",
                                                   "--plan", m.npz["good"]],
      "--inputs and --plan name the same file"),
+    ("outputs-twice", lambda m, t: T(m) + ["--outputs", "y,y"], "'y' more than once"),
+    ("outputs-unknown", lambda m, t: T(m) + ["--outputs", "nope"], "'nope'"),
+    ("activations-unknown", lambda m, t: T(m) + ["--activations", "bogus"], "--activations"),
+    ("smooth-nan", lambda m, t: T(m) + ["--activations", "dynamic", "--smooth", "nan"],
+     "--smooth nan"),
+    ("float-activations-negative", lambda m, t: T(m) + ["--activations", "dynamic",
+                                                        "--float-activations=-1"], ">= 0"),
+    ("calibrate-missing", lambda m, t: T(m) + ["--activations", "static", "--calibrate",
+                                               t / "none.npz"], "--calibrate"),
+    ("calibrate-npy", lambda m, t: T(m) + ["--activations", "static", "--calibrate",
+                                           m.npy_inputs], "--calibrate"),
+    ("calibrate-unknown-name", lambda m, t: T(m) + ["--activations", "static", "--calibrate",
+                                                    m.npz["unknown"]],
+     "--calibrate"),
+    ("calibrate-strings", lambda m, t: T(m) + ["--activations", "static", "--calibrate",
+                                               m.npz["strings"]], "'x' holds <U1"),
     ("unknown-flag", lambda m, t: T(m) + ["--frobnicate"], "unrecognized"),
     # the model
     ("model-missing", lambda m, t: [t / "none.onnx"], "no such file"),
@@ -418,7 +435,7 @@ CASES = [
     ("model-string-input", lambda m, t: [m.string], "'t' has type"),
     ("initializer-short-raw", lambda m, t: [m.short_raw], "initializer 'w1' holds 2044 bytes"),
     ("initializer-short-typed", lambda m, t: [m.short_typed], "initializer 'w1' holds 511"),
-    ("external-short", lambda m, t: [m.ext_short], "for tensor 'w2'"),
+    ("external-short", lambda m, t: [m.ext_short], "'w2'"),
     ("external-short-no-length", lambda m, t: [m.ext_short_nolength],
      "initializer 'w1' holds 1984 bytes"),
     ("constant-short-raw", lambda m, t: [m.const_short], "Constant 'w1' holds 2044 bytes"),
@@ -842,7 +859,10 @@ def test_an_upload_folder_cannot_be_planted(tmp_path):
     planted = Path(tempfile.gettempdir()) / f"qcore-upload-{hashlib.sha256(data).hexdigest()[:24]}"
     planted.mkdir(exist_ok=True)
     (planted / "model.onnx").write_bytes(b"planted by someone else")
-    path = Path(sources.saved_upload("model.onnx", data))
+    try:
+        path = Path(sources.saved_upload("model.onnx", data))
+    finally:
+        shutil.rmtree(planted, ignore_errors=True)
     assert path.read_bytes() == data and planted not in path.parents
     root = sources.upload_root()
     assert root in path.parents and (root.stat().st_mode & 0o777) == 0o700

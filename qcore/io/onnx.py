@@ -236,9 +236,15 @@ def iter_graphs(graph: Any, path: str = MAIN):
                     yield from iter_graphs(g, f"{path}/{_label(node, i)}.{a.name}[{k}]")
 
 
+#: Nodes that pass a weight on with its layout unchanged: the weight's role is its readers'
+#: (a float16 weight stored with a Cast to float32 after it is a Conv kernel, not rows).
+PASS_THROUGH = ("Cast", "Identity")
+
+
 def _consumers(graph: Any, path: str, name: str) -> list[Consumer]:
     """Uses of ``name`` in ``graph`` and, where a subgraph does not define it again, in the
-    subgraphs below (which read outer-scope names)."""
+    subgraphs below (which read outer-scope names); a :data:`PASS_THROUGH` node's own
+    readers follow it."""
     out = []
     for i, node in enumerate(graph.node):
         label = _label(node, i)
@@ -246,6 +252,8 @@ def _consumers(graph: Any, path: str, name: str) -> list[Consumer]:
             if inp == name:
                 attrs = tuple((a.name, int(a.i)) for a in node.attribute if a.type == 2)
                 out.append(Consumer(path, label, node.op_type, k, attrs))
+                if node.op_type in PASS_THROUGH and node.output and node.output[0]:
+                    out.extend(_consumers(graph, path, node.output[0]))
         for a in node.attribute:
             subs = [a.g] if a.type == 5 else list(a.graphs) if a.type == 10 else []
             for j, g in enumerate(subs):
@@ -363,9 +371,9 @@ def weight_array(model: Any, record: WeightRecord) -> np.ndarray:
 
     t = weight_proto(model, record)
     if t.data_location == 1:
-        raise ModelError(f"weight {record.key!r} is stored in external data that is not "
-                         f"loaded; load the model with its external data")
-    a = numpy_helper.to_array(t)
+        a = read_on_disk(t, record.key)
+    else:
+        a = numpy_helper.to_array(t)
     if record.dtype == "bfloat16":
         import ml_dtypes
 
@@ -374,9 +382,33 @@ def weight_array(model: Any, record: WeightRecord) -> np.ndarray:
     return np.ascontiguousarray(a)
 
 
+_DISK_DTYPES = {1: "<f4", 10: "<f2", 16: "<u2"}  # float32, float16, bfloat16 (as raw bits)
+
+
+def read_on_disk(t: Any, key: str) -> np.ndarray:
+    """A weight left in external data at an absolute location
+    (:func:`qcore.model.graph.load_model` with ``weights_on_disk``), read from its file in its
+    stored type (bfloat16 as uint16 bits); ``key`` names it in errors."""
+    import os
+
+    info = {e.key: e.value for e in t.external_data}
+    where = info.get("location", "")
+    if not os.path.isabs(where) or t.data_type not in _DISK_DTYPES:
+        raise ModelError(f"weight {key!r} is stored in external data that is not "
+                         f"loaded; load the model with its external data")
+    dtype = np.dtype(_DISK_DTYPES[t.data_type])
+    count = int(np.prod([int(d) for d in t.dims], dtype=np.int64))
+    offset = int(info.get("offset", 0))
+    if offset < 0 or offset + count * dtype.itemsize > os.path.getsize(where):
+        raise ModelError(f"weight {key!r}: its external data runs past the end of "
+                         f"{os.path.basename(where)!r}")
+    a = np.fromfile(where, dtype=dtype, count=count, offset=offset)
+    return a.reshape(tuple(int(d) for d in t.dims)).astype(dtype.newbyteorder("="), copy=False)
+
+
 def as_float32(a: np.ndarray) -> np.ndarray:
     """A weight widened to float32: exact for float16 and bfloat16 (every value is a float32)."""
-    return np.ascontiguousarray(np.asarray(a).astype(np.float32))
+    return np.ascontiguousarray(np.asarray(a).astype(np.float32, copy=False))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -60,7 +60,8 @@ class _Parser(argparse.ArgumentParser):
 
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m qcore.model", description=__doc__.split("\n\n")[1])
-    p.add_argument("model", help="a .onnx path or 'minilm'")
+    p.add_argument("model", help="a .onnx path, 'minilm' or 'minilm-matmul' (its linear layers as "
+                   "MatMul on [in, out] weights)")
     p.add_argument("--inputs", help=".npz whose arrays are the graph inputs (else generated)")
     p.add_argument("--recipes", default=",".join(DEFAULT_RECIPES),
                    help="comma-separated report recipes (default: the report's eight)")
@@ -84,6 +85,20 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-float", action="store_true",
                    help="the plan may not leave a weight in float32")
     p.add_argument("--threads", type=int, default=0, help="onnxruntime intra-op threads")
+    p.add_argument("--refine", type=int, metavar="N",
+                   help="improve the plan by up to N measured runs of local search (without it, "
+                   "a plan whose measurement misses its prediction by more than 1 dB is "
+                   "refined by up to 20 runs)")
+    p.add_argument("--feedback", metavar="OUT=IN[,...]",
+                   help="run over a sequence: the --inputs arrays hold a leading step axis, each "
+                   "step's output OUT is fed to the next step's input IN (states left out of "
+                   "the file start from zeros); fidelity over all steps and per step")
+    p.add_argument("--workers", type=int, default=0, metavar="N",
+                   help="run the sensitivity runs on a Dask LocalCluster of N worker processes "
+                   "(the same rows as in this process)")
+    p.add_argument("--scheduler", metavar="ADDRESS",
+                   help="run the sensitivity runs on a running Dask cluster (its workers read "
+                   "the model and inputs at the same paths)")
     p.add_argument("--activations", default="none",
                    help="none | dynamic | static[:TYPE][@METHOD]: quantize the activation sites "
                    "(the data inputs of MatMul/Gemm/Conv); TYPE int8 (default), uint8, int16, "
@@ -126,6 +141,11 @@ def check_args(args: argparse.Namespace) -> tuple[list[str] | None, tuple[int, i
     checks.check_threads(args.threads)
     checks.check_dim(args.dim)
     checks.check_seed(args.seed)
+    if (args.workers or args.scheduler) and args.smooth is not None:
+        raise QuantizationError("--smooth changes the model the sensitivity runs on; run it "
+                                "without --workers / --scheduler")
+    if args.refine is not None and args.refine < 0:
+        raise QuantizationError(f"--refine {args.refine}: give a number of runs >= 0")
     checks.check_sentences(args.sentences, None)
     if args.out:
         checks.check_output_path("--out", args.out, checks.TABLE_SUFFIXES)
@@ -134,10 +154,14 @@ def check_args(args: argparse.Namespace) -> tuple[list[str] | None, tuple[int, i
     if args.export:
         checks.check_output_path("--export", args.export)
     sources = {"MODEL": args.model, "--inputs": args.inputs}
-    checks.check_outputs_distinct({**{k: v for k, v in sources.items()
-                                      if v and "\x00" not in v and os.path.isfile(v)},
-                                   "--out": args.out, "--plan": args.plan,
-                                   "--export": args.export})
+    checks.check_outputs_distinct({"--out": args.out, "--plan": args.plan,
+                                   "--export": args.export},
+                                  {k: v for k, v in sources.items()
+                                   if v and "\x00" not in v and os.path.isfile(v)})
+    for flag, path in (("--inputs", args.inputs), ("--calibrate", args.calibrate)):
+        if path and args.model.lower() != "minilm":
+            checks.check_input_file(flag, path)
+    checks.parse_tensors(args.outputs, "--outputs", "output")
     _check_activation_args(args)
     return checks.parse_tensors(args.tensors), checks.parse_int_range(args.int_range)
 
@@ -175,11 +199,19 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
 
     mode = act.parse_activations(args.activations)
     t0 = time.perf_counter()
-    case = load_case(args.model, args.inputs, sentences=args.sentences, seed=args.seed,
-                     int_range=(lo, hi), dim=args.dim, kind="logits" if args.logits else None,
-                     threads=args.threads,
-                     outputs=[o.strip() for o in args.outputs.split(",") if o.strip()]
-                     if args.outputs else None)
+    outputs = ([o.strip() for o in args.outputs.split(",") if o.strip()]
+               if args.outputs else None)
+    if args.feedback:
+        from .feedback import load_fed_back_case
+
+        case = load_fed_back_case(args.model, args.inputs, args.feedback, dim=args.dim,
+                                  kind="logits" if args.logits else None, threads=args.threads,
+                                  outputs=outputs)
+    else:
+        case = load_case(args.model, args.inputs, sentences=args.sentences, seed=args.seed,
+                         int_range=(lo, hi), dim=args.dim,
+                         kind="logits" if args.logits else None, threads=args.threads,
+                         outputs=outputs)
     if tensors:
         missing = [t for t in tensors if t not in case.arrays]
         if missing:
@@ -192,7 +224,10 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
           f"{len(recipes)} recipes ({time.perf_counter() - t0:.1f} s to load)", file=out)
     case, specs, act_rows, smoothing = _activations(case, mode, args, out)
     t1 = time.perf_counter()
-    sens = measure(case, recipes, tensors, Bar("sensitivity"))
+    if args.workers or args.scheduler:
+        sens = _measure_on_dask(args, recipes, tensors, (lo, hi))
+    else:
+        sens = measure(case, recipes, tensors, Bar("sensitivity"))
     t_sens = time.perf_counter() - t1
     rows = sens.rows + act_rows + uniform(case, recipes, tensors, Bar("uniform    "))
     corr = correlation(sens.rows)
@@ -230,12 +265,72 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
           f"{plan.bits_per_element:.4f} bits/weight, output SQNR predicted "
           f"{_fmt(plan.output_sqnr_db_predicted)} dB, measured "
           f"{_fmt(plan.measured['output_sqnr_db'])} dB", file=out)
+    _print_steps(plan.measured, out)
+    plan_json = plan.to_json()
+    refined = _refine(args, case, sens, plan, out)
+    if refined is not None:
+        plan = refined.plan
+        _print_steps(plan.measured, out)
+        plan_json = plan.to_json()
+        plan_json["refine"] = refined.to_json()
     if args.plan:
         with open(args.plan, "w", encoding="utf-8") as f:
-            json.dump(plan.to_json(), f, indent=1)
+            json.dump(plan_json, f, indent=1)
     if args.export:
         write_export(case, plan, args.export, out)
     return 0
+
+
+def _print_steps(measured: dict, out: TextIO) -> None:
+    """With --feedback: the plan's SQNR per step, summarised."""
+    from .feedback import per_step_rows
+
+    rows = per_step_rows(measured)
+    if not rows:
+        return
+    sq = [r["sqnr_db"] for r in rows]
+    worst = min(range(len(sq)), key=lambda i: sq[i])
+    print(f"  over {len(sq)} steps (state fed back): first {_fmt(sq[0])} dB, last "
+          f"{_fmt(sq[-1])} dB, worst {_fmt(sq[worst])} dB at step {worst}", file=out)
+
+
+def _refine(args: argparse.Namespace, case, sens, plan, out: TextIO):
+    """With --refine N, or where measured and predicted differ by more than 1 dB: the plan
+    improved by local search on measured runs (:mod:`qcore.model.refine`); else None."""
+    from .refine import DEFAULT_RUNS, GAP_DB, refine
+
+    measured = plan.measured["output_sqnr_db"]
+    predicted = plan.output_sqnr_db_predicted
+    gap = abs(measured - predicted) if math.isfinite(measured) and math.isfinite(predicted) \
+        else (0.0 if measured == predicted else math.inf)
+    if args.refine is None and gap <= GAP_DB:
+        return None
+    if args.refine is not None and args.refine < 0:
+        raise QuantizationError(f"--refine {args.refine}: give a number of runs >= 0")
+    runs = DEFAULT_RUNS if args.refine is None else args.refine
+    r = refine(case, sens, plan, runs=runs, allow_float=not args.no_float,
+               progress=Bar("refine     "))
+    uni = ("no uniform recipe fits" if r.uniform is None else
+           f"best uniform {r.to_json()['uniform']['recipe']} "
+           f"{_fmt(r.uniform.measured['output_sqnr_db'])} dB")
+    print(f"refined: output SQNR {_fmt(r.figure)} dB at {r.plan.bits_per_element:.4f} "
+          f"bits/weight (predicted {_fmt(plan.output_sqnr_db_predicted)}, measured "
+          f"{_fmt(measured)}; {uni}; start {r.start}, {r.runs} runs, "
+          f"{len(r.moves)} moves kept)", file=out)
+    return r
+
+
+def _measure_on_dask(args: argparse.Namespace, recipes: list[str], tensors: list[str] | None,
+                     int_range: tuple[int, int]):
+    """The sensitivity rows from Dask workers (:mod:`qcore.model.distributed`)."""
+    from ..report.progress import ProgressBar
+    from .distributed import CaseSpec, measure_on_dask
+
+    spec = CaseSpec(args.model, args.inputs, args.sentences, args.seed, int_range, args.dim,
+                    "logits" if args.logits else None, args.threads,
+                    getattr(args, "feedback", None), getattr(args, "outputs", None))
+    return measure_on_dask(spec, recipes, tensors, workers=args.workers,
+                           scheduler=args.scheduler, progress=ProgressBar(label="sensitivity "))
 
 
 def _activations(case, mode, args: argparse.Namespace, out: TextIO):
@@ -347,6 +442,17 @@ def write_export(case, plan, path: str, out: TextIO) -> None:
         print(f"export: {path} is valid ONNX; onnxruntime has no kernel for {len(bad)} "
               f"DequantizeLinear node(s): {', '.join(bad)}", file=out)
         return
+    if hasattr(case, "run_model"):  # a fed-back case runs the export over its steps
+        outs = case.run_model(model)
+    else:
+        session = make_session(model, case.threads)
+        names = [o.name for o in session.get_outputs()]
+        per = [session.run(names, b) for b in case.batches]
+        outs = per[0] if len(per) == 1 else [np.concatenate([p[k] for p in per])
+                                             for k in range(len(names))]
+        if case.order is not None:
+            outs = [_restore(o, case.order) for o in outs]
+    fake = case.run(planned_weights(case, plan))
     session = make_session(model, case.threads)
     names = [o.name for o in session.get_outputs()]
     per = [session.run(names, b) for b in case.batches]

@@ -900,7 +900,7 @@ def calibration_case(case: Any, path: Any) -> Any:
     from .graph import check_inputs, read_inputs
 
     feeds = check_inputs(case.model, path) if isinstance(path, Mapping) else \
-        read_inputs(path, case.model)
+        read_inputs(path, case.model, "--calibrate")
     return ModelCase(case.name + ".calibration", case.model, [feeds], case.kind, None,
                      case.weights, case.threads, case.outputs)
 

@@ -28,7 +28,8 @@ import numpy as np
 from ..io.onnx import ModelError
 
 __all__ = ["MAX_BUDGET", "MAX_INPUT_BYTES", "ModelError", "check_budget", "check_case",
-           "check_dim", "check_feed", "check_initializers", "check_int_range_fits",
+           "check_dim", "check_feed", "check_initializers", "check_input_file",
+           "check_int_range_fits",
            "check_output_path", "check_outputs_distinct", "check_seed", "check_sentences",
            "check_threads", "generated_bytes", "max_threads", "parse_budgets",
            "parse_int_range", "parse_tensors", "read_npz"]
@@ -142,18 +143,45 @@ def parse_int_range(text: str) -> tuple[int, int]:
     return lo, hi
 
 
-def parse_tensors(text: str | None) -> list[str] | None:
-    """``--tensors a,b``: names, each once (a name twice would count its bits twice)."""
+def parse_tensors(text: str | None, flag: str = "--tensors", what: str = "weight"
+                  ) -> list[str] | None:
+    """``--tensors a,b`` (or ``--outputs``): names, each once (a weight named twice would
+    count its bits twice)."""
     if not text:
         return None
     names = [t.strip() for t in text.split(",") if t.strip()]
     if not names:
-        raise ModelError(f"--tensors {text!r}: give comma-separated weight names")
+        raise ModelError(f"{flag} {text!r}: give comma-separated {what} names")
     twice = sorted({t for t in names if names.count(t) > 1})
     if twice:
-        raise ModelError(f"--tensors names {', '.join(map(repr, twice))} more than once; give "
-                         f"each weight once")
+        raise ModelError(f"{flag} names {', '.join(map(repr, twice))} more than once; give "
+                         f"each {what} once")
     return names
+
+
+def check_input_file(flag: str, path: str | os.PathLike) -> Path:
+    """An inputs file (``--inputs``, ``--calibrate``) that exists and is a zip, checked before
+    anything loads (its arrays are checked against the model by :func:`read_npz`)."""
+    text = os.fspath(path)
+    if "\x00" in text:
+        raise ModelError(f"{flag} {text!r}: the path holds a null byte")
+    p = Path(text).expanduser()
+    if not p.is_file():
+        raise ModelError(f"{flag} {text}: no such file (give an .npz of the graph's inputs)")
+    try:
+        ok = zipfile.is_zipfile(p)
+        with open(p, "rb") as fh:
+            magic = fh.read(6)
+    except OSError as exc:
+        raise ModelError(f"{flag} {text}: cannot be read ({exc.strerror or exc})") from None
+    if not ok:
+        raise ModelError(f"{flag} {text}: not an .npz (a zip of .npy arrays){_npy_hint(magic)}")
+    return p
+
+
+def _npy_hint(magic: bytes) -> str:
+    return (" (an .npy holds one unnamed array; save the inputs with "
+            "np.savez(PATH, input_name=array, ...))" if magic == b"\x93NUMPY" else "")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -199,17 +227,22 @@ def check_output_path(flag: str, path: str | os.PathLike,
     return p
 
 
-def check_outputs_distinct(paths: Mapping[str, str | os.PathLike | None]) -> None:
-    """No two of ``{flag: path}`` name the same file: an output written over another output,
-    or over the model or the inputs read, would replace it without a word."""
+def check_outputs_distinct(outputs: Mapping[str, str | os.PathLike | None],
+                           sources: Mapping[str, str | os.PathLike | None] | None = None
+                           ) -> None:
+    """No two ``outputs`` (``{flag: path}``) name the same file, nor does an output name one
+    of the ``sources`` read: the later write would replace it without a word."""
     seen: dict[str, str] = {}
-    for flag, path in paths.items():
+    for flag, path in (sources or {}).items():
+        if path:
+            seen.setdefault(os.path.realpath(os.path.expanduser(os.fspath(path))), flag)
+    for flag, path in outputs.items():
         if not path:
             continue
         key = os.path.realpath(os.path.expanduser(os.fspath(path)))
         if key in seen:
             raise ModelError(f"{seen[key]} and {flag} name the same file {os.fspath(path)}; "
-                             f"give each output its own name")
+                             f"give each output a name of its own")
         seen[key] = flag
 
 
@@ -257,7 +290,7 @@ def _check_shape(name: str, shape: tuple[int, ...], dims: Sequence[Any],
         raise ModelError(f"input {name!r} has shape {tuple(shape)}; the model wants "
                          f"{_shape_text(dims)}")
     for d, s in zip(dims, shape):
-        if isinstance(d, str) and d:
+        if isinstance(d, str) and d and d != "?":  # "?": paddle2onnx's unnamed dimension
             if d in symbols and symbols[d][1] != s:
                 other, size = symbols[d]
                 raise ModelError(f"input {name!r} has shape {tuple(shape)}, giving dimension "
@@ -309,50 +342,49 @@ def generated_bytes(expected: Sequence[tuple[str, np.dtype, Sequence[Any]]], dim
 
 def read_npz(path: str | os.PathLike,
              expected: Sequence[tuple[str, np.dtype, Sequence[Any]]],
-             max_bytes: int = MAX_INPUT_BYTES) -> dict[str, np.ndarray]:
+             max_bytes: int = MAX_INPUT_BYTES, flag: str = "--inputs") -> dict[str, np.ndarray]:
     """Inputs from an ``.npz``, checked from its zip directory and each member's ``.npy``
     header (names, dtypes, shapes, sizes) before any array is read; each array is then read
     for exactly the bytes its header declares and checked by :func:`check_feed`."""
     text = os.fspath(path)
     if "\x00" in text:
-        raise ModelError(f"--inputs {text!r}: the path holds a null byte")
+        raise ModelError(f"{flag} {text!r}: the path holds a null byte")
     p = Path(text).expanduser()
     if not p.is_file():
-        raise ModelError(f"--inputs {text}: no such file (give an .npz of the graph's inputs)")
+        raise ModelError(f"{flag} {text}: no such file (give an .npz of the graph's inputs)")
     try:
         with open(p, "rb") as fh:
             magic = fh.read(6)
         zf = zipfile.ZipFile(p)
     except zipfile.BadZipFile:
-        hint = (" (an .npy holds one unnamed array; save the inputs with "
-                "np.savez(PATH, input_name=array, ...))" if magic == b"\x93NUMPY" else "")
-        raise ModelError(f"--inputs {text}: not an .npz (a zip of .npy arrays){hint}") from None
+        raise ModelError(f"{flag} {text}: not an .npz (a zip of .npy arrays)"
+                         f"{_npy_hint(magic)}") from None
     except (OSError, ValueError, EOFError) as exc:
-        raise ModelError(f"--inputs {text}: cannot be read ({exc})") from None
+        raise ModelError(f"{flag} {text}: cannot be read ({exc})") from None
     with zf:
         want = {name: (np.dtype(dt), dims) for name, dt, dims in expected}
         members: dict[str, zipfile.ZipInfo] = {}
         for info in zf.infolist():
             key = info.filename[:-4] if info.filename.endswith(".npy") else info.filename
             if key in members:
-                raise ModelError(f"--inputs {text}: holds {key!r} twice")
+                raise ModelError(f"{flag} {text}: holds {key!r} twice")
             members[key] = info
         unknown = [k for k in members if k not in want]
         missing = [k for k in want if k not in members]
         if unknown or missing:
-            raise ModelError(f"--inputs {text}: inputs do not match the model: "
+            raise ModelError(f"{flag} {text}: inputs do not match the model: "
                              f"missing {missing}, unknown {unknown}; the model's inputs are "
                              f"{list(want)}")
         headers = {}
         symbols: dict[str, tuple[str, int]] = {}
         total = 0
         for key, info in members.items():
-            shape, dtype = _npy_header(zf, info, text, key)
+            shape, dtype = _npy_header(zf, info, f"{flag} {text}", key)
             _check_dtype(key, dtype, want[key][0])
             _check_shape(key, shape, want[key][1], symbols)
             total += math.prod(shape) * dtype.itemsize
             if total > max_bytes:
-                raise ModelError(f"--inputs {text}: the arrays take over {_gib(max_bytes)} "
+                raise ModelError(f"{flag} {text}: the arrays take over {_gib(max_bytes)} "
                                  f"(input {key!r} is {dtype} {tuple(shape)}); give fewer rows")
             headers[key] = (shape, dtype)
         out = {}
@@ -361,7 +393,7 @@ def read_npz(path: str | os.PathLike,
                 with zf.open(info) as f:
                     a = np.lib.format.read_array(f, allow_pickle=False)
             except Exception as exc:  # noqa: BLE001 - zlib, CRC, truncation: a bad member
-                raise ModelError(f"--inputs {text}: array {key!r} cannot be read "
+                raise ModelError(f"{flag} {text}: array {key!r} cannot be read "
                                  f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
                                  ) from None
             out[key] = check_feed(key, a, want[key][0], want[key][1])
@@ -381,7 +413,7 @@ def _npy_header(zf: zipfile.ZipFile, info: zipfile.ZipInfo, text: str, key: str
             else:
                 shape, _, dtype = fmt._read_array_header(f, version)  # noqa: SLF001
     except Exception as exc:  # noqa: BLE001 - a header numpy cannot parse
-        raise ModelError(f"--inputs {text}: member {info.filename!r} is not an .npy array "
+        raise ModelError(f"{text}: member {info.filename!r} is not an .npy array "
                          f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
                          ) from None
     return tuple(int(s) for s in shape), np.dtype(dtype)
@@ -436,6 +468,9 @@ def _check_tensor(onnx: Any, t: Any, what: str, where: str) -> None:
     if bits is None:
         return
     if t.data_location == onnx.TensorProto.EXTERNAL:
+        location = next((e.value for e in t.external_data if e.key == "location"), "")
+        if os.path.isabs(location):
+            return  # a weight left on disk by load_model(weights_on_disk=True), checked there
         raise ModelError(f"{where}: {what} keeps its data in an external file that was not "
                          f"loaded")
     type_name = onnx.TensorProto.DataType.Name(t.data_type)

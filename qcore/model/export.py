@@ -158,6 +158,7 @@ def export_plan(model: Any, plan: Plan, weights: dict[str, np.ndarray] | None = 
     old = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
     opset = max([old] + [q.opset for q in quantized.values()])
     out = topologically_sorted(model)
+    dropped: dict[str, set[str]] = {}  # graph path -> initializers the DQ nodes replace
     # a replaced weight listed as a graph input is listed no more (a node now makes it); before
     # IR 4 every initializer is listed, a rule of the file format, not an invitation to feed
     # them: none stays listed (onnxruntime folds and prepacks only unlisted ones)
@@ -173,9 +174,7 @@ def export_plan(model: Any, plan: Plan, weights: dict[str, np.ndarray] | None = 
         g.initializer.extend(inits)
         existing = list(g.node)
         if rec.kind == "initializer":
-            keep = [i for i in g.initializer if i.name != rec.name]
-            del g.initializer[:]
-            g.initializer.extend(keep)
+            dropped.setdefault(rec.graph, set()).add(rec.name)
             at = 0
         else:
             at = next(k for k, n in enumerate(existing)
@@ -183,6 +182,13 @@ def export_plan(model: Any, plan: Plan, weights: dict[str, np.ndarray] | None = 
             existing.pop(at)
         del g.node[:]
         g.node.extend(existing[:at] + nodes + existing[at:])
+    graphs = dict(iter_graphs(out.graph))
+    for path, names in dropped.items():  # one pass per graph: a rewrite copies the field
+        g = graphs[path]
+        keep = [i for i in g.initializer if i.name not in names]
+        del g.initializer[:]
+        g.initializer.extend(keep)
+    _weights_into_model(out)
     for o in out.opset_import:
         if o.domain in ("", "ai.onnx"):
             o.version = opset
@@ -206,6 +212,25 @@ def export_plan(model: Any, plan: Plan, weights: dict[str, np.ndarray] | None = 
                          f"operators may not exist unchanged there): {str(exc).splitlines()[0]}"
                          ) from None
     return out
+
+
+def _weights_into_model(model: Any) -> None:
+    """Weights a model keeps on disk (:func:`qcore.model.graph.load_model` with
+    ``weights_on_disk``) copied in, in their stored type: the export is a model of its own."""
+    import os
+
+    from ..io.onnx import _all_tensors, read_on_disk
+
+    for t in _all_tensors(model):
+        if t.data_location != 1:
+            continue
+        where = next((e.value for e in t.external_data if e.key == "location"), "")
+        if not os.path.isabs(where):
+            continue
+        a = read_on_disk(t, t.name)
+        t.raw_data = np.ascontiguousarray(a, a.dtype.newbyteorder("<")).tobytes()
+        t.data_location = 0
+        del t.external_data[:]
 
 
 def _header(model: Any) -> Any:

@@ -22,6 +22,7 @@ as an input and the same weight computed by a DequantizeLinear node go through t
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -47,9 +48,15 @@ __all__ = ["ModelError", "PrefixCache", "Runner", "generate_inputs", "graph_inpu
            "read_inputs", "session_options", "weight_names", "weight_records"]
 
 
-def load_model(path: str | os.PathLike) -> Any:
+def load_model(path: str | os.PathLike, weights_on_disk: bool = False) -> Any:
     """The ``onnx.ModelProto`` at ``path``, external data loaded from beside it (checked first:
-    :func:`qcore.io.onnx.check_external_data`)."""
+    :func:`qcore.io.onnx.check_external_data`).
+
+    ``weights_on_disk``: weights (float initializers of rank >= 2) kept in external data stay
+    there, their location made absolute, and :func:`qcore.io.onnx.weight_array` reads each
+    straight from the file — a process then holds each weight once (as the float32 array it
+    quantizes), not also inside the protobuf (the model tool's cases and Dask workers load so;
+    :func:`qcore.model.export.export_plan` copies the kept float weights back in)."""
     onnx = require("onnx")
     if "\x00" in str(path):
         raise ModelError(f"model {str(path)!r}: the path holds a null byte")
@@ -64,15 +71,48 @@ def load_model(path: str | os.PathLike) -> Any:
                          ) from None
     check_external_data(model, p.parent)  # no path escape, inside its file, before reading
     try:
-        from onnx.external_data_helper import load_external_data_for_model
+        if weights_on_disk:
+            _weights_stay_on_disk(model, p.resolve().parent)
+        else:
+            from onnx.external_data_helper import load_external_data_for_model
 
-        load_external_data_for_model(model, str(p.parent))
+            load_external_data_for_model(model, str(p.parent))
     except Exception as exc:  # noqa: BLE001
         raise ModelError(f"model {str(path)!r}: its external data cannot be read: "
                          f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
                          ) from None
     checks.check_initializers(model, f"model {str(path)!r}")
     return model
+
+
+def _weights_stay_on_disk(model: Any, base: Path) -> None:
+    """External weights keep an absolute location; every other external tensor is loaded
+    (locations checked already)."""
+    onnx = require("onnx")
+    from onnx.external_data_helper import load_external_data_for_tensor
+
+    from ..io.onnx import WEIGHT_TYPES, _all_tensors
+
+    for t in _all_tensors(model):  # initializers of every graph and Constant values
+        if t.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        if t.data_type in WEIGHT_TYPES and len(t.dims) >= 2:
+            info = {e.key: e.value for e in t.external_data}
+            target = (base / info["location"]).resolve()
+            have = (int(info["length"]) if "length" in info
+                    else target.stat().st_size - int(info.get("offset", 0)))
+            need = math.prod(t.dims) * (4 if t.data_type == onnx.TensorProto.FLOAT else 2)
+            if have != need:  # what check_initializers says of a loaded tensor
+                raise ModelError(f"model: initializer {t.name!r} holds {have} bytes; its shape "
+                                 f"{list(t.dims)} of "
+                                 f"{onnx.TensorProto.DataType.Name(t.data_type)} needs {need}")
+            for e in t.external_data:
+                if e.key == "location":
+                    e.value = str(target)
+            continue
+        load_external_data_for_tensor(t, str(base))
+        t.data_location = onnx.TensorProto.DEFAULT
+        del t.external_data[:]
 
 
 def weight_records(model: Any, min_rank: int = 2) -> list[WeightRecord]:
@@ -166,11 +206,12 @@ def check_inputs(model: Any, feeds: Mapping[str, np.ndarray]) -> dict[str, np.nd
             for name, dtype, dims in expected}
 
 
-def read_inputs(path: str | os.PathLike, model: Any) -> dict[str, np.ndarray]:
+def read_inputs(path: str | os.PathLike, model: Any, flag: str = "--inputs"
+                ) -> dict[str, np.ndarray]:
     """Inputs from an ``.npz`` whose array names are the graph's input names, checked from
     the zip directory and the ``.npy`` headers before any array is read
     (:func:`qcore.model.checks.read_npz`)."""
-    return checks.read_npz(path, graph_inputs(model))
+    return checks.read_npz(path, graph_inputs(model), flag=flag)
 
 
 def session_options(threads: int = 0) -> Any:
@@ -225,19 +266,18 @@ def expose_weights(model: Any, records: list[WeightRecord]) -> tuple[Any, dict[s
         taken |= {i for n in g.node for i in n.input}
     feed: dict[str, str] = {}
     new_inputs = []
+    direct_names = set()
     for r in records:
-        # looked up afresh: rewriting a graph's node list copies the subgraphs below it
-        g = dict(iter_graphs(out.graph))[r.graph]
         direct = r.graph == "main" and r.kind == "initializer" and r.dtype == "float32"
         name = r.name if direct else _unique(f"qcore.weight.{r.key}", taken)
         feed[r.key] = name
         new_inputs.append(helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT,
                                                         list(r.shape)))
         if direct:
-            keep = [t for t in g.initializer if t.name != r.name]
-            del g.initializer[:]
-            g.initializer.extend(keep)
+            direct_names.add(r.name)
             continue
+        # looked up afresh: rewriting a graph's node list copies the subgraphs below it
+        g = dict(iter_graphs(out.graph))[r.graph]
         if r.dtype == "float32":
             read = helper.make_node("Identity", [name], [r.name], name=f"{name}.read")
         else:  # a Cast, as in the export: the consumers see a computed half-precision weight
@@ -255,6 +295,10 @@ def expose_weights(model: Any, records: list[WeightRecord]) -> tuple[Any, dict[s
             nodes.pop(at)
         del g.node[:]
         g.node.extend(nodes[:at] + [read] + nodes[at:])
+    if direct_names:  # one pass: each rewrite of a repeated field copies it into the arena
+        keep = [t for t in out.graph.initializer if t.name not in direct_names]
+        del out.graph.initializer[:]
+        out.graph.initializer.extend(keep)
     out.graph.input.extend(new_inputs)
     return out, feed
 
@@ -336,7 +380,8 @@ class PrefixCache:
         self.batch_inputs = [dict(b) for b in batches]
         self.sessions: dict[str, Any] = {}
         g = runner.exposed.graph
-        self.plans: dict[str, tuple[Any, list[str], list[str], list[str]]] = {}
+        self.plans: dict[str, tuple[np.ndarray, list[str], list[str], list[str]]] = {}
+        self.types: dict[str, int] = {}
         self.values: list[dict[str, np.ndarray]] = []
         graph_attr = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
         if any(a.type in graph_attr for n in g.node for a in n.attribute):
@@ -348,14 +393,16 @@ class PrefixCache:
         inits = {t.name for t in g.initializer}
         outputs = [o.name for o in g.output]
         cuts: dict[str, list[str]] = {}
+        self.types = types
         for key in runner.names:
             w = runner.feed_names[key]
             if w in outputs:
                 continue  # the weight itself is an output: the whole model runs
-            tainted, marked = {w}, []
-            for n in g.node:
+            tainted, marked, at = {w}, [], []
+            for k, n in enumerate(g.node):
                 if any(i in tainted for i in n.input if i):
                     marked.append(n)
+                    at.append(k)
                     tainted.update(o for o in n.output if o)
             made = {o for n in marked for o in n.output}
             frontier = sorted({i for n in marked for i in n.input
@@ -364,9 +411,10 @@ class PrefixCache:
             feeds = sorted({i for n in marked for i in n.input if i in graph_inputs})
             if any(not types.get(f) for f in frontier) or len(marked) == len(g.node):
                 continue  # untyped values, or nothing to save: the whole model runs
-            sub = self._submodel(runner.exposed, marked, frontier, feeds, types,
-                                 [o for o in outputs if o in made])
-            self.plans[key] = (sub, frontier, feeds, [o for o in outputs if o in made])
+            # the sub-model is built when first run: node indices only until then (a model of
+            # 900 weights and 5000 nodes held 2 M node copies, 2.9 GB, in its sub-models)
+            self.plans[key] = (np.asarray(at, np.int32), frontier, feeds,
+                               [o for o in outputs if o in made])
             cuts[key] = frontier
         needed = sorted({f for fr in cuts.values() for f in fr})
         if not needed:
@@ -404,9 +452,12 @@ class PrefixCache:
 
     def run(self, weight: str, value: np.ndarray) -> list[list[np.ndarray]]:
         """Per batch, the model's outputs with ``weight`` replaced by ``value``."""
-        sub, frontier, feeds, outs = self.plans[weight]
+        at, frontier, feeds, outs = self.plans[weight]
         if weight not in self.sessions:
             self.sessions.clear()  # one sub-model session at a time: each keeps its own arena
+            nodes = self.runner.exposed.graph.node
+            sub = self._submodel(self.runner.exposed, [nodes[int(k)] for k in at], frontier,
+                                 feeds, self.types, outs)
             self.sessions[weight] = make_session(sub, self.runner.threads)
         session = self.sessions[weight]
         weight_feeds = self.runner.weight_feeds({weight: value})

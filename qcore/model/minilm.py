@@ -48,8 +48,12 @@ def load_checkpoint(folder: Path | None = None) -> tuple[dict[str, np.ndarray], 
     return weights, config
 
 
-def build_graph(weights: dict[str, np.ndarray], config: dict[str, Any]) -> Any:
-    """The encoder as an ``onnx.ModelProto`` (see the module doc)."""
+def build_graph(weights: dict[str, np.ndarray], config: dict[str, Any],
+                matmul: bool = False) -> Any:
+    """The encoder as an ``onnx.ModelProto`` (see the module doc). ``matmul``: each linear
+    layer as most exporters write a transformer — ``MatMul`` on the weight stored [in, out]
+    (the checkpoint's [out, in] transposed), then ``Add`` of the bias — instead of ``Gemm``
+    with ``transB=1``."""
     onnx = require("onnx")
     from onnx import TensorProto, helper, numpy_helper
 
@@ -83,6 +87,9 @@ def build_graph(weights: dict[str, np.ndarray], config: dict[str, Any]) -> Any:
                   axis=-1, epsilon=eps)
 
     def linear(x2d: str, prefix: str) -> str:
+        if matmul:
+            inits[prefix + ".weight"] = np.ascontiguousarray(weights[prefix + ".weight"].T)
+            return op("Add", [op("MatMul", [x2d, prefix + ".weight"]), w(prefix + ".bias")])
         return op("Gemm", [x2d, w(prefix + ".weight"), w(prefix + ".bias")], transB=1)
 
     # embeddings: word + position (rows 0..L-1) + token type 0
@@ -144,16 +151,17 @@ def build_graph(weights: dict[str, np.ndarray], config: dict[str, Any]) -> Any:
     return model
 
 
-@lru_cache(maxsize=1)
-def _cached_model() -> bytes:
+@lru_cache(maxsize=2)
+def _cached_model(matmul: bool = False) -> bytes:
     weights, config = load_checkpoint()
-    return build_graph(weights, config).SerializeToString()
+    return build_graph(weights, config, matmul).SerializeToString()
 
 
-def minilm_model() -> Any:
-    """The encoder's ModelProto (built once per process from the installed checkpoint)."""
+def minilm_model(matmul: bool = False) -> Any:
+    """The encoder's ModelProto (built once per process from the installed checkpoint);
+    ``matmul``: linear layers as MatMul on [in, out] weights (:func:`build_graph`)."""
     onnx = require("onnx")
-    return onnx.load_from_string(_cached_model())
+    return onnx.load_from_string(_cached_model(bool(matmul)))
 
 
 @lru_cache(maxsize=1)

@@ -19,8 +19,8 @@ import numpy as np
 from ..report.recipes import parse_recipes
 from .fidelity import ModelCase, compare, float_bits, spearman
 
-__all__ = ["COLUMNS", "Sensitivity", "correlation", "measure", "uniform", "write_csv",
-           "write_table"]
+__all__ = ["COLUMNS", "Sensitivity", "correlation", "measure", "sensitivity_of", "tensor_rows",
+           "uniform", "write_csv", "write_table"]
 
 #: The table's columns (the CLI's contract is the first five). ``kind`` is ``weight`` for a
 #: weight's row (and the ``*`` rows) and ``activation`` for an activation site's row
@@ -88,20 +88,36 @@ def measure(case: ModelCase, recipes: Sequence[str] | str, tensors: Sequence[str
         for r in names:
             if progress:
                 progress(done, total, f"{t} × {r}")
-            try:
-                q = case.quantize(t, r)
-            except ValueError:
-                done += 1
-                continue
-            rows.append(_row(t, q, case.fidelity({t: q.x_hat})))
+            rows.extend(tensor_rows(case, t, [r]))
             done += 1
     if progress:
         progress(total, total, "done")
+    return sensitivity_of(case, chosen, names, rows)
+
+
+def tensor_rows(case: ModelCase, tensor: str, recipes: Sequence[str]) -> list[dict]:
+    """The rows of one tensor × ``recipes`` (one model run each; a recipe that cannot express
+    the tensor gives no row). The in-process run and the Dask workers
+    (:mod:`qcore.model.distributed`) call this very function, so their rows are the same."""
+    rows = []
+    for r in recipes:
+        try:
+            q = case.quantize(tensor, r)
+        except ValueError:
+            continue
+        rows.append(_row(tensor, q, case.fidelity({tensor: q.x_hat})))
+    return rows
+
+
+def sensitivity_of(case: ModelCase, tensors: list[str], recipes: list[str],
+                   rows: list[dict]) -> Sensitivity:
+    """:class:`Sensitivity` of measured ``rows`` (the plan's inputs: elements, float bits and
+    the power of the outputs the figure averages)."""
     # Σ y² over the outputs the figure averages: noise_power is mean_o r_o times this
     signal = compare(case.reference, case.reference, names=case.runner.output_names,
                      outputs=case.outputs)["signal_power"]
-    return Sensitivity(chosen, names, {t: int(case.arrays[t].size) for t in chosen},
-                       {t: float_bits(case.arrays[t]) for t in chosen}, rows, signal)
+    return Sensitivity(tensors, recipes, {t: int(case.arrays[t].size) for t in tensors},
+                       {t: float_bits(case.arrays[t]) for t in tensors}, rows, signal)
 
 
 def uniform(case: ModelCase, recipes: Sequence[str] | str,
