@@ -216,6 +216,18 @@ def curve(case: cases.ModelCase, sens: sensitivity.Sensitivity, allow_float: boo
     return out
 
 
+def refine(case: cases.ModelCase, sens: sensitivity.Sensitivity, additive: plan.Plan,
+           runs: int, allow_float: bool, progress: Progress | None = None) -> Any:
+    """The plan improved by local search on measured runs (:func:`qcore.model.refine.refine`),
+    from a copy of the additive plan (the stored one stays as it was measured)."""
+    import copy
+
+    from qcore.model.refine import refine as local_search
+
+    return local_search(case, sens, copy.deepcopy(additive), runs=runs, allow_float=allow_float,
+                        progress=progress)
+
+
 def budget_bounds(sens: sensitivity.Sensitivity) -> tuple[float, float]:
     """The budget slider's range: the cheapest and costliest plan, to 0.01 bit, never empty."""
     lo, hi = plan.budget_range(sens)

@@ -230,7 +230,15 @@ lo, hi = model_view.budget_bounds(sens)
 budget = widgets.slider("Budget (bits per weight, scales and zero points included)",
                         "mf_budget", float(min(max(5.0, lo), hi)), min_value=lo, max_value=hi,
                         step=0.01)
-allow_float = widgets.toggle("A tensor may stay float32 (32 bits)", "mf_float", False)
+b1, b2 = st.columns([2, 1], vertical_alignment="bottom")
+with b1:
+    allow_float = widgets.toggle("A tensor may stay float32 (32 bits)", "mf_float", False)
+refine_runs = widgets.number("Refine by measured runs", "mf_refine", 0, min_value=0,
+                             max_value=200, where=b2,
+                             help="0: the additive plan. N: a local search on measured runs "
+                                  "(one tensor's recipe changed at a time, kept only when the "
+                                  "measured figure rises) from the better of the additive plan "
+                                  "and the best uniform recipe within the budget.")
 act_key = (act_config.name, int(float_sites)) if study is not None else ()
 plan_key = key + (float(budget), bool(allow_float)) + act_key
 with st.spinner("Planning, then running the planned model…"):
@@ -246,6 +254,25 @@ m[2].metric("Output SQNR measured", f"{p.measured['output_sqnr_db']:.2f} dB",
             f"max |Δ| {p.measured['max_abs']:.3g}", delta_color="off", border=True)
 for col, (label, value, note, why) in zip(m[3:], extra):
     col.metric(label, value, note or None, delta_color="off", border=True, help=why)
+refined = None
+if refine_runs:
+    rbar = st.progress(0.0, text="Refining on measured runs…")
+
+    def refine_progress(done: int, total: int, label: str) -> None:
+        rbar.progress(min(1.0, done / total if total else 1.0), text=f"{done}/{total} {label}")
+
+    refined = errors.require(model_view.compute, ("refine",) + plan_key + (int(refine_runs),),
+                             model_view.refine, case, sens, p, int(refine_runs),
+                             bool(allow_float), refine_progress, what="Refining")
+    rbar.empty()
+    r1, r2 = st.columns(2)
+    r1.metric("Output SQNR refined", f"{refined.figure:.2f} dB",
+              f"{refined.plan.bits_per_element:.4f} bits per weight", delta_color="off",
+              border=True)
+    r2.metric("Refinement", f"{len(refined.moves)} moves kept",
+              f"{refined.runs} runs from {refined.start}", delta_color="off", border=True)
+    st.caption("The refined plan is the one downloaded and exported below.")
+    p = refined.plan
 steps = model_view.per_step_chart(p.measured)
 if steps is not None:
     charts.show(steps)
@@ -286,16 +313,18 @@ if runtime == "onnxruntime":
 else:
     st.caption("Planned for any ONNX runtime: the QDQ model is valid ONNX; onnxruntime may lack "
                "kernels for some of its types (said below once it is built).")
-plan_json = json.dumps({**p.to_json(), "runtime": runtime}, indent=1)
+plan_json = json.dumps({**p.to_json(), "runtime": runtime,
+                        **({"refine": refined.to_json()} if refined else {})}, indent=1)
+export_key = plan_key + ((int(refine_runs),) if refined else ())
 d1, d2 = st.columns(2)
 d1.download_button("Download the plan (.json)", plan_json, "plan.json", "application/json",
                    icon=":material/download:")
 if d2.button("Build the QDQ model", icon=":material/build:"):
     with st.spinner("Exporting…"):
-        st.session_state["_mf_qdq"] = (plan_key, *errors.require(model_view.export, case, p,
-                                                                 what="Exporting"))
+        st.session_state["_mf_qdq"] = (export_key, *errors.require(model_view.export, case, p,
+                                                                   what="Exporting"))
 built = st.session_state.get("_mf_qdq")
-if built and built[0] == plan_key:
+if built and built[0] == export_key:
     d2.download_button("Download the QDQ model (.onnx)", built[1], "model.qdq.onnx",
                        "application/octet-stream", icon=":material/download:")
     if built[2]:

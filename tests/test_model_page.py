@@ -316,3 +316,27 @@ def test_state_fed_back_shows_sqnr_per_step(tmp_path):
         assert p.measured["sqnr_db_per_step"][i] == pytest.approx(_sqnr(r, o), abs=1e-6)
     shown = metrics(at)["Output SQNR measured"]
     assert shown == f"{p.measured['output_sqnr_db']:.2f} dB"
+
+
+def test_refined_plan_is_the_command_lines(tmp_path):
+    """mf_refine=N: the page's refined figure and bits are those of python -m qcore.model
+    --refine N on the same model, inputs and budget; the refined plan is the one exported."""
+    import json
+
+    from qcore.model.__main__ import main
+
+    model = tmp_path / "tiny.onnx"
+    onnx.save(tiny_model(), model)
+    recipes_ = "int8:per-axis,int4:blocked32,uint8:per-tensor"
+    at = open_page({"mf_source": "path", "mf_path": str(model), "mf_recipes": recipes_,
+                    "mf_budget": "7.5", "mf_refine": "6", "mf_runtime": "reference"})
+    shown = metrics(at)
+    out = tmp_path / "plan.json"
+    assert main([str(model), "--recipes", recipes_, "--budget", "7.5", "--no-float",
+                 "--refine", "6", "--plan", str(out)]) == 0
+    cli = json.loads(out.read_text())
+    assert shown["Output SQNR refined"] == f"{cli['refine']['output_sqnr_db']:.2f} dB"
+    assert float(shown["Output SQNR refined"].split()[0]) >= \
+        float(shown["Output SQNR measured"].split()[0])
+    at.button[1].click().run()  # Build the QDQ model
+    assert any("onnxruntime loads this model" in s.value for s in at.success)
