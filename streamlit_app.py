@@ -12,12 +12,15 @@ from app import errors, frame, nav, state, warm  # noqa: E402 - after set_page_c
 
 _t0 = time.perf_counter()
 page = nav.navigation()
+nav.one_history_entry_per_move()
 state.begin_run(page.url_path)
 frame.set_inside(True)
 try:
     warm.warm()
-    with warm.page_running():  # the background warm-up compiles nothing meanwhile
+    with warm.page_running(page.title):  # the background warm-up compiles nothing meanwhile
         page.run()
+except frame.PageEnd:  # frame.stop_page(): the page ended early, the run ends normally
+    pass
 except Exception as exc:  # noqa: BLE001 - no traceback ever reaches the user
     errors.show(exc)
 finally:

@@ -354,6 +354,18 @@ def clipping(df: pd.DataFrame, *, log_y: bool = True) -> go.Figure:
     return fig
 
 
+def nice_step(raw: float) -> float:
+    """The tick step of 1, 2, 2.5 or 5 times a power of ten nearest above `raw` (axis ticks
+    at round numbers: 0, 4, 8… rather than 2.1, 9, 15.9)."""
+    if not np.isfinite(raw) or raw <= 0:
+        return 1.0
+    power = 10.0 ** np.floor(np.log10(raw))
+    for m in (1, 2, 2.5, 5, 10):
+        if m * power >= raw:
+            return float(m * power)
+    return float(10 * power)
+
+
 def block_sizes(df: pd.DataFrame) -> go.Figure:
     """SQNR and bits per element against block size (log scale)."""
     fig = figure("Error against block size", "block size (elements per scale, log scale)",
@@ -363,8 +375,11 @@ def block_sizes(df: pd.DataFrame) -> go.Figure:
     fig.add_trace(go.Scatter(x=df["block_size"], y=df["bits_per_element"], yaxis="y2",
                              name="bits per element", mode="lines+markers",
                              line=dict(color=theme.OUTPUT, width=2, dash="dot")))
+    top = float(np.nanmax(df["bits_per_element"])) if len(df) else 1.0
+    step = nice_step(top / 5)
     fig.update_layout(yaxis2=dict(title=dict(text="bits per element"), overlaying="y",
-                                  side="right", showgrid=False, rangemode="tozero"))
+                                  side="right", showgrid=False, tick0=0, dtick=step,
+                                  range=[0, (np.floor(top / step) + 1) * step]))
     fig.update_xaxes(type="log", tickmode="array", tickvals=list(df["block_size"]),
                      ticktext=[str(v) for v in df["block_size"]])
     return fig

@@ -46,6 +46,13 @@ def cuda_ok() -> bool:
         return False
 
 
+def opset_span(opsets: list[int]) -> str:
+    """'opset 23' for one opset, 'opsets 19–20' for a run of them."""
+    if opsets[0] == opsets[-1]:
+        return f"opset {opsets[0]}"
+    return f"opsets {opsets[0]}–{opsets[-1]}"
+
+
 def version_label(op: str, opset: int) -> str:
     """'QuantizeLinear-21' for the version in force at `opset`."""
     return qcore.resolve(op, opset).label
@@ -57,7 +64,7 @@ def version_label(op: str, opset: int) -> str:
 HOME_VALUES = np.array([-1.3, -0.62, -0.05, 0.0, 0.24, 0.5, 0.91, 1.7], np.float32)
 
 
-@st.cache_data(max_entries=64, show_spinner=False)
+@st.cache_data(max_entries=64, show_spinner="Quantizing your numbers…")
 def home_example(scale: float, zero_point: float, target: str,
                  values: tuple[float, ...] = tuple(HOME_VALUES.tolist())) -> pd.DataFrame:
     """The home page's example values, through QuantizeLinear and DequantizeLinear."""
@@ -201,11 +208,11 @@ def check_everywhere(op: str, config: dict[str, Any]) -> pd.DataFrame:
             else:
                 plan = qcore.plan_dequantize(opset=v, **config)
                 detail = f"{plan.layout.granularity}; output {plan.output.name}"
-            rows.append({"version": label, "opsets": f"{opsets[0]}–{opsets[-1]}",
-                         "valid": True, "what qcore says": detail})
+            rows.append({"version": label, "opsets": opset_span(opsets),
+                         "first_opset": opsets[0], "valid": True, "what qcore says": detail})
         except qcore.QuantizationError as exc:
-            rows.append({"version": label, "opsets": f"{opsets[0]}–{opsets[-1]}",
-                         "valid": False, "what qcore says": str(exc)})
+            rows.append({"version": label, "opsets": opset_span(opsets),
+                         "first_opset": opsets[0], "valid": False, "what qcore says": str(exc)})
     return pd.DataFrame(rows)
 
 
@@ -227,6 +234,17 @@ def _quantize(spec, cfg) -> tuple[np.ndarray, Any, np.ndarray, np.ndarray]:
                         backend=cfg.backend)
     x_hat = params.dequantize(y, opset=cfg.opset, backend=cfg.backend)
     return x, params, y, x_hat
+
+
+@st.cache_data(max_entries=8, show_spinner=False)
+def method_sqnr(spec, cfg) -> float:
+    """SQNR (dB) of the configuration as calibrated (the Lab's figure), without the Lab's
+    histograms and maps: the clipping sweep shows it beside its own best range."""
+    from qcore import metrics
+
+    x, params, y, x_hat = _quantize(spec, cfg)
+    return float(metrics.error_metrics(x, x_hat, y=y, params=params,
+                                       opset=cfg.opset)["sqnr_db"])
 
 
 def quantized_codes(spec, cfg) -> np.ndarray:

@@ -9,7 +9,9 @@ import qcore
 
 from . import glossary
 
-FORMULA_Q = r"y = \operatorname{saturate}\big(\operatorname{round}(x \,/\, \text{scale}) + \text{zero\_point}\big)"
+#: Two lines, so that it fits Home's column on a laptop-wide window (one line was cut).
+FORMULA_Q = (r"\begin{aligned}y &= \operatorname{saturate}\big(\operatorname{round}(x \,/\, "
+             r"\text{scale}) \\ &\qquad + \text{zero\_point}\big)\end{aligned}")
 FORMULA_DQ = r"\hat{x} = (y - \text{zero\_point}) \times \text{scale}"
 
 HOME_INTRO = """
@@ -135,8 +137,10 @@ after the first time; a **chain** through several formats accumulates the errors
 """
 
 SWEEPS_EXACT = """
-The clipping sweep sets the range to a fraction of the absolute maximum and uses the symmetric
-scale `range / qmax`; the MSE is split into the part from elements inside the range (rounding)
+The clipping sweep shrinks the calibrated range by a ratio from 1 down to 0.05: for min–max,
+abs-max and MX it is that method's own range times the ratio (ratio 1 is what the Lab shows);
+percentile, MSE and manual pick their own range, so for them it is the observed min–max range
+times the ratio (symmetric for signed and float targets, as the method is); the MSE is split into the part from elements inside the range (rounding)
 and outside it (clipping). Block sizes are swept over the values the spec accepts for the
 chosen axis, `[ceil(Dᵢ/Sᵢ), ceil(Dᵢ/(Sᵢ−1))−1]`. Every step is `qcore.quantize_linear` then
 `qcore.dequantize_linear`.

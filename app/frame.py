@@ -41,9 +41,21 @@ def enter() -> None:
     st.stop()
 
 
+class PageEnd(BaseException):  # noqa: N818 - like Streamlit's StopException, not an error
+    """Raised by :func:`stop_page`; the entry point catches it and finishes the run normally.
+
+    A BaseException (as Streamlit's own StopException), so ``except Exception`` in a page does
+    not take it for an error. Unlike ``st.stop()`` it leaves the run able to send messages:
+    after ``st.stop()`` every later Streamlit call raises again, so the entry point's
+    ``finally`` could neither write the settings to the URL nor show its notes."""
+
+
 def stop_page() -> None:
-    """End this page's run early (like ``st.stop()``) with the URL and the notes up to date:
-    after a stop, writes made in the entry point's ``finally`` are not kept."""
+    """End this page's run early, like ``st.stop()``, but through the entry point: the URL,
+    the notes and the warm-up's count of running pages are brought up to date as after a whole
+    run. Outside the frame (no entry point around the page) it is ``st.stop()``."""
+    if inside():
+        raise PageEnd
     from . import state
 
     state.show_url_notes()

@@ -1,9 +1,11 @@
-"""The guided path: seven steps from scale and zero point to choosing a format.
+"""The guided path: ten steps from scale and zero point to a whole model.
 
-Each :class:`Step` holds the idea (three sentences), the formula, the reason behind the rule, a
-prediction question whose answer qcore computes when asked (never a stored number), and a
-"Try this": the page and settings (URL names) that show the step on a real tensor. Pure data
-and qcore calls; ``pages/learn.py`` draws it.
+Each :class:`Step` holds the idea (three sentences), the formula, the reason behind the rule
+(shown once the question is answered: it often gives the answer away), a prediction question
+whose answer qcore computes when asked (never a stored number), a "Try this": the page and
+settings (URL names, described in words by :func:`describe_settings`) that show the step on a
+real tensor, and the reference pages the step leans on. Pure data and qcore calls;
+``pages/learn.py`` draws it.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 import numpy as np
 
 import qcore
-from qcore import calibration, metrics, synthetic
+from qcore import calibration, datasets, metrics, packing, synthetic
 
 from . import glossary, presets
 
@@ -42,6 +44,44 @@ class Step:
     try_text: str = ""  # what to look at there
     terms: tuple[str, ...] = ()  # glossary slugs
     preset: str = ""  # the Lab preset (app.presets.LAB) whose settings and note it uses
+    refs: tuple[str, ...] = ()  # scripts of the reference pages the step leans on
+
+
+#: Setting URL names in words (the "Try this" card says what it sets).
+SETTING_WORDS: dict[str, str] = {
+    "h_x": "values", "h_target": "target type", "h_scale": "scale", "h_zp": "zero point",
+    "lo_x": "your own numbers", "lo_s": "scale", "lo_zp": "zero point",
+    "d_x": "your own numbers", "src": "tensor", "dist": "distribution", "ds": "real tensor",
+    "seed": "seed", "xtype": "input type", "target": "target type", "method": "calibration",
+    "gran": "granularity", "axis": "axis", "block": "block size", "opset": "opset",
+    "stype": "scale type", "c_gran": "granularity", "c_method": "calibration",
+    "c_formats": "formats", "c_axis": "axis", "mr_source": "model", "mr_recipes": "recipes",
+}
+_SOURCE_WORDS = {"synthetic": "synthetic", "dataset": "a real tensor", "upload": "an upload",
+                 "datasets": "the shipped MiniLM tensors"}
+
+
+def describe_settings(settings: dict[str, Any]) -> str:
+    """The settings a "Try this" sets, in words: 'target type int8, scale 1, …' (a shape
+    from rows and cols; a list joined with commas)."""
+    parts: list[str] = []
+    if "rows" in settings and "cols" in settings:
+        parts.append(f"shape {settings['rows']} × {settings['cols']}")
+    for name, value in settings.items():
+        if name in ("rows", "cols"):
+            continue
+        if isinstance(value, (list, tuple)):
+            shown = ", ".join(str(v) for v in value)
+        elif name in ("src", "mr_source"):
+            shown = _SOURCE_WORDS.get(str(value), str(value))
+        elif name in ("xtype", "stype") and value == "float":
+            shown = "float32"
+        elif isinstance(value, float) and value.is_integer():
+            shown = f"{value:g}"
+        else:
+            shown = str(value).replace("_", " ")
+        parts.append(f"{SETTING_WORDS.get(name, name.replace('_', ' '))} {shown}")
+    return "; ".join(parts)
 
 
 def _q(x: float, scale: float, zero_point: Any = None, target: str | None = None,
@@ -155,6 +195,93 @@ def _a6() -> Answer:
                   f"the zero point **{int(zp)}**; y = {', '.join(str(int(v)) for v in y)}.")
 
 
+
+# --------------------------------------------------------------------------- 6 storage
+
+STORAGE_CODES = (1, -2, 3, 7, -8)
+_S_STORE = ("5 bytes, first 0x01", "3 bytes, first 0x1E", "3 bytes, first 0xE1")
+
+
+def _a_storage() -> Answer:
+    codes = np.array(STORAGE_CODES, qcore.get_format("int4").dtype)
+    packed = packing.pack(codes)
+    shown = f"{packed.size} bytes, first 0x{int(packed[0]):02X}"
+    nibbles = " ".join(f"{int(b):08b}" for b in packed)
+    return Answer(_index(_S_STORE, shown),
+                  f"ONNX stores two 4-bit codes per byte: {len(STORAGE_CODES)} codes take "
+                  f"⌈{len(STORAGE_CODES)} / 2⌉ = **{packed.size} bytes**, the last high nibble "
+                  f"padded with 0. The first code goes in the **low** nibble: 1 = 0001 there, "
+                  f"−2 = 1110 (two's complement) above it, so the first byte is "
+                  f"**0x{int(packed[0]):02X}**. The bytes: {nibbles} "
+                  f"(qcore.packing.pack). In memory qcore keeps one code per byte; packed, the "
+                  f"file and what a kernel reads are half as large.")
+
+
+# --------------------------------------------------------------------------- 7 same bits
+
+SAME_BITS_TENSOR = "layer0.ffn.in.weight"
+_S_BITS = ("int4 blocked 32, float32 scales", "MXFP4", "about the same (within 0.5 dB)")
+
+
+def same_bits_table() -> list[tuple[str, float, float]]:
+    """(recipe, SQNR dB, bits per element) of int4 blocked-32 abs-max with float32 scales,
+    MXFP4 and float8e4m3fn per-tensor on a real MiniLM weight."""
+    w = datasets.load(SAME_BITS_TENSOR)
+    rows = []
+    for label, target, gran, method in (
+            ("int4 blocked 32, float32 scales", "int4", qcore.BLOCKED, "absmax"),
+            ("MXFP4", "float4e2m1", qcore.BLOCKED, "mx"),
+            ("float8e4m3fn per-tensor", "float8e4m3fn", qcore.PER_TENSOR, "absmax")):
+        p = calibration.choose_params(w, target, method=method, granularity=gran, axis=1,
+                                      block_size=32)
+        w_hat = p.dequantize(p.quantize(w))
+        m = metrics.error_metrics(w, w_hat, params=p, target=target)
+        rows.append((label, float(m["sqnr_db"]), float(m["bits_per_element"])))
+    return rows
+
+
+def _a_same_bits() -> Answer:
+    (a, sa, ba), (b, sb, bb), (c, sc, bc) = same_bits_table()
+    pick = 2 if abs(sa - sb) < 0.5 else (0 if sa > sb else 1)
+    return Answer(pick,
+                  f"On MiniLM's `{SAME_BITS_TENSOR}` (1536 × 384): {a} **{sa:.2f} dB** at "
+                  f"**{ba:.3g} bits** per element (4 + 32 / 32 for the scales); {b} "
+                  f"**{sb:.2f} dB** at **{bb:.3g} bits** (4 + 8 / 32: a power-of-two scale, "
+                  f"the block's largest value lands anywhere in its binade, so the codes' top "
+                  f"is partly unused); {c} {sc:.2f} dB at {bc:.3g} bits. A bit more per element "
+                  f"buys about 6 dB: compare SQNR per bit, not SQNR alone.")
+
+
+# --------------------------------------------------------------------------- 10 tensor to model
+
+MODEL_TENSORS = ("layer0.attn.query.weight", "layer0.ffn.out.weight", "layer5.ffn.residual")
+
+
+def model_tensor_table() -> list[tuple[str, float, float]]:
+    """(tensor, int8 per-tensor abs-max SQNR in dB, abs-max / std) of three MiniLM tensors."""
+    rows = []
+    for name in MODEL_TENSORS:
+        x = datasets.load(name)
+        p = calibration.choose_params(x, "int8", method="absmax")
+        m = metrics.error_metrics(x, p.dequantize(p.quantize(x)))
+        crest = float(np.abs(x).max() / x.std())
+        rows.append((name, float(m["sqnr_db"]), crest))
+    return rows
+
+
+def _a_model() -> Answer:
+    rows = model_tensor_table()
+    worst = min(rows, key=lambda r: r[1])
+    listing = "; ".join(f"`{n}` {sq:.1f} dB (largest / std = {c:.0f})" for n, sq, c in rows)
+    return Answer(MODEL_TENSORS.index(worst[0]),
+                  f"int8 per-tensor abs-max: {listing}. The lowest is **{worst[0]}**: its "
+                  f"largest value is {worst[2]:.0f} standard deviations out, and one scale "
+                  f"sized for it leaves the bulk of the values few codes. Such a tensor needs "
+                  f"more bits or finer granularity. What that noise does to the model's output "
+                  f"is another question: Model Fidelity measures each tensor's sensitivity "
+                  f"(the model's output with only that tensor quantized) and picks the mix of "
+                  f"formats a bits budget allows.")
+
 # --------------------------------------------------------------------------- 7 choosing
 
 _S7 = ("int8", "float8e4m3fn", "about the same (within 1 dB)")
@@ -183,6 +310,13 @@ def _a7() -> Answer:
                   "Measure, don't guess: Format Compare puts every format on one chart.")
 
 
+NUMBER_FORMATS = "pages/number_formats.py"
+OPERATOR_VERSIONS = "pages/operator_versions.py"
+GLOSSARY = "pages/glossary.py"
+FORMAT_COMPARE = "pages/format_compare.py"
+MODEL_REPORT = "pages/model_report.py"
+MODEL_FIDELITY = "pages/model_fidelity.py"
+
 STEPS: tuple[Step, ...] = (
     Step("Scale and zero point",
          "Quantization stores each number as a small integer code plus one shared scale. The "
@@ -197,12 +331,12 @@ STEPS: tuple[Step, ...] = (
          dict(h_x="1, -0.5, 0.3, 2.5", h_target="uint8", h_scale=0.25, h_zp=10),
          "Home's live example with your numbers: change the scale and the zero point and "
          "watch each x snap to a code.",
-         ("scale", "zero-point", "code")),
+         ("scale", "zero-point", "code"), refs=("pages/home.py", GLOSSARY)),
     Step("Rounding",
          "x / scale is rarely a whole number, so it is rounded to the nearest code. The error "
          "of one element is at most half a step, scale / 2. A tie — exactly halfway — goes to "
          "the even neighbour.",
-         r"\operatorname{round}(2.5) = 2,\quad \operatorname{round}(3.5) = 4,\quad "
+         r"y = \operatorname{round}(x / \text{scale}),\quad "
          r"|\hat{x} - x| \le \text{scale} / 2",
          glossary.WHY["half_even"],
          "x = 2.5, scale 1, int8 → y = ?", _S2, _a2,
@@ -210,7 +344,7 @@ STEPS: tuple[Step, ...] = (
          dict(target="int8", lo_x="0.5, 1.5, 2.5, 3.5, -2.5, 2.4, 2.6", lo_s=1.0, lo_zp=0),
          "The Lab's \"Step by step on your own numbers\" table: the rounded column shows every "
          "tie going to the even code.",
-         ("half-to-even",)),
+         ("half-to-even",), refs=(OPERATOR_VERSIONS, GLOSSARY)),
     Step("Saturation",
          "The target type has a smallest and a largest code. A value whose rounded code falls "
          "outside them is clipped to the nearest end: it saturates. Choosing the scale is a "
@@ -223,7 +357,7 @@ STEPS: tuple[Step, ...] = (
          dict(target="int8", lo_x="126.4, 127.5, 128, 300, -128.5, -129, 1e10", lo_s=1.0,
               lo_zp=0),
          "The own-numbers table: \"rounded\" passes 127, \"saturated = y\" stops there.",
-         ("saturate", "clipping")),
+         ("saturate", "clipping"), refs=(NUMBER_FORMATS, OPERATOR_VERSIONS, GLOSSARY)),
     Step("Granularity: per-axis and blocked",
          "One scale for a whole tensor must cover its largest value, so every other value "
          "shares that coarse step. Per-axis quantization gives each slice along one axis its "
@@ -237,7 +371,8 @@ STEPS: tuple[Step, ...] = (
          presets.LAB["outlier_channel"].settings,
          "The Lab on a 256×256 weight with one outlier output channel, per-axis along axis 0. "
          "Switch Granularity to per-tensor and watch the SQNR drop.",
-         ("granularity", "per-axis", "output-channel", "block"), "outlier_channel"),
+         ("granularity", "per-axis", "output-channel", "block"), "outlier_channel",
+         refs=(OPERATOR_VERSIONS, GLOSSARY)),
     Step("float8, float6, float4 and MX",
          "Float formats spend some bits on an exponent, so their codes are dense near zero and "
          "sparse far away: the relative error stays about the same at every magnitude. float8 "
@@ -251,7 +386,45 @@ STEPS: tuple[Step, ...] = (
          "pages/quantize_lab.py",
          presets.LAB["mxfp4"].settings,
          "The Lab set to MXFP4: float4e2m1 elements, float8e8m0 scales, blocks of 32.",
-         ("e4m3-e5m2", "binade", "mx", "e8m0", "ocp"), "mxfp4"),
+         ("e4m3-e5m2", "binade", "mx", "e8m0", "ocp"), "mxfp4",
+         refs=(NUMBER_FORMATS, OPERATOR_VERSIONS, GLOSSARY)),
+    Step("Storage: packing sub-byte codes",
+         "A 4-bit code fills half a byte, so ONNX packs two of them in each byte (and four "
+         "2-bit codes). The first element goes in the low nibble, bits 0 to 3, the next in "
+         "the high nibble. In memory qcore keeps one code per byte and packs them when it "
+         "writes the tensor out.",
+         r"\begin{aligned}\text{byte}_k &= (y_{2k} \mathbin{\&} 15) + 16 \times "
+         r"(y_{2k+1} \mathbin{\&} 15) \\ \text{bytes} &= \lceil n / 2 \rceil\end{aligned}",
+         "Low nibble first is how a little-endian machine stores a number's low part first: "
+         "element 2k sits where a byte-wise read finds it with one mask, and an odd count "
+         "pads only the last byte's high nibble. Packing halves the file and the memory "
+         "traffic, which is the point of 4 bits.",
+         "Five int4 codes [1, −2, 3, 7, −8], packed as ONNX stores them: how many bytes, and "
+         "what is the first byte?", _S_STORE, _a_storage,
+         "pages/quantize_lab.py",
+         dict(target="int4", gran=qcore.BLOCKED, block=32, axis=1, method="absmax"),
+         "The Lab with int4 codes: the downloads include the packed bytes (two codes a byte); "
+         "Number Formats shows each int4 code's 4 bits.",
+         ("code", "bits-per-element"), refs=(NUMBER_FORMATS, OPERATOR_VERSIONS, GLOSSARY)),
+    Step("Formats at the same bits",
+         "At about 4 bits per element there are several recipes: int4 codes with a float32 "
+         "scale per block of 32, MXFP4's float4 codes with a power-of-two scale per block, "
+         "or int4/float4 per axis. Each scale costs bits too: 32 bits shared by 32 elements "
+         "is one bit each, an 8-bit MX scale a quarter bit. So compare SQNR and bits per "
+         "element together, on the same tensor.",
+         r"\begin{aligned}\text{bits per element} &= b_{\text{code}} + "
+         r"\frac{b_{\text{scale}}}{\text{block}} \\ \text{SQNR gain} &\approx 6.02\ "
+         r"\text{dB per bit}\end{aligned}",
+         glossary.WHY["power_of_two"] + " " + glossary.WHY["blocks"],
+         "On a real MiniLM weight, int4 blocked 32 with float32 abs-max scales against MXFP4: "
+         "which gives the higher SQNR?", _S_BITS, _a_same_bits,
+         "pages/quantize_lab.py",
+         dict(src="dataset", ds=SAME_BITS_TENSOR, target="int4", method="absmax",
+              gran=qcore.BLOCKED, block=32, axis=1, stype="float"),
+         "The Lab on that weight with int4 blocked 32; press the MXFP4 preset to see the other "
+         "recipe, and compare SQNR and bits per element.",
+         ("bits-per-element", "mx", "e8m0", "block", "sqnr"),
+         refs=(NUMBER_FORMATS, FORMAT_COMPARE, GLOSSARY)),
     Step("DynamicQuantizeLinear",
          "Sometimes the scale cannot be chosen ahead of time: activations change with every "
          "input. DynamicQuantizeLinear computes it from the tensor at run time, always to "
@@ -266,7 +439,7 @@ STEPS: tuple[Step, ...] = (
          dict(d_x="-1, 0, 3, 0.5, 2"),
          "The Dynamic page's \"Your own numbers\": the scale, the zero point and y for every "
          "element.",
-         ("dynamic", "zero-point")),
+         ("dynamic", "zero-point"), refs=(OPERATOR_VERSIONS, GLOSSARY)),
     Step("Choosing a format for a model",
          "No format wins everywhere: the answer depends on the tensor's shape of distribution "
          "and on the granularity. Integers suit well-behaved, evenly spread values; floats "
@@ -284,5 +457,24 @@ STEPS: tuple[Step, ...] = (
                          ("int8", "float8e4m3fn", "float8e5m2", "int4", "float4e2m1")]),
          "Format Compare on that weight: SQNR against bits per element, the Pareto front "
          "marked. Try per-axis along axis 0 too.",
-         ("sqnr", "pareto", "bits-per-element")),
+         ("sqnr", "pareto", "bits-per-element"), refs=(MODEL_REPORT, NUMBER_FORMATS, GLOSSARY)),
+    Step("From tensor to model",
+         "A model is hundreds of tensors, and they do not all need the same bits. A tensor "
+         "whose largest values sit far from the bulk loses most to one scale; a tensor the "
+         "output barely depends on can lose much and cost nothing. The tensor's SQNR says "
+         "what quantization does to it; the model's output says what that costs.",
+         r"\text{bits needed} \approx \log_2 \frac{\max |x|}{\sigma} + "
+         r"\frac{\text{SQNR wanted}}{6.02\ \text{dB}}",
+         "The Model Report ranks every tensor of a checkpoint by its SQNR under each recipe; "
+         "Model Fidelity runs the model with one tensor quantized at a time (its sensitivity) "
+         "and chooses the mix of formats a bits budget allows.",
+         "Three MiniLM tensors, int8 per-tensor abs-max: which comes back with the lowest "
+         "SQNR?", MODEL_TENSORS, _a_model,
+         MODEL_REPORT,
+         dict(mr_source="datasets", mr_recipes=["int8:per-axis", "int8:per-tensor"]),
+         "The Model Report on MiniLM's shipped tensors: the SQNR of every tensor under int8 "
+         "per-tensor and per-axis, the worst first. Then open Model Fidelity for what each "
+         "tensor does to the sentence embeddings.",
+         ("sqnr", "granularity", "bits-per-element"),
+         refs=(MODEL_REPORT, MODEL_FIDELITY, GLOSSARY)),
 )

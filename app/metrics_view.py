@@ -82,23 +82,63 @@ def share_text(share: float) -> str:
     return out
 
 
+def cards(where: Any = st) -> Any:
+    """A row of metric cards that wraps onto further rows where they do not fit. Draw each
+    card with :func:`card`: as wide as its label and value, so nothing is cut (in a fixed
+    column Streamlit cuts a card's label and value with "…")."""
+    return where.container(horizontal=True, gap="small")
+
+
+def card(where: Any, label: str, value: Any, delta: Any = None, **kwargs: Any) -> None:
+    """One metric card, as wide as its content (call inside :func:`cards`)."""
+    kwargs.setdefault("border", True)
+    where.metric(label, value, delta, width="content", **kwargs)
+
+
 def metric_grid(m: dict[str, Any], *, per_row: int = 5) -> None:
-    """The error metrics as a grid of st.metric cards. When NaN/Inf in x or x̂ leave elements
-    out, the error cards say over which share they were computed."""
+    """The error metrics as a row of st.metric cards, wrapping where the page is narrow
+    (`per_row` is kept for callers; the cards size to their content). When NaN/Inf in x or
+    x̂ leave elements out, the error cards say over which share they were computed."""
     part = coverage(m)
-    for start in range(0, len(METRICS), per_row):
-        cols = st.columns(per_row)
-        for col, (key, label, help_) in zip(cols, METRICS[start:start + per_row]):
-            value = fmt_metric(key, m.get(key))
-            if key == "sqnr_db" and value == "∞ dB":
-                help_ += " ∞: x̂ equals x everywhere (no error at all)."
-            if part and key in ERROR_KEYS:  # short on the card (it must not be cut off)
-                short = f"over the finite {share_text(m['n_compared'] / m['n'])}"
-                col.metric(label, value, short, delta_color="off", delta_arrow="off",
-                           help=help_ + f" Computed {part}: elements whose x or x̂ is NaN "
-                                        "or ±Inf have no finite error.", border=True)
-            else:
-                col.metric(label, value, help=help_, border=True)
+    row = cards()
+    for key, label, help_ in METRICS:
+        value = fmt_metric(key, m.get(key))
+        if key == "sqnr_db" and value == "∞ dB":
+            help_ += " ∞: x̂ equals x everywhere (no error at all)."
+        if part and key in ERROR_KEYS:  # short on the card
+            short = f"over the finite {share_text(m['n_compared'] / m['n'])}"
+            card(row, label, value, short, delta_color="off", delta_arrow="off",
+                 help=help_ + f" Computed {part}: elements whose x or x̂ is NaN or ±Inf "
+                              "have no finite error.")
+        else:
+            card(row, label, value, help=help_)
+
+
+def input_non_finite(x: np.ndarray) -> tuple[int, int]:
+    """(NaN count, ±Inf count) of a tensor's own elements (0, 0 for integer tensors)."""
+    x = np.asarray(x)
+    if not np.issubdtype(x.dtype, np.floating) and x.dtype.kind != "V":
+        try:
+            x = x.astype(np.float32)
+        except (TypeError, ValueError):
+            return 0, 0
+    return int(np.isnan(x).sum()), int(np.isinf(x).sum())
+
+
+def partial_note(x: np.ndarray, *, produced: bool, saturate: bool) -> str:
+    """Why the SQNR covers only part of the elements, naming the cause: the input's own NaN/Inf
+    (counted), and/or finite elements turned NaN/Inf by quantizing with saturate off."""
+    nan_in, inf_in = input_non_finite(x)
+    causes = []
+    if nan_in or inf_in:
+        causes.append(f"x itself holds {nan_in:,} NaN and {inf_in:,} ±Inf")
+    if produced and not saturate:
+        causes.append(("and " if causes else "") + "with saturate off some settings turn "
+                      "finite elements into NaN/Inf (“clipped” counts those too)")
+    if not causes:
+        causes.append("some elements have no finite x̂")
+    return "; ".join(causes) + ": SQNR and the errors cover only the elements whose x and x̂ " \
+        "are both finite."
 
 
 def warn_non_finite(m: dict[str, Any]) -> None:
@@ -184,9 +224,12 @@ WALK_COLUMNS = {
 }
 
 
-def walk_table(walk) -> Any:
-    """The step-by-step table as shown (values as text: NaN stays 'NaN', not 'None')."""
-    return text.values_table(walk, WALK_VALUES)
+def walk_table(walk, target: str | None = None) -> Any:
+    """The step-by-step table as shown (values as text: NaN stays 'NaN', not 'None'; x/scale
+    with every float32 digit; an integer target's codes never read −0)."""
+    integer = target is not None and qcore.get_format(target).is_integer
+    return text.values_table(walk, WALK_VALUES, exact=("x/scale",),
+                             codes=("rounded", "+zero point", "saturated") if integer else ())
 
 
 def downloads(spec, cfg, res: compute.LabResult) -> None:

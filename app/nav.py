@@ -18,8 +18,8 @@ class PageInfo:
 
 PAGES: tuple[PageInfo, ...] = (
     PageInfo("pages/learn.py", "Learn: guided path", ":material/school:",
-             "Seven steps from scale and zero point to choosing a format, each with a "
-             "question.", "Learn"),
+             "Ten steps from scale and zero point to a whole model, each with a question.",
+             "Learn"),
     PageInfo("pages/home.py", "Home", ":material/home:",
              "What linear quantization is, with a live example.", "Explore"),
     PageInfo("pages/quantize_lab.py", "Quantize Lab", ":material/science:",
@@ -63,3 +63,39 @@ def navigation() -> st.navigation:
             st.Page(p.script, title=p.title, icon=p.icon, url_path=url_path(p),
                     default=p.script == DEFAULT))
     return st.navigation(sections)
+
+
+#: Runs in the browser once per tab: a query-only history entry that directly follows a page
+#: change, with no click or key press between them, replaces that entry instead of adding one.
+#: Streamlit pushes one entry for the new page's path and another when the page's script then
+#: writes its settings to the URL (st.query_params), so each move took two presses of Back.
+_ONE_ENTRY_JS = """<script>
+(() => {
+  if (window.__qxOneEntry) return;
+  window.__qxOneEntry = true;
+  const push = history.pushState.bind(history);
+  let afterPageChange = false;
+  const touched = () => { afterPageChange = false; };
+  addEventListener("pointerdown", touched, true);
+  addEventListener("keydown", touched, true);
+  history.pushState = function (state, title, url) {
+    const next = new URL(url, location.href);
+    if (next.pathname !== location.pathname) {
+      afterPageChange = true;
+      return push(state, title, url);
+    }
+    if (afterPageChange) {
+      afterPageChange = false;
+      return history.replaceState(state, title, url);
+    }
+    return push(state, title, url);
+  };
+})();
+</script>"""
+
+
+def one_history_entry_per_move() -> None:
+    """Make a page change and the settings its script writes one browser-history entry (see
+    _ONE_ENTRY_JS); a settings change the user makes stays an entry of its own, so Back
+    undoes it (:func:`app.state.begin_run` lets the URL win on Back and Forward)."""
+    st.html(_ONE_ENTRY_JS, unsafe_allow_javascript=True)

@@ -96,7 +96,8 @@ def quantize_panel(prefix: str, *, target: str | None = None, saturate: bool = T
     except qcore.QuantizationError as exc:
         errors.show(exc)
         return None
-    st.dataframe(metrics_view.walk_table(table).drop(columns=["position"]), hide_index=True,
+    st.dataframe(metrics_view.walk_table(table, target).drop(columns=["position"]),
+                 hide_index=True,
                  column_config=metrics_view.WALK_COLUMNS)
     return table
 
@@ -114,5 +115,6 @@ def dynamic_panel(prefix: str, *, values: str = "-1, 0, 0.5, 2, 3") -> pd.DataFr
     st.markdown(f"scale = (max(0, max x) − min(0, min x)) / 255 = **{s:.8g}** · zero point = "
                 f"**{zp}** · y per element:")
     st.dataframe(text.values_table(table, ("x", "x / scale", "rounded", "+ zero point", "x̂",
-                                           "x̂ − x")), hide_index=True)
+                                           "x̂ − x"), exact=("x / scale",),
+                                   codes=("rounded", "+ zero point")), hide_index=True)
     return table

@@ -32,10 +32,29 @@ _PREV = "_qx_prev"  # (page, settings drawn) of the previous run
 
 
 def begin_run(page: str = "") -> None:
-    """Start a run of `page` (call once, before the page draws any setting)."""
+    """Start a run of `page` (call once, before the page draws any setting). On the browser's
+    Back or Forward the URL wins: each setting it names is read from it again, so Back undoes
+    a settings change."""
+    if _history_navigation():
+        store = st.session_state.get(_STORE, {})
+        for name in st.query_params.to_dict():
+            store.pop(name, None)
+            if name in st.session_state:
+                del st.session_state[name]
     st.session_state[_PREV] = (st.session_state.get(_PAGE), st.session_state.get(_USED, {}))
     st.session_state[_PAGE] = page
     st.session_state[_USED] = {}
+
+
+def _history_navigation() -> bool:
+    """Whether this run comes from the browser's Back or Forward button."""
+    try:
+        from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+        ctx = get_script_run_ctx(suppress_warning=True)
+    except ImportError:  # pragma: no cover - streamlit is a dependency of the app
+        return False
+    return bool(getattr(ctx, "is_history_navigation", False))
 
 
 def on_screen_before(name: str) -> bool:

@@ -293,4 +293,18 @@ def page_tensor(show_type: bool = False) -> tuple[TensorSpec, np.ndarray]:
         caption += f" · {X_TYPE_LABELS.get(spec.x_type, spec.x_type)}"
     note = conversion_note(spec, x)
     st.caption(caption + (f"  \n{note}" if note else ""))
+    warn_no_finite(x)
     return spec, x
+
+
+def warn_no_finite(x: np.ndarray) -> None:
+    """Say so when no element of the tensor is finite: every error figure is then empty (no
+    element has a finite x and x̂), and the sweeps have nothing to measure."""
+    from . import metrics_view
+
+    nan_in, inf_in = metrics_view.input_non_finite(x)
+    if x.size and nan_in + inf_in == x.size:
+        st.warning(f"This tensor has no finite element ({nan_in:,} NaN, {inf_in:,} ±Inf): "
+                   "QuantizeLinear still maps each to a code, but SQNR, the errors and the "
+                   "sweeps have no finite element to measure, so they stay empty (—).",
+                   icon=":material/warning:")

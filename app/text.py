@@ -29,8 +29,9 @@ def short_num(v: float | None, digits: int = 3) -> str:
     return f"{v:.{digits}g}"
 
 
-def fmt_value(v: float) -> str:
-    """A float as text that keeps -0, NaN and Inf visible."""
+def fmt_value(v: float, digits: int = 6) -> str:
+    """A float as text that keeps -0, NaN and Inf visible (`digits` significant digits; 9
+    tell every float32 apart, so a quotient just below a tie does not read as the tie)."""
     if _missing(v):
         return "NaN"
     if math.isinf(v):
@@ -39,7 +40,7 @@ def fmt_value(v: float) -> str:
         return "−0" if math.copysign(1.0, v) < 0 else "0"
     if float(v).is_integer() and abs(v) < 1e7:
         return f"{v:,.0f}".replace(",", "")
-    return f"{v:.6g}"
+    return f"{v:.{digits}g}"
 
 
 def db(v: float | None) -> str:
@@ -69,11 +70,17 @@ def percent(share: float | None, digits: int = 3) -> str:
     return f"{100 * share:.{digits}g} %"
 
 
-def values_table(df: pd.DataFrame, columns: tuple[str, ...]) -> pd.DataFrame:
+def values_table(df: pd.DataFrame, columns: tuple[str, ...], *,
+                 exact: tuple[str, ...] = (), codes: tuple[str, ...] = ()) -> pd.DataFrame:
     """`df` with the given numeric columns as text (NaN, ±Inf and −0 spelled out, never
-    'None' or an empty cell)."""
+    'None' or an empty cell). Columns in `exact` get 9 significant digits (a float32 quotient
+    such as 127.49999 must not read 127.5); columns in `codes` hold integer codes, which have
+    no −0 (a −0.0 there is the code 0)."""
     out = df.copy()
     for c in columns:
         if c in out.columns:
-            out[c] = [fmt_value(float(v)) if not _missing(v) else "NaN" for v in out[c]]
+            digits = 9 if c in exact else 6
+            out[c] = [("NaN" if _missing(v) else
+                       fmt_value(float(v) + 0.0 if c in codes else float(v), digits))
+                      for v in out[c]]
     return out

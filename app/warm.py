@@ -77,20 +77,23 @@ def warm() -> threading.Thread | None:
 
 
 @contextlib.contextmanager
-def page_running() -> Iterator[None]:
-    """Around a page script: the warm-up process does not start meanwhile, and is stopped while
-    it runs; a kernel the page compiles is announced (:class:`CompileWatch`)."""
+def page_running(what: str = "") -> Iterator[None]:
+    """Around a page script (`what`: the page's title): the warm-up process does not start
+    meanwhile, and is stopped while it runs; a kernel the page compiles, and a run that takes
+    longer than :data:`SLOW_RUN_S`, are announced (:class:`CompileWatch`)."""
     global _running, _last_end, _starts
     with _cond:
         _running += 1
         _starts += 1
         _signal(signal.SIGSTOP if hasattr(signal, "SIGSTOP") else None)
         _cond.notify_all()
-    watch = CompileWatch.start()
     try:
-        yield
-    finally:
-        watch.stop()
+        watch = CompileWatch.start(what)
+        try:
+            yield
+        finally:
+            watch.stop()  # may raise st.stop()'s or a rerun's exception (a toast after them)
+    finally:  # whatever way the page ended: the count returns, the warm-up can resume
         _write_hint()
         with _cond:
             _running -= 1
@@ -104,6 +107,9 @@ def page_running() -> Iterator[None]:
 NOTICE_AFTER_S = 0.3
 #: Seconds between updates of the notice (elapsed time: the progress indication).
 NOTICE_EVERY_S = 1.0
+#: Seconds a page run may take before it says it is still working (a busy machine, a large
+#: tensor, a first compile): within a second of a click, the page shows what it is doing.
+SLOW_RUN_S = 0.5
 
 
 class CompileWatch:
@@ -115,14 +121,20 @@ class CompileWatch:
     waits for a compiler. A helper thread attached to the page's run shows a toast "Compiling
     … for this CPU, once" with the kernels compiled so far and the seconds elapsed, updated
     every :data:`NOTICE_EVERY_S`; it posts from its own thread, so nothing is recorded into
-    ``st.cache_data``'s replay of the cached function that compiles."""
+    ``st.cache_data``'s replay of the cached function that compiles. A run that takes longer
+    than :data:`SLOW_RUN_S` without compiling says "Working on … (N s)" the same way, and
+    "… ready in N s" when it ends."""
 
     _by_thread: dict[int, CompileWatch] = {}
     _lock = threading.Lock()
     _listening = False
 
-    def __init__(self, thread: int) -> None:
+    def __init__(self, thread: int, what: str = "") -> None:
         self.thread = thread
+        self.what = what
+        self.began = time.monotonic()
+        self.working_shown = False  # the slow-run notice is on screen
+        self._toast = None  # the notice, updated in place
         self.depth = 0  # nested compilations (a kernel compiles the functions it calls)
         self.count = 0  # outermost compilations started
         self.name = ""
@@ -136,16 +148,29 @@ class CompileWatch:
     # -- lifecycle (the page's script thread)
 
     @classmethod
-    def start(cls) -> CompileWatch:
+    def start(cls, what: str = "") -> CompileWatch:
         cls._listen()
-        watch = cls(threading.get_ident())
+        watch = cls(threading.get_ident(), what)
         with contextlib.suppress(Exception):  # outside a Streamlit run: no notice, counts only
             from streamlit.runtime.scriptrunner import get_script_run_ctx
 
             watch._ctx = get_script_run_ctx(suppress_warning=True)
         with cls._lock:
             cls._by_thread[watch.thread] = watch
+        if what:
+            watch._start_notifier()  # a slow run says so even when it compiles nothing
         return watch
+
+    def _start_notifier(self) -> None:
+        if self._notifier is not None or self._ctx is None:
+            return
+        self._notifier = threading.Thread(target=self._notify, daemon=True,
+                                          name="qcore-compile-notice")
+        with contextlib.suppress(Exception):
+            from streamlit.runtime.scriptrunner import add_script_run_ctx
+
+            add_script_run_ctx(self._notifier, self._ctx)
+        self._notifier.start()
 
     def stop(self) -> None:
         with self._lock:
@@ -158,6 +183,10 @@ class CompileWatch:
                 st.toast(f"Compiled {self.count} kernel(s) for this CPU in "
                          f"{time.monotonic() - self.t0:.0f} s; numba keeps them on disk, so "
                          "this happens once.", icon=":material/check_circle:")
+        elif self.working_shown and self._toast is not None:
+            with contextlib.suppress(Exception):
+                self._toast.toast(f"{self.what}: ready in {time.monotonic() - self.began:.0f} s.",
+                                  icon=":material/check_circle:")
 
     # -- numba's events (the compiling thread)
 
@@ -179,14 +208,7 @@ class CompileWatch:
             self.busy_since = now
             if self.t0 is None:
                 self.t0 = now
-            if self._notifier is None and self._ctx is not None:
-                self._notifier = threading.Thread(target=self._notify, daemon=True,
-                                                  name="qcore-compile-notice")
-                with contextlib.suppress(Exception):
-                    from streamlit.runtime.scriptrunner import add_script_run_ctx
-
-                    add_script_run_ctx(self._notifier, self._ctx)
-                self._notifier.start()
+            self._start_notifier()
         self.depth += 1
 
     def on_end(self) -> None:
@@ -200,19 +222,31 @@ class CompileWatch:
         return (f"Compiling {self.name or 'a kernel'} for this CPU, once (kernel "
                 f"{self.count}, {elapsed:.0f} s so far); numba keeps it on disk for next time.")
 
+    def working_text(self) -> str:
+        """What the slow-run notice says now."""
+        return (f"Working on {self.what}… ({time.monotonic() - self.began:.0f} s so far; "
+                "every number is computed by qcore as you asked)")
+
     def _notify(self) -> None:
-        toast = None
-        while not self._done.wait(NOTICE_EVERY_S if self.shown else NOTICE_AFTER_S / 3):
+        while not self._done.wait(NOTICE_EVERY_S if (self.shown or self.working_shown)
+                                  else NOTICE_AFTER_S / 3):
+            now = time.monotonic()
             since = self.busy_since
-            if since is None or time.monotonic() - since < NOTICE_AFTER_S:
+            compiling = since is not None and now - since >= NOTICE_AFTER_S
+            slow = bool(self.what) and now - self.began >= SLOW_RUN_S
+            if not compiling and not slow:
                 continue
+            text = self.text() if compiling else self.working_text()
             with contextlib.suppress(Exception):
-                if toast is None:
-                    toast = st.toast(self.text(), icon=":material/hourglass_top:",
-                                     duration="long")
+                if self._toast is None:
+                    self._toast = st.toast(text, icon=":material/hourglass_top:",
+                                           duration="long")
                 else:
-                    toast.toast(self.text(), icon=":material/hourglass_top:")
-                self.shown = True
+                    self._toast.toast(text, icon=":material/hourglass_top:")
+                if compiling:
+                    self.shown = True
+                else:
+                    self.working_shown = True
 
 
 def _kernel_name(dispatcher: object) -> str:

@@ -67,7 +67,23 @@ def warm_pages(between=None) -> None:
         at.switch_page(page.script)
         at.run()
         problem = f" (it raised: {at.exception[0].value[:200]})" if at.exception else ""
+        if page.script == "pages/learn.py":  # the path's answers: the kernels its clicks need
+            problem += warm_lesson_answers()
         _say(f"[qcore.app] warm-up: {page.title} {time.perf_counter() - t0:.1f} s{problem}")
+
+
+def warm_lesson_answers() -> str:
+    """Compute every Learn step's answer once (each compiles the kernels its question needs:
+    packing, float8, DynamicQuantizeLinear…); '' or what failed."""
+    from . import lesson
+
+    failed = []
+    for step in lesson.STEPS:
+        try:
+            step.answer()
+        except Exception as exc:  # noqa: BLE001 - the page shows the same failure as a message
+            failed.append(f"{step.title}: {exc}")
+    return f" (answers failed: {'; '.join(failed)[:200]})" if failed else " (and every answer)"
 
 
 def warm_lab_granularities() -> None:

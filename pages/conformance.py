@@ -3,7 +3,17 @@
 import streamlit as st
 
 import qcore
-from app import compute, conformance, controls, errors, explain, frame, state, widgets
+from app import (
+    compute,
+    conformance,
+    controls,
+    errors,
+    explain,
+    frame,
+    metrics_view,
+    state,
+    widgets,
+)
 
 frame.enter()
 
@@ -90,20 +100,20 @@ if preset in conformance.NOTES and all(
 
 outcomes = errors.require(run, node, what="Running the node")
 diffs = conformance.disagreements(outcomes)
-m = st.columns(3)
-for col, name in zip(m, conformance.ENGINES):
+row = metrics_view.cards()
+for name in conformance.ENGINES:
     out = outcomes[name]
     if out.missing:
-        col.metric(name, "not installed", border=True, help=out.error)
+        metrics_view.card(row, name, "not installed", help=out.error)
     elif out.error:
-        col.metric(name, "refused / failed", border=True)
+        metrics_view.card(row, name, "refused / failed")
     elif name == "qcore":
-        col.metric(name, "ran", f"{qcore.resolve(op, opset).label}" if opset >= 10 else None,
-                   delta_color="off", border=True)
+        metrics_view.card(row, name, "ran", f"{qcore.resolve(op, opset).label}"
+                          if opset >= 10 else None, delta_color="off")
     else:
         n = diffs.get(name, 0)
-        col.metric(name, "agrees bit for bit" if n == 0 else f"{n} element(s) differ",
-                   border=True)
+        metrics_view.card(row, name, "agrees bit for bit" if n == 0
+                          else f"{n} element(s) differ")
 
 for name in conformance.ENGINES:
     out = outcomes[name]

@@ -20,18 +20,17 @@ spec, x = tensors.open_page("Dynamic Quantization", explain.DYNAMIC_INTRO, expla
 
 res = errors.require(compute.dynamic, spec, what="DynamicQuantizeLinear")
 st.subheader("Step by step", divider="gray")
-c = st.columns(5)
-c[0].metric("1 · min(x)", text.short_num(res.min, 4), border=True,
-            help="The smallest finite value of x.")
-c[1].metric("2 · max(x)", text.short_num(res.max, 4), border=True,
-            help="The largest finite value of x.")
-c[2].metric("3 · range with 0", text.short_num(res.wmax - res.wmin, 4), border=True,
-            help="Width of [min(0, min x), max(0, max x)]: the range is widened so that zero "
-                 "is represented exactly.")
-c[3].metric("4 · scale", text.short_num(res.scale, 4), border=True,
-            help=f"(max − min) / 255 in float32 = {res.scale:.9g}.")
-c[4].metric("5 · zero point", f"{res.zero_point}", border=True,
-            help="round(clip(−min / scale, 0, 255)), half to even.")
+c = metrics_view.cards()
+card = metrics_view.card
+card(c, "1 · min(x)", text.short_num(res.min, 4), help="The smallest finite value of x.")
+card(c, "2 · max(x)", text.short_num(res.max, 4), help="The largest finite value of x.")
+card(c, "3 · range with 0", text.short_num(res.wmax - res.wmin, 4),
+     help="Width of [min(0, min x), max(0, max x)]: the range is widened so that zero is "
+          "represented exactly.")
+card(c, "4 · scale", text.short_num(res.scale, 4),
+     help=f"(max − min) / 255 in float32 = {res.scale:.9g}.")
+card(c, "5 · zero point", f"{res.zero_point}",
+     help="round(clip(−min / scale, 0, 255)), half to even.")
 with np.errstate(all="ignore"):
     zp_exact = float(np.float32(0) - np.float32(res.wmin) / np.float32(res.scale))
 st.markdown(

@@ -9,6 +9,7 @@ from app import (
     errors,
     explain,
     frame,
+    metrics_view,
     recipe_view,
     tensors,
     text,
@@ -49,6 +50,7 @@ else:
     if not targets:
         st.info("Pick at least one format.", icon=":material/touch_app:")
         frame.stop_page()
+    saturate = cfg.saturate
     df = errors.require(compute.compare, spec, tuple(targets), cfg, what="Comparing formats")
 
 left, right = st.columns([5, 4], gap="medium")
@@ -59,12 +61,11 @@ with right:
     pick = analysis.front_pick(best["bits_per_element"], best["sqnr_db"]) if len(best) else None
     if pick is not None:
         top = best.iloc[pick]
-        # room for the longest name: a recipe's label is long, so its cards stack
-        c1, c2 = st.columns([2, 3]) if mode == "formats" else (st.container(), st.container())
-        c1.metric("Best SQNR", text.db(top["sqnr_db"]), help="Among the chosen formats.",
-                  border=True)
-        c2.metric("…with", str(top["format"]), f"{top['bits_per_element']:.3f} bits/element",
-                  delta_color="off", border=True)
+        row = metrics_view.cards()
+        metrics_view.card(row, "Best SQNR", text.db(top["sqnr_db"]),
+                          help="Among the chosen formats.")
+        metrics_view.card(row, "…with", str(top["format"]),
+                          f"{top['bits_per_element']:.3f} bits/element", delta_color="off")
         front = ", ".join(best[best["pareto"]].sort_values("bits_per_element")["format"])
         st.markdown(f"**Pareto front:** {front}")
     for _, row in df[df["error"] != ""].iterrows():
@@ -83,9 +84,8 @@ for col in ("clipped_fraction", "mean_rel_error", "sqnr_coverage"):
     if col in table:
         table[col] = 100 * table[col]
 if partial:
-    st.caption("Some formats turned finite elements into NaN/Inf (saturate off): their SQNR and "
-               "errors cover only the finite elements (the “SQNR covers” column); “clipped” "
-               "counts the lost elements too.")
+    st.caption(metrics_view.partial_note(x, produced=bool((df["nonfinite_made"] > 0).any()),
+                                         saturate=saturate) + " (the “SQNR covers” column)")
 st.dataframe(table, hide_index=True, column_config={
     "format": st.column_config.TextColumn("format" if mode == "formats" else "recipe",
                                           pinned=True),

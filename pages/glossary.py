@@ -8,7 +8,7 @@ frame.enter()
 
 st.title("Glossary")
 st.caption("The words the pages use, in one place. Every page links here; hover a setting's "
-           "ⓘ for the short form.")
+           "question-mark icon for the short form.")
 
 for slug, (term, definition) in sorted(glossary.TERMS.items(), key=lambda t: t[1][0].lower()):
     st.subheader(term, anchor=slug, divider=False)

@@ -13,9 +13,10 @@ st.caption("See what ONNX linear quantization does to real tensors — every num
            "by `qcore`, bit-exact with the ONNX operators.")
 with st.container(border=True):
     g1, g2 = st.columns([3, 1], vertical_alignment="center")
-    g1.markdown("**New to quantization?** Seven short steps — scale and zero point, rounding, "
-                "saturation, granularity, float8/float4 and MX, dynamic quantization, choosing "
-                "a format — each with a question to answer before you see the result.")
+    g1.markdown("**New to quantization?** Ten short steps — scale and zero point, rounding, "
+                "saturation, granularity, float8/float4 and MX, storage, formats at the same "
+                "bits, dynamic quantization, choosing a format, from tensor to model — each with "
+                "a question to answer before you see the result.")
     if g2.button("Start the guided path", key="h_learn", type="primary",
                  icon=":material/school:", width="stretch"):
         st.switch_page("pages/learn.py")
@@ -65,8 +66,9 @@ with right:
 explain.intro("", explain.HOME_EXACT)
 
 st.subheader("Where to go next")
-cols = st.columns(4)
-for i, page in enumerate(p for p in nav.PAGES if p.script != "pages/home.py"):
-    with cols[i % 4].container(border=True, height="stretch"):
-        st.page_link(page.script, label=f"**{page.title}**", icon=page.icon)
-        st.caption(page.blurb)
+others = [p for p in nav.PAGES if p.script != "pages/home.py"]
+for start in range(0, len(others), 3):  # a row of columns per three cards: even heights,
+    for col, page in zip(st.columns(3), others[start:start + 3]):  # whole titles
+        with col.container(border=True, height="stretch"):
+            st.page_link(page.script, label=f"**{page.title}**", icon=page.icon)
+            st.caption(page.blurb)

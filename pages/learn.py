@@ -2,12 +2,14 @@
 
 import streamlit as st
 
-from app import errors, frame, glossary, lesson, presets, state, widgets
+from app import errors, frame, glossary, lesson, nav, presets, state, widgets
 
 frame.enter()
 
 STEPS = lesson.STEPS
 N = len(STEPS)
+TITLES = {info.script: info.title for info in nav.PAGES}
+ANSWERS = "_learn_answers"  # step -> the option chosen (kept while moving between steps)
 
 
 def go(step: int) -> None:
@@ -16,7 +18,7 @@ def go(step: int) -> None:
 
 
 st.title("Learn: guided path")
-st.caption("Seven steps, one idea each. Answer the question before you look at the result, "
+st.caption(f"{N} steps, one idea each. Answer the question before you look at the result, "
            "then press **Try this** to see the idea on a real tensor in the app's pages.")
 
 n = widgets.select("Step", list(range(1, N + 1)), "step", 1, kind="segmented",
@@ -29,17 +31,29 @@ left, right = st.columns([6, 5], gap="large")
 with left:
     st.markdown(step.idea)
     st.latex(step.formula)
-    st.info(f"**Why?** {step.why}", icon=":material/help:")
     if step.terms:
         st.caption("Words: " + " · ".join(glossary.link(t) for t in step.terms))
+    if step.refs:
+        st.markdown("**Look it up:**")
+        with st.container(horizontal=True, gap="small"):  # each link as wide as its title
+            for script in step.refs:
+                st.page_link(script, label=TITLES.get(script, script),
+                             icon=":material/menu_book:", width="content")
 with right:
     with st.container(border=True):
         st.markdown("##### Predict first")
-        choice = st.radio(step.question, step.options, index=None, key=f"learn_q{n}")
+        answers = st.session_state.setdefault(ANSWERS, {})
+        key = f"learn_q{n}"
+        if key not in st.session_state and answers.get(n) in step.options:
+            st.session_state[key] = answers[n]  # Streamlit forgot it while off screen
+        choice = st.radio(step.question, step.options, index=None, key=key)
+        answers[n] = choice
         if choice is None:
-            st.caption("Choose an answer to see what qcore computes.")
+            st.caption("Choose an answer to see what qcore computes, and why.")
         else:
-            answer = errors.require(step.answer, what="Computing the answer")
+            with st.spinner("qcore computes the answer (a kernel's first use on this machine "
+                            "compiles it, once)…", show_time=True):
+                answer = errors.require(step.answer, what="Computing the answer")
             right_one = step.options[answer.correct]
             if choice == right_one:
                 st.success(f"**Right: {right_one}.** {answer.explanation}",
@@ -47,11 +61,12 @@ with right:
             else:
                 st.error(f"**Not quite — it is {right_one}.** {answer.explanation}",
                          icon=":material/lightbulb:")
+            st.info(f"**Why?** {step.why}", icon=":material/help:")
     with st.container(border=True):
         st.markdown("##### Try this")
         st.markdown(step.try_text)
-        shown = ", ".join(f"`{k}={state.encode(v)}`" for k, v in step.try_settings.items())
-        st.caption(f"Sets {shown}.")
+        st.caption(f"Opens **{TITLES.get(step.try_page, step.try_page)}** with "
+                   f"{lesson.describe_settings(step.try_settings)}.")
         if st.button("Try this", key=f"learn_try{n}", type="primary",
                      icon=":material/arrow_forward:"):
             if step.preset:

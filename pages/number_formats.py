@@ -5,7 +5,7 @@ import math
 import streamlit as st
 
 import qcore
-from app import charts, compute, errors, explain, frame, text, widgets
+from app import charts, compute, errors, explain, frame, metrics_view, text, widgets
 
 frame.enter()
 
@@ -20,41 +20,50 @@ name = widgets.select("Format", FORMATS, "nf_format", "float8e4m3fn", where=left
 fmt = qcore.get_format(name)
 right.markdown(f"**{name}** — {fmt.description}")
 
-c = st.columns(6)
-c[0].metric("Bits", fmt.bits, border=True)
-c[1].metric("Distinct values", f"{fmt.levels:,}", border=True,
-            help="Finite values, zero counted once.")
-c[2].metric("Largest", text.short_num(fmt.max, 4), border=True)
-c[3].metric("Smallest", text.short_num(fmt.min, 4), border=True)
+c = metrics_view.cards()
+card = metrics_view.card
+card(c, "Bits", fmt.bits)
+card(c, "Distinct values", f"{fmt.levels:,}", help="Finite values, zero counted once.")
+card(c, "Largest", text.short_num(fmt.max, 4))
+card(c, "Smallest", text.short_num(fmt.min, 4))
 if fmt.is_integer:
-    c[4].metric("Step", "1", border=True, help="Integers are evenly spaced.")
-    c[5].metric("Zero", "exact", border=True)
+    card(c, "Step", "1", help="Integers are evenly spaced.")
+    card(c, "Zero", "exact")
 else:
-    c[4].metric("Min normal", text.short_num(fmt.min_normal), border=True,
-                help=f"Smallest positive normal value: {fmt.min_normal!r} = "
-                     f"2^{int(math.log2(fmt.min_normal))}.")
-    c[5].metric("Min subnormal" if fmt.mbits else "Min positive",
-                text.short_num(fmt.min_positive), border=True,
-                help=f"{fmt.min_positive!r} = 2^{int(math.log2(fmt.min_positive))}. Dynamic "
-                     f"range: {math.log2(fmt.max / fmt.min_positive):.1f} binades.")
+    card(c, "Min normal", text.short_num(fmt.min_normal),
+         help=f"Smallest positive normal value: {fmt.min_normal!r} = "
+              f"2^{int(math.log2(fmt.min_normal))}.")
+    card(c, "Min subnormal" if fmt.mbits else "Min positive", text.short_num(fmt.min_positive),
+         help=f"{fmt.min_positive!r} = 2^{int(math.log2(fmt.min_positive))}. Dynamic "
+              f"range: {math.log2(fmt.max / fmt.min_positive):.1f} binades.")
+
+def text_width(values, header: str) -> int:
+    """Pixels a table column needs for its longest text (the grid cuts what does not fit)."""
+    longest = max([len(str(v)) for v in values] + [len(header)])
+    return 7 * longest + 28
+
 
 if fmt.bits <= 8:
     codes = errors.require(compute.format_codes, name)
     log = widgets.toggle("Logarithmic number line", "nf_log", not fmt.is_integer)
     charts.show(charts.number_line(codes["numeric"].to_numpy(), codes["class"].to_numpy(), name,
                                    log=log))
-    c1, c2 = st.columns([3, 2])
-    with c1:
-        st.markdown(f"#### All {len(codes)} codes")
-        st.dataframe(codes.drop(columns=["numeric"]), hide_index=True, height=420,
-                     column_config={"bits": st.column_config.TextColumn(
-                         "bits (sign exponent mantissa)" if fmt.is_float else "bits")})
-    with c2:
-        spacing = compute.format_spacing(name)
-        if len(spacing) > 1:
-            charts.show(charts.spacing(spacing, name))
-        else:
-            st.info("A single positive value: no spacing to draw.")
+    st.markdown(f"#### All {len(codes)} codes")
+    table = codes.drop(columns=["numeric"])
+    labels = {name: "bits (s e m)" if name == "bits" and fmt.is_float else name
+              for name in table.columns}
+    # every column as wide as its longest text, and the table beside nothing: the grid cuts
+    # what does not fit its width ("subno…" in the class column)
+    st.dataframe(table, hide_index=True, height=420, width="content", column_config={
+        name: st.column_config.Column(
+            label, width=text_width(table[name], label),
+            help="sign, exponent and mantissa bits" if name == "bits" else None)
+        for name, label in labels.items()})
+    spacing = compute.format_spacing(name)
+    if len(spacing) > 1:
+        charts.show(charts.spacing(spacing, name))
+    else:
+        st.info("A single positive value: no spacing to draw.")
 else:
     st.info(f"{name} has {1 << fmt.bits:,} codes — evenly spaced integers from "
             f"{int(fmt.min):,} to {int(fmt.max):,}; too many to list.", icon=":material/info:")
@@ -73,8 +82,7 @@ else:
     def _mark(row):  # highlight rows where saturate matters
         return ["background-color: #FFF4E6" if diff.iloc[row.name] else "" for _ in row]
 
-    st.dataframe(specials.style.apply(_mark, axis=1), hide_index=True,
-                 height=36 * (len(specials) + 1) + 3)
+    st.dataframe(specials.style.apply(_mark, axis=1), hide_index=True, height="content")
     if not diff.any():
         st.caption("`saturate` makes no difference here: integers always saturate, and "
                    "float4/float6 have no Inf or NaN to overflow to.")

@@ -90,7 +90,7 @@ box.caption(f"x {shape[0]}×{shape[1]} · scale shape {sshape or '() — one val
 result = errors.require(compute.check_everywhere, op, config, what="Validation")
 valid = result[result["valid"]]["version"].tolist()
 if valid:
-    first = result[result["valid"]]["opsets"].iloc[0].split("–")[0]
+    first = int(result[result["valid"]]["first_opset"].iloc[0])
     st.success(f"Valid at **{', '.join(valid)}** — from opset {first}.",
                icon=":material/check_circle:")
 else:
@@ -100,7 +100,7 @@ else:
 for rec in result.to_dict("records"):
     c1, c2 = st.columns([1.3, 5], vertical_alignment="center")
     mark = ":green[**✓ valid**]" if rec["valid"] else ":red[**✗ invalid**]"
-    c1.markdown(f"**{rec['version']}**  \n{mark} · opsets {rec['opsets']}")
+    c1.markdown(f"**{rec['version']}**  \n{mark} · {rec['opsets']}")
     if rec["valid"]:
         c2.success(rec["what qcore says"], icon=":material/check:")
     else:

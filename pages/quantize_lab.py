@@ -58,7 +58,7 @@ st.subheader("Step by step", divider="gray")
 st.caption("Sample elements through every step of QuantizeLinear and back — the same numbers "
            "qcore computes on the whole tensor. Ties round half to even: "
            + glossary.WHY["half_even"])
-st.dataframe(metrics_view.walk_table(res.walk), hide_index=True,
+st.dataframe(metrics_view.walk_table(res.walk, cfg.target), hide_index=True,
              column_config=metrics_view.WALK_COLUMNS)
 
 st.subheader("Step by step on your own numbers", divider="gray")

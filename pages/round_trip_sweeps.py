@@ -16,32 +16,55 @@ ERROR_COLUMNS = {"rmse": st.column_config.NumberColumn("RMSE", format="%.4g"),
 
 
 def partial(df) -> None:
-    """Say so where NaN/Inf produced (saturate off) leave elements out of the SQNR."""
+    """Say so where NaN/Inf (the input's own, or produced with saturate off) leave elements
+    out of the SQNR, and down to which share."""
     cover = df["sqnr_coverage"] if "sqnr_coverage" in df else None
     if cover is not None and bool((cover < 1).any()):
-        st.caption(f"Saturate is off and some settings turn finite elements into NaN/Inf: SQNR "
-                   f"is over the finite elements only (down to {metrics_view.share_text(cover.min())} of "
-                   "them); “clipped” counts the lost ones too.")
+        st.caption(metrics_view.partial_note(x, produced=True, saturate=cfg.saturate)
+                   + f" (down to {metrics_view.share_text(cover.min())} of them).")
+
+
+def sweep_basis(method: str) -> str:
+    """What the clipping sweep scales for a calibration method (it says so on screen)."""
+    label = controls.METHOD_LABELS.get(method, method)
+    if method in ("minmax", "absmax", "mx"):
+        return (f"Swept: the {label} range times the ratio on the x axis (ratio 1 is the "
+                f"{label} calibration the Lab shows).")
+    return (f"Swept: the observed min–max range times the ratio. The {label} method picks its "
+            f"own range, so ratio 1 here is min–max, not {label}; the Lab shows that method's "
+            "own choice.")
 
 
 def clipping_tab() -> None:
     df = errors.attempt(compute.clipping, spec, cfg, what="Clipping sweep")
     if df is None:
         return
+    if not df["mse"].notna().any():
+        st.info("No clipping range leaves an element with a finite x and x̂, so there is no "
+                "error to sweep (see the note about this tensor above).", icon=":material/info:")
+        return
+    st.caption(sweep_basis(cfg.method))
     best = df.iloc[int(df.attrs.get("optimum", df["mse"].idxmin()))]
     full = df.iloc[-1]
     partial(df)
     exact = bool((df["mse"] == 0).all())
     gain = text.db_gain(best["sqnr_db"], full["sqnr_db"])
-    c1, c2, c3, c4 = st.columns([1.4, 1, 1, 1.3])  # the values must not be cut off
-    c1.metric("Best clipping range", f"{best['clip_ratio']:.2f} × max|x|", border=True)
-    c2.metric("Threshold", text.short_num(best["threshold"], 4), border=True)
-    c3.metric("Best SQNR", text.db(best["sqnr_db"]), border=True,
-              help="∞ dB: the round trip reproduces x exactly." if exact else None)
-    c4.metric("SQNR without clipping", text.db(full["sqnr_db"]),
-              gain if gain.startswith("exact") else gain + " by clipping",
-              delta_color="off" if gain.startswith("exact") else "normal",
-              delta_arrow="off" if gain.startswith("exact") else "auto", border=True)
+    row = metrics_view.cards()
+    card = metrics_view.card
+    card(row, "Best clipping range", f"{best['clip_ratio']:.2f} × max|x|")
+    card(row, "Threshold", text.short_num(best["threshold"], 4))
+    card(row, "Best SQNR", text.db(best["sqnr_db"]),
+         help="∞ dB: the round trip reproduces x exactly." if exact else None)
+    card(row, "SQNR without clipping", text.db(full["sqnr_db"]),
+         gain if gain.startswith("exact") else gain + " by clipping",
+         delta_color="off" if gain.startswith("exact") else "normal",
+         delta_arrow="off" if gain.startswith("exact") else "auto")
+    if cfg.method not in ("minmax", "absmax", "mx"):  # the sweep is min–max based: say what
+        own = errors.attempt(compute.method_sqnr, spec, cfg, what="The method's own range")
+        if own is not None:  # the method itself gives, as the Lab shows it
+            card(row, f"{controls.METHOD_LABELS[cfg.method]} (the Lab)", text.db(own),
+                 help="The SQNR with the range this method picks itself: what the Quantize "
+                      "Lab shows for these settings. The curve scales the min–max range.")
     if exact:
         st.info("Every clipping range reproduces this tensor exactly (the error is 0 "
                 "everywhere, SQNR ∞): each value already sits on a code, as for a constant, "
@@ -68,7 +91,7 @@ def block_tab_body() -> None:
     st.caption(f"Blocks along axis {cfg.axis % x.ndim} (length {x.shape[cfg.axis % x.ndim]}), "
                f"calibrated with {controls.METHOD_LABELS[cfg.method]}. Smaller blocks follow "
                "the data more closely but store more scales.")
-    st.dataframe(df, hide_index=True, column_config=ERROR_COLUMNS | {
+    st.dataframe(df, hide_index=True, height="content", column_config=ERROR_COLUMNS | {
         "sqnr_db": st.column_config.NumberColumn("SQNR (dB)", format="%.2f"),
         "bits_per_element": st.column_config.NumberColumn("bits / element", format="%.3f"),
         "sqnr_coverage": st.column_config.NumberColumn("SQNR covers", format="%.4g")})
@@ -79,11 +102,11 @@ def round_trip_tab() -> None:
     if df is None:
         return
     changed_later = int(df["changed"].iloc[1:].sum()) if len(df) > 1 else 0
-    c1, c2 = st.columns(2)
-    c1.metric("Changed by the first round trip", f"{int(df['changed'].iloc[0]):,}", border=True)
-    c2.metric("Changed by the later ones", f"{changed_later:,}",
-              "idempotent" if changed_later == 0 else "not idempotent",
-              delta_color="normal" if changed_later == 0 else "inverse", border=True)
+    row = metrics_view.cards()
+    metrics_view.card(row, "Changed by the first round trip", f"{int(df['changed'].iloc[0]):,}")
+    metrics_view.card(row, "Changed by the later ones", f"{changed_later:,}",
+                      "idempotent" if changed_later == 0 else "not idempotent",
+                      delta_color="normal" if changed_later == 0 else "inverse")
     charts.show(charts.round_trips(df))
     st.caption("After one round trip every value already sits on a representable value, so "
                "quantizing it again with the same scale changes nothing.")
@@ -105,7 +128,7 @@ def chain_tab_body() -> None:
     if df is None or not len(df):
         return
     charts.show(charts.chain(df))
-    st.dataframe(df, hide_index=True, column_config=ERROR_COLUMNS | {
+    st.dataframe(df, hide_index=True, height="content", column_config=ERROR_COLUMNS | {
         "sqnr_db": st.column_config.NumberColumn("SQNR vs x (dB)", format="%.2f"),
         "step_sqnr_db": st.column_config.NumberColumn("SQNR vs step input (dB)", format="%.2f"),
         "max_abs_error": st.column_config.NumberColumn("max |error|", format="%.4g")})

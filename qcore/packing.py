@@ -38,6 +38,25 @@ def _unpack(packed, bits, n, out):
                 out[j] = (b >> (k * bits)) & mask
 
 
+#: Element counts below this pack and unpack in NumPy: no kernel to compile (a parallel numba
+#: kernel takes seconds to compile on first use, far longer than NumPy takes on a small array).
+NUMPY_BELOW = 1 << 16
+
+
+def _pack_numpy(codes: np.ndarray, bits: int, out: np.ndarray) -> None:
+    per = 8 // bits
+    padded = np.zeros(out.size * per, np.uint8)
+    padded[:codes.size] = codes & ((1 << bits) - 1)
+    shifts = np.arange(per, dtype=np.uint8) * bits
+    out[:] = np.bitwise_or.reduce(padded.reshape(-1, per) << shifts, axis=1)
+
+
+def _unpack_numpy(packed: np.ndarray, bits: int, n: int, out: np.ndarray) -> None:
+    per = 8 // bits
+    shifts = np.arange(per, dtype=np.uint8) * bits
+    out[:] = ((packed[:, None] >> shifts) & ((1 << bits) - 1)).reshape(-1)[:n]
+
+
 def _subbyte_format(dtype) -> Format:
     fmt = get_format(dtype, "dtype")
     if fmt.bits not in (2, 4):
@@ -64,7 +83,9 @@ def pack(array: np.ndarray) -> np.ndarray:
     fmt = _subbyte_format(array.dtype)
     codes = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
     out = np.empty(packed_size(codes.size, fmt), np.uint8)
-    if codes.size:
+    if 0 < codes.size < NUMPY_BELOW:
+        _pack_numpy(codes, fmt.bits, out)
+    elif codes.size:
         with parallel_guard():
             _pack(codes, fmt.bits, out)
     return out
@@ -92,7 +113,9 @@ def unpack(packed: np.ndarray | bytes, dtype, shape) -> np.ndarray:
     packed = np.ascontiguousarray(np.asarray(packed, dtype=np.uint8)).reshape(-1)
     shape, n = unpacked_shape(packed.size, fmt, shape, "unpack")
     out = np.empty(n, np.uint8)
-    if n:
+    if 0 < n < NUMPY_BELOW:
+        _unpack_numpy(packed, fmt.bits, n, out)
+    elif n:
         with parallel_guard():
             _unpack(packed, fmt.bits, n, out)
     return out.view(fmt.dtype).reshape(shape)

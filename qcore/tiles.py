@@ -12,6 +12,18 @@ __all__ = ["HEAT_CELLS", "pool_max", "sample_indices", "tile_rmse"]
 HEAT_CELLS = 96  # a heat map is at most HEAT_CELLS x HEAT_CELLS cells
 
 
+def tile_size(n: int, cells: int = HEAT_CELLS) -> int:
+    """Elements per tile along an axis of `n` elements, for at most `cells` tiles: the smallest
+    size from ceil(n / cells) up whose last tile is at least half full (up to twice that size,
+    so still a fine grid). A last tile of one row among tiles of eleven reads as a strip of
+    another colour: its RMSE is over far fewer elements."""
+    first = max(1, -(-n // cells))
+    for size in range(first, 2 * first + 1):
+        if n % size == 0 or 2 * (n % size) >= size:
+            return size
+    return first
+
+
 def tile_rmse(x: np.ndarray, x_hat: np.ndarray,
               cells: int = HEAT_CELLS) -> tuple[np.ndarray, int, int]:
     """RMSE of x̂ − x over a grid of at most cells × cells tiles of x viewed as 2-D (rows =
@@ -22,7 +34,7 @@ def tile_rmse(x: np.ndarray, x_hat: np.ndarray,
     a2 = a.reshape(a.shape[0], -1) if a.ndim > 1 else a.reshape(1, -1)
     b2 = b.reshape(a2.shape)
     rows, cols = a2.shape
-    tr, tc = max(1, -(-rows // cells)), max(1, -(-cols // cells))
+    tr, tc = tile_size(rows, cells), tile_size(cols, cells)
     nr, nc = -(-rows // tr), -(-cols // tc)
     with np.errstate(all="ignore"):
         e = (b2 - a2).astype(np.float32)

@@ -795,3 +795,19 @@ def test_glossary_page_lists_every_term():
     at = open_page("glossary")
     shown = {h.value for h in at.subheader}
     assert {term for term, _ in glossary.TERMS.values()} <= shown
+
+
+def test_clipping_sweep_with_percentile_says_what_it_sweeps_and_shows_the_lab_figure():
+    """With percentile chosen the curve scales the min–max range; the page says so and shows
+    the SQNR the Lab shows for the same settings (computed here with qcore directly)."""
+    x = tensor()
+    at = open_page("round_trip_sweeps", {"s_method": "percentile"})
+    captions = " ".join(c.value for c in at.caption)
+    assert "Swept: the observed min–max range times the ratio" in captions, captions
+    shown = shown_metrics(at)
+    expected = fmt_metric("sqnr_db", lab_direct(x, method="percentile")["sqnr_db"])
+    assert shown["percentile clipping (the Lab)"] == expected, shown
+    at = open_page("round_trip_sweeps", {"s_method": "absmax"})
+    assert "Swept: the abs-max (symmetric) range times the ratio" in " ".join(
+        c.value for c in at.caption)
+    assert not [k for k in shown_metrics(at) if k.endswith("(the Lab)")]

@@ -404,3 +404,41 @@ def test_recipe_editor_builds_types_and_refuses():
     assert any("int5:blocked8" in e.value and "not a recipe" in e.value for e in at.error)
     assert list(at.dataframe[0].value["format"]) == ["int4:blocked32",
                                                       "uint8:per-tensor@percentile"]
+
+
+def _upload_session(x: np.ndarray, page: str, **settings) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=300)
+    at.session_state["src"] = "upload"
+    for k, v in settings.items():
+        at.session_state[k] = v
+    at.switch_page(f"pages/{page}.py")
+    check(at.run())
+    at.file_uploader(key="upload_file").upload("bad.npy", _npy(x))
+    return check(at.run())
+
+
+def test_input_nan_and_inf_are_named_with_saturate_on():
+    """A tensor holding NaN and Inf, saturate on: Format Compare and the sweeps name the
+    input's own NaN/Inf count, not 'formats turned finite elements into NaN/Inf'."""
+    x = synthetic.generate("normal", (24, 40), seed=0)
+    x[0, :3] = np.nan
+    x[1, 0] = np.inf
+    for page in ("format_compare", "round_trip_sweeps"):
+        at = _upload_session(x, page)
+        text = _all_text(at)
+        assert "x itself holds 3 NaN and 1 ±Inf" in text, (page, text)
+        assert "turn finite elements into NaN" not in text, (page, text)
+
+
+def test_an_all_nan_tensor_gives_messages_not_errors():
+    x = np.full((8, 16), np.nan, np.float32)
+    tabs = ["Clipping range", "Block size", "Repeated round trips", "Chains of formats"]
+    views = [("format_compare", {}), ("quantize_lab", {}), ("dynamic_quantization", {})]
+    views += [("round_trip_sweeps", {"s_tab": tab}) for tab in tabs]
+    for page, settings in views:
+        at = _upload_session(x, page, **settings)
+        for df in at.dataframe:
+            assert "None" not in df.value.astype(str).to_string(), (page, df.value)
+        text = _all_text(at)
+        assert "has no finite element" in text, (page, text)
+        assert "Encountered all NA" not in text, (page, text)

@@ -41,11 +41,21 @@ def test_tile_rmse_is_the_rmse_of_each_tile():
     x_hat = x + rng.standard_normal((10, 7)).astype(np.float32) * 0.1
     x_hat[0, 0] = np.nan  # left out
     grid, tr, tc = tiles.tile_rmse(x, x_hat, cells=3)
-    assert (tr, tc) == (4, 3) and grid.shape == (3, 3)
+    # 10 rows: tiles of 4 (the last holds 2, half full); 7 columns: 3 would leave a last tile
+    # of 1, so tiles of 4 (the last holds 3)
+    assert (tr, tc) == (4, 4) and grid.shape == (3, 2)
     e = (x_hat - x).astype(np.float64)
-    tile = e[0:4, 0:3].reshape(-1)[1:]
+    tile = e[0:4, 0:4].reshape(-1)[1:]
     assert grid[0, 0] == pytest.approx(np.sqrt(np.mean(tile ** 2)), rel=1e-6)
-    assert grid[2, 2] == pytest.approx(np.sqrt(np.mean(e[8:10, 6:7] ** 2)), rel=1e-6)
+    assert grid[2, 1] == pytest.approx(np.sqrt(np.mean(e[8:10, 4:7] ** 2)), rel=1e-6)
+
+
+def test_the_last_tile_is_at_least_half_full():
+    for n in range(1, 5000, 7):
+        size = tiles.tile_size(n)
+        assert -(-n // size) <= tiles.HEAT_CELLS
+        first = -(-n // tiles.HEAT_CELLS)
+        assert n % size == 0 or 2 * (n % size) >= size or size == first  # none fits: the first
 
 
 def test_code_fields_rebuild_ml_dtypes_values():

@@ -34,17 +34,25 @@ def independent_answers() -> list[str]:
     y5 = qcore.quantize_linear(np.float32([300.0]), np.float32(1), output_dtype="float8e4m3fn")
     _, _, z6 = qcore.dynamic_quantize_linear(np.float32([-1.0, 0.0, 3.0]))
     assert int(y2) == 2 and int(y3) == 127 and int(z6) == 64  # round half to even; saturation
+    # ONNX's own packing of int4 (onnx.helper.make_tensor stores one packed byte per int32)
+    from onnx import TensorProto, helper
+
+    packed = list(helper.make_tensor("t", TensorProto.INT4, [len(lesson.STORAGE_CODES)],
+                                     list(lesson.STORAGE_CODES)).int32_data)
+    store = f"{len(packed)} bytes, first 0x{packed[0]:02X}"
     return [str(int(y1)), str(int(y2)), str(int(y3)), f"{float(x4[0, 0]):g}",
-            f"{float(y5.astype(np.float32)[0]):g}", str(int(z6)), None]
+            f"{float(y5.astype(np.float32)[0]):g}", store, None, str(int(z6)), None, None]
 
 
 def test_the_path_has_the_seven_steps_in_order():
     titles = [s.title.split(":")[0].split(",")[0] for s in STEPS]
     assert titles == ["Scale and zero point", "Rounding", "Saturation", "Granularity",
-                      "float8", "DynamicQuantizeLinear", "Choosing a format for a model"]
+                      "float8", "Storage", "Formats at the same bits", "DynamicQuantizeLinear",
+                      "Choosing a format for a model", "From tensor to model"]
     for s in STEPS:
         assert s.idea.count(". ") + s.idea.count(": ") >= 2 and s.formula and s.why
         assert len(s.options) >= 2 and s.try_settings
+        assert not [c for c in s.formula if ord(c) < 32], s.title  # LaTeX written raw
 
 
 def test_walk_the_path_answering_every_question():
@@ -79,8 +87,9 @@ def test_choosing_a_format_answer_is_measured():
     for t in ("int8", "float8e4m3fn"):
         p = calibration.choose_params(x, t, method="absmax")
         sq[t] = metrics.error_metrics(x, p.dequantize(p.quantize(x)))["sqnr_db"]
-    a = STEPS[-1].answer()
-    assert STEPS[-1].options[a.correct] == max(sq, key=sq.get)
+    choosing = next(s for s in STEPS if s.title.startswith("Choosing"))
+    a = choosing.answer()
+    assert choosing.options[a.correct] == max(sq, key=sq.get)
     assert f"{sq['int8']:.1f} dB" in a.explanation
 
 
@@ -127,3 +136,64 @@ def test_home_leads_to_the_guided_path():
     rerun(at)
     assert at.title[0].value == "Learn: guided path"
     assert at.segmented_control(key="step").value == 1
+
+
+def _numpy_sqnr(x, x_hat) -> float:
+    x, x_hat = x.astype(np.float64), x_hat.astype(np.float64)
+    return float(10 * np.log10((x ** 2).sum() / ((x_hat - x) ** 2).sum()))
+
+
+def test_same_bits_answer_agrees_with_numpy_int4_blocks():
+    """int4 blocked 32 abs-max with float32 scales, by hand in numpy (round half to even,
+    clip to −8…7): the lesson's SQNR and bits per element (4 + 32/32; MXFP4 4 + 8/32)."""
+    from qcore import datasets
+
+    w = datasets.load(lesson.SAME_BITS_TENSOR)
+    blocks = w.reshape(w.shape[0], -1, 32)
+    scale = (np.abs(blocks).max(axis=2, keepdims=True) / np.float32(7)).astype(np.float32)
+    codes = np.clip(np.rint(blocks / scale), -8, 7)
+    expected = _numpy_sqnr(w, (codes * scale).reshape(w.shape))
+    table = {label: (sq, bits) for label, sq, bits in lesson.same_bits_table()}
+    sq, bits = table["int4 blocked 32, float32 scales"]
+    assert abs(sq - expected) < 0.01 and bits == 5.0
+    assert table["MXFP4"][1] == 4.25
+    step = next(s for s in STEPS if s.title == "Formats at the same bits")
+    a = step.answer()
+    assert f"{sq:.2f} dB" in a.explanation
+
+
+def test_tensor_to_model_answer_agrees_with_numpy_int8():
+    from qcore import datasets
+
+    sq = {}
+    for name in lesson.MODEL_TENSORS:
+        x = datasets.load(name)
+        scale = np.float32(np.abs(x).max() / np.float32(127))
+        sq[name] = _numpy_sqnr(x, np.clip(np.rint(x / scale), -127, 127) * scale)
+    step = STEPS[-1]
+    assert step.options[step.answer().correct] == min(sq, key=sq.get)
+    assert "model_fidelity" in " ".join(step.refs)
+
+
+def test_try_this_states_its_settings_in_words():
+    for step in STEPS:
+        words = lesson.describe_settings(step.try_settings)
+        assert words and not any(f"{k}=" in words for k in step.try_settings), words
+        assert "h_x" not in words and "lo_s" not in words and "c_formats" not in words
+
+
+def test_no_answer_before_the_prediction_and_answers_kept_on_the_move():
+    at = open_learn(2)
+    main = " ".join(m.value for m in at.markdown) + " ".join(lx.value for lx in at.latex)
+    assert "round(2.5)" not in main.replace(r"\operatorname{round}", "round").replace(" ", "")
+    assert not [i for i in at.info if "Why?" in i.value]  # the why comes with the answer
+    at.radio(key="learn_q2").set_value("2")
+    rerun(at)
+    assert [i for i in at.info if "Why?" in i.value]
+    at.button(key="learn_next").click()
+    rerun(at)
+    assert at.radio(key="learn_q3").value is None
+    at.button(key="learn_prev").click()
+    rerun(at)
+    assert at.radio(key="learn_q2").value == "2"
+    assert any("Right: 2" in s.value for s in at.success)

@@ -291,7 +291,7 @@ def test_cli_table_plan_export_and_errors(tmp_path, capsys):
     args = [str(model), "--inputs", str(tmp_path / "in.npz"), "--recipes",
             "int8:per-axis,int4:blocked32,mxfp4", "--budget", "6", "--out",
             str(tmp_path / "t.csv"), "--plan", str(tmp_path / "p.json"), "--export",
-            str(tmp_path / "q.onnx"), "--logits"]
+            str(tmp_path / "q.onnx"), "--logits", "--runtime", "reference"]
     assert main(args) == 0
     out = capsys.readouterr().out
     import csv

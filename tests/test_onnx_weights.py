@@ -163,7 +163,7 @@ def test_matmul_kn_per_axis_uses_axis_1_and_blocks_run_along_k():
     q = fidelity.qdq(w, "int8:per-axis", rec.role)
     assert q.axis == 1 and q.scale.shape == (16,)
     np.testing.assert_array_equal(q.scale, np.abs(w).max(axis=0) / 127)
-    b = fidelity.qdq(w, "int4:blocked32", rec.role)
+    b = fidelity.qdq(w, "int4:blocked32@absmax", rec.role)  # ±7 codes (the default: -8)
     assert b.axis == 0 and b.scale.shape == (2, 16)
     np.testing.assert_array_equal(b.scale[0], np.abs(w[:32]).max(axis=0) / 7)
     # an explicit axis overrides the role

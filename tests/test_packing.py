@@ -35,7 +35,7 @@ def spec_pack(a) -> bytes:
 
 
 @pytest.mark.parametrize("dtype", TYPES, ids=lambda d: np.dtype(d).name)
-@pytest.mark.parametrize("n", [0, 1, 2, 3, 4, 5, 7, 8, 33, 1000])
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 4, 5, 7, 8, 33, 1000, packing.NUMPY_BELOW + 3])  # NumPy, numba
 def test_pack_is_the_spec_layout_and_unpack_inverts_it(dtype, n):
     a = random_codes(dtype, n, seed=n)
     packed = packing.pack(a)

@@ -204,9 +204,27 @@ def test_uint8_per_tensor_matches_reference_and_runs_at_opset_10(ref):
     assert row["sqnr_db"] == pytest.approx(_sqnr(x, xh), rel=1e-9)
 
 
-def test_int4_blocked32_has_no_zero_point_at_opset_21(ref):
+def test_int4_blocked32_fullrange_is_the_default_and_matches_reference(ref):
+    """int4 without @METHOD maps each block's value of largest magnitude v to the code -8
+    (scale v / -8, negative where v > 0): the onnx reference evaluator on those scales."""
     x = weights((8, 100))  # 100 = 3 full blocks and a short one
     row = run_recipe(x, parse_recipe("int4:blocked32"))
+    assert parse_recipe("int4:blocked32") == parse_recipe("int4:blocked32@fullrange")
+    xp = np.pad(x, ((0, 0), (0, 28))).reshape(8, 4, 32)
+    v = np.take_along_axis(xp, np.abs(xp).argmax(axis=2)[..., None], 2)[..., 0]
+    scale = (v / np.float32(-8)).astype(np.float32)
+    assert (scale < 0).any() and (scale > 0).any()
+    y = ref("QuantizeLinear", 21, x, scale, axis=1, block_size=32, output_dtype=22)
+    xh = ref("DequantizeLinear", 21, y, scale, axis=1, block_size=32)
+    assert np.asarray(y).astype(np.int8).min() == -8
+    assert row["opset"] == 21 and row["block_size"] == 32
+    assert row["sqnr_db"] == pytest.approx(_sqnr(x, xh), rel=1e-9)
+    assert row["bits_per_element"] == 4 + 32 * 32 / 800
+
+
+def test_int4_blocked32_absmax_has_no_zero_point_at_opset_21(ref):
+    x = weights((8, 100))  # 100 = 3 full blocks and a short one
+    row = run_recipe(x, parse_recipe("int4:blocked32@absmax"))
     xb = np.pad(np.abs(x), ((0, 0), (0, 28))).reshape(8, 4, 32).max(axis=2)
     scale = (xb / np.float32(7)).astype(np.float32)
     y = ref("QuantizeLinear", 21, x, scale, axis=1, block_size=32, output_dtype=22)

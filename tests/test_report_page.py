@@ -101,3 +101,12 @@ def test_allowed_roots_follow_links_and_dots(tmp_path, monkeypatch):
     for bad in (inside / "escape" / "passwd", inside / ".." / "ok2", "/", "a\x00b"):
         with pytest.raises(QuantizationError):
             roots.check_allowed(bad)
+
+
+def test_typed_recipes_join_the_catalogue_picks_and_bad_ones_say_what_is_valid():
+    at = open_page({"mr_source": "synthetic", "mr_mb": "1", "mr_recipes": "int8:per-axis",
+                    "mr_more": "int4:blocked64@mse, int4:blocks"})
+    assert any("'int4:blocks'" in e.value and "blockedN" in e.value for e in at.error)
+    shown = set(at.dataframe[0].value["recipe"])
+    assert shown == {"int8:per-axis", "int4:blocked64@mse"}, shown
+    assert at.query_params["mr_more"] == "int4:blocked64@mse, int4:blocks"

@@ -54,6 +54,36 @@ def test_a_page_that_raises_still_ends_its_run():
     warm.wait_quiet(0.0)  # would block forever if the run were still counted
 
 
+def test_a_page_stopped_while_its_compile_notice_ends_still_ends_its_run(monkeypatch):
+    class Stop(BaseException):  # as Streamlit's StopException: the toast after st.stop() raises
+        pass
+
+    def stop_raising(self):
+        raise Stop
+
+    monkeypatch.setattr(warm.CompileWatch, "stop", stop_raising)
+    with pytest.raises(Stop), warm.page_running():
+        raise Stop
+    assert warm._running == 0
+    warm.wait_quiet(0.0)
+
+
+def test_a_page_that_stops_early_ends_its_run_and_writes_its_url():
+    """/quantize_lab?src=upload with no file stops after the picker (frame.stop_page): the
+    warm-up's count of running pages returns to zero and the URL still holds the settings."""
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(Path(warm.ROOT) / "streamlit_app.py"), default_timeout=300)
+    at.query_params.update({"src": "upload", "target": "int4"})
+    at.switch_page("pages/quantize_lab.py")
+    at.run()
+    assert not at.exception
+    assert warm._running == 0
+    url = {k: v[0] if isinstance(v, list) else v for k, v in at.query_params.items()}
+    assert url.get("src") == "upload" and "xtype" in url  # the settings drawn before the stop
+    warm.wait_quiet(0.0)
+
+
 def test_the_process_starts_once_quiet_and_its_lines_reach_the_log(monkeypatch, tmp_path, capfd):
     started = tmp_path / "started"
     fake = ("import os, pathlib, sys; "
@@ -207,6 +237,29 @@ def test_a_page_waiting_for_a_compiler_says_so_with_progress():
     assert any(s.startswith("Compiled 1 kernel(s) for this CPU") for s in said), said
 
 
+def _slow_page():
+    import time
+
+    import streamlit as st
+
+    from app import warm
+
+    warm.SLOW_RUN_S = 0.2
+    with warm.page_running("The slow page"):
+        time.sleep(1.6)
+    st.write("done")
+
+
+def test_a_slow_page_run_says_it_is_working_within_a_second():
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_function(_slow_page, default_timeout=60)
+    at.run()
+    assert not at.exception
+    said = [t.value for t in at.toast]
+    assert any(s.startswith("The slow page: ready in") for s in said), said
+
+
 def test_the_watch_counts_only_its_own_thread():
     """A compilation in another thread (the server's warm-up) is not the page's."""
     import numba
@@ -291,3 +344,9 @@ def test_warm_lab_runs_every_step_without_error():
     """The server's first warm-up step catches and logs what fails (a page then compiles it
     itself), so a broken step would pass unseen: run it and see it finish."""
     warm.warm_lab()
+
+
+def test_the_warm_up_computes_every_lesson_answer():
+    from app import warm_process
+
+    assert warm_process.warm_lesson_answers() == " (and every answer)"

@@ -107,6 +107,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="print the table as Markdown headed by the host, versions, date "
                              "and this command line; with FILE, write it there and print the "
                              "usual report")
+    parser.add_argument("--models", action="store_true",
+                        help="the model table: MiniLM (MatMul form) float, onnxruntime's "
+                             "quantizers and qcore's deployable exports in onnxruntime — "
+                             "latency, output SQNR, file size, bits per weight, targets")
+    parser.add_argument("--sentences", type=int, default=32,
+                        help="with --models: MiniLM sentences per pass (default 32)")
+    parser.add_argument("--repeats", type=int, default=10,
+                        help="with --models: timed passes per model and thread count")
     parser.add_argument("--cold-child", default=None, help=argparse.SUPPRESS)
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
@@ -121,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
         return _main_busy(args)
     if args.cold_app:
         return _main_cold_app(args)
+    if args.models:
+        return _main_models(args, argv)
     shape = _parse_size(args.size or "4096x4096")
     if args.backend == "cuda":
         return _main_cuda(shape, args)
@@ -195,6 +205,34 @@ def main(argv: list[str] | None = None) -> int:
                        "host": info, "other_targets": targets_run,
                        "cases": [asdict(c) | {"targets": target_verdicts(c, cases)}
                                  for c in cases], "sweep": sweep}, f, indent=1)
+    return 0
+
+
+def _main_models(args, argv: list[str]) -> int:
+    """``--models``: the model table (:mod:`qcore.bench.model`), printed or as Markdown."""
+    from qcore.bench.model import TARGETS, format_model_table, model_rows
+
+    rows = model_rows(args.sentences, args.repeats)
+    info = host.host_info()
+    notes = [f"MiniLM (qcore.model.minilm, MatMul form), {args.sentences} sentences in batches "
+             f"of 16; latency: median of {args.repeats} passes, models taking turns, one process, "
+             "onnxruntime sessions with default optimizations, spinning off; load average "
+             f"{os.getloadavg()[0]:.1f} at the end"]
+    notes += [f"target {k}: {v}" for k, v in TARGETS.items()]
+    table = format_model_table(rows)
+    if args.markdown is not None:
+        text = markdown_report(table, info, notes, command_line(argv))
+        if args.markdown == "-":
+            print(text)
+            return 0
+        with open(args.markdown, "w") as f:
+            f.write(text)
+    print(host.describe(info))
+    print("\n".join(notes))
+    print(table)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"host": info, "rows": rows}, f, indent=1)
     return 0
 
 

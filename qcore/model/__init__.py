@@ -3,8 +3,8 @@
 - :mod:`qcore.model.graph`: load any ``.onnx`` model (external data included), its weights
   wherever they live (:mod:`qcore.io.onnx`, the one reader), read or generate its inputs, run it
   in onnxruntime with chosen weights.
-- :mod:`qcore.model.minilm`: the all-MiniLM-L6-v2 sentence encoder as an ONNX graph built from
-  the installed checkpoint, and its tokenizer.
+- :mod:`qcore.model.minilm`: the all-MiniLM-L6-v2 sentence encoder as an ONNX graph (Gemm or
+  MatMul form) built from the installed checkpoint, and its tokenizer.
 - :mod:`qcore.model.fidelity`: a recipe on all weights or on one, laid out by each weight's
   role → output SQNR (per output, and their mean noise ratio), max |Δ|, cosine, Spearman of
   pairwise similarities, KL and top-1 for logits.
@@ -13,6 +13,10 @@
 - :mod:`qcore.model.export`: the plan as a QDQ ONNX model.
 - :mod:`qcore.model.activations`: activation sites, their calibration, the staged fake-quant
   evaluation, the QDQ insertion, per-site sensitivity and SmoothQuant.
+- :mod:`qcore.model.fused`: the deployable export — the forms onnxruntime fuses into integer
+  kernels (MatMulNBits, DynamicQuantizeLinear + MatMulInteger, static Q/DQ into QGemm).
+- :mod:`qcore.model.runtime`: which configurations a runtime runs (onnxruntime probed, cached).
+- :mod:`qcore.model.latency`: an export's latency beside its float model's, in one process.
 
 ``python -m qcore.model MODEL ...`` is the command line. onnx, onnxruntime and tokenizers are
 the ``model`` extra; they are imported when first needed, so ``import qcore.model`` works

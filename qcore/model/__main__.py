@@ -1,10 +1,14 @@
 """python -m qcore.model MODEL [--inputs FILE.npz] [--recipes R1,R2,...] [--budget BITS]
 [--out TABLE.csv] [--plan PLAN.json] [--export QDQ.onnx] [--activations MODE]
 [--calibrate FILE.npz] [--float-activations K] [--smooth ALPHA]
+[--runtime onnxruntime|reference]
 
 Sensitivity of every weight × every recipe (alone) and of every recipe on all weights; with
 --budget, the exactly optimal plan, run and measured; with --export, the plan as a QDQ model.
-MODEL is a .onnx path or ``minilm``. Progress goes to stderr, the summary to stdout; errors are
+MODEL is a .onnx path, ``minilm`` (Gemm form) or ``minilm-matmul`` (MatMul form). With
+--runtime onnxruntime (the default with --export) the plan takes only configurations the
+installed onnxruntime runs, the export is written in the forms it fuses into integer kernels and
+its latency is measured beside the float model's. Progress goes to stderr, the summary to stdout; errors are
 one ``error:`` line and exit status 2.
 """
 
@@ -111,6 +115,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--smooth", type=float, metavar="ALPHA",
                    help="SmoothQuant: migrate activation outliers into the weights with "
                    "strength ALPHA in [0, 1] (e.g. 0.5)")
+    p.add_argument("--runtime", help="plan for this runtime: onnxruntime (only what the "
+                   "installed onnxruntime runs; the default with --export) or reference "
+                   "(every ONNX type)")
+    p.add_argument("--latency-repeats", type=int, default=10,
+                   help="timed passes per model for the export's latency (default 10)")
     return p
 
 
@@ -196,8 +205,10 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
 
     recipes = [r.name for r in parse_recipes(args.recipes)]
     from . import activations as act
+    from .runtime import check_runtime
 
     mode = act.parse_activations(args.activations)
+    runtime = check_runtime(args.runtime or ("onnxruntime" if args.export else "reference"))
     t0 = time.perf_counter()
     outputs = ([o.strip() for o in args.outputs.split(",") if o.strip()]
                if args.outputs else None)
@@ -222,6 +233,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         _check_budget(case, tensors or case.weights, recipes, b, not args.no_float)
     print(f"{case.name}: {len(tensors or case.weights)} weight tensors, "
           f"{len(recipes)} recipes ({time.perf_counter() - t0:.1f} s to load)", file=out)
+    float_model = case.model  # latency is measured against the model as given
     case, specs, act_rows, smoothing = _activations(case, mode, args, out)
     t1 = time.perf_counter()
     if args.workers or args.scheduler:
@@ -229,6 +241,8 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     else:
         sens = measure(case, recipes, tensors, Bar("sensitivity"))
     t_sens = time.perf_counter() - t1
+    if runtime != "reference":
+        sens = _for_runtime(case, sens, runtime, out)
     rows = sens.rows + act_rows + uniform(case, recipes, tensors, Bar("uniform    "))
     corr = correlation(sens.rows)
     print(f"sensitivity: {len(sens.rows)} runs in {t_sens:.1f} s; tensor SQNR vs output SQNR: "
@@ -257,6 +271,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         return 0
     t2 = time.perf_counter()
     plan = make_plan(sens, args.budget, allow_float=not args.no_float)
+    plan.runtime = runtime
     t_plan = time.perf_counter() - t2
     _attach(plan, specs, act_rows, args.float_activations, mode.name,
             smoothing)
@@ -266,18 +281,19 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
           f"{_fmt(plan.output_sqnr_db_predicted)} dB, measured "
           f"{_fmt(plan.measured['output_sqnr_db'])} dB", file=out)
     _print_steps(plan.measured, out)
-    plan_json = plan.to_json()
     refined = _refine(args, case, sens, plan, out)
     if refined is not None:
         plan = refined.plan
+        plan.runtime = runtime
         _print_steps(plan.measured, out)
-        plan_json = plan.to_json()
+    if args.export:  # before the JSON: the export's latency and forms go into it
+        write_export(case, plan, args.export, out, runtime, args.latency_repeats, float_model)
+    plan_json = plan.to_json()
+    if refined is not None:
         plan_json["refine"] = refined.to_json()
     if args.plan:
         with open(args.plan, "w", encoding="utf-8") as f:
             json.dump(plan_json, f, indent=1)
-    if args.export:
-        write_export(case, plan, args.export, out)
     return 0
 
 
@@ -331,6 +347,20 @@ def _measure_on_dask(args: argparse.Namespace, recipes: list[str], tensors: list
                     getattr(args, "feedback", None), getattr(args, "outputs", None))
     return measure_on_dask(spec, recipes, tensors, workers=args.workers,
                            scheduler=args.scheduler, progress=ProgressBar(label="sensitivity "))
+
+
+def _for_runtime(case, sens, runtime: str, out: TextIO):
+    """The sensitivity rows ``runtime`` can run (each configuration probed once)."""
+    from .runtime import filter_sensitivity
+
+    shapes = {t: tuple(case.arrays[t].shape) for t in sens.tensors}
+    roles = {t: r.axes(len(shapes[t])) for t, r in case.roles.items() if t in shapes}
+    kept = filter_sensitivity(sens, shapes, runtime, roles)
+    dropped = sorted({r["recipe"] for r in sens.rows} - {r["recipe"] for r in kept.rows})
+    if dropped:
+        print(f"runtime {runtime}: the plan leaves out {', '.join(dropped)} (the installed "
+              f"onnxruntime does not run them)", file=out)
+    return kept
 
 
 def _activations(case, mode, args: argparse.Namespace, out: TextIO):
@@ -423,17 +453,32 @@ def _check_budget(case, tensors: list[str], recipes: list[str], budget: float,
                                 f"of these recipes ({total / n:.4f} bits per weight)")
 
 
-def write_export(case, plan, path: str, out: TextIO) -> None:
-    """Export the plan, save it, run it in onnxruntime where it can and compare."""
+def write_export(case, plan, path: str, out: TextIO, runtime: str = "reference",
+                 repeats: int = 10, float_model=None) -> None:
+    """Export the plan (for onnxruntime: in the forms it fuses, :mod:`qcore.model.fused`),
+    save it, run it in onnxruntime where it can, compare, and (for onnxruntime) time it beside
+    the float model (``float_model``, default the case's; the unsmoothed one with --smooth)
+    into ``plan.deploy``."""
     import numpy as np
 
     from .export import export_plan, unsupported_nodes
     from .graph import make_session
     from .plan import planned_weights
 
-    model = export_plan(case.model, plan, case.arrays)
+    if runtime == "onnxruntime":  # the forms onnxruntime fuses, activations included
+        from .fused import deployable_export
+
+        deployable = deployable_export(case.model, plan.recipes, case.arrays,
+                                       {a.site: a for a in plan.activations})
+        model = deployable.model
+        forms: dict[str, int] = {}
+        for f in deployable.forms.values():
+            forms[f] = forms.get(f, 0) + 1
+        plan.deploy["forms"] = forms
+    else:
+        model = export_plan(case.model, plan, case.arrays)
     bad = unsupported_nodes(model)
-    if plan.activations:
+    if plan.activations and runtime != "onnxruntime":
         from .activations import insert_qdq
 
         model = insert_qdq(model, plan.activations)
@@ -471,6 +516,18 @@ def write_export(case, plan, path: str, out: TextIO) -> None:
     print(f"export: {path}; onnxruntime runs it; outputs "
           + ("equal the fake-quant evaluation bit for bit" if same
              else f"differ from the fake-quant evaluation by up to {worst:.3g}"), file=out)
+    if runtime == "onnxruntime":
+        from .latency import model_latency
+
+        lat = model_latency(model, float_model if float_model is not None else case.model,
+                            case.batches, repeats=repeats)
+        plan.deploy.update(lat)
+        for k, ms in lat["latency_ms"].items():
+            f = lat["float_latency_ms"][k]
+            print(f"latency ({k} thread{'' if k == '1' else 's'}): {ms:.1f} ms, float "
+                  f"{f:.1f} ms ({ms / f:.2f}x float); forms: "
+                  + ", ".join(f"{n} {c}" for n, c in sorted(plan.deploy["forms"].items())),
+                  file=out)
 
 
 def _restore(o, order):

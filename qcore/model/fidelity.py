@@ -27,6 +27,7 @@ import numpy as np
 from .. import metrics
 from ..calibration import choose_params
 from ..formats import get_format
+from ..fullrange import FULLRANGE_METHODS, FULLRANGE_MSE, fullrange_params, positive_view
 from ..io.onnx import Role
 from ..metrics import error_metrics
 from ..ops import dequantize_linear, quantize_linear
@@ -82,8 +83,12 @@ def qdq(x: np.ndarray, recipe: Recipe | str, role: Role | None = None) -> Quanti
     shape = tuple(x.shape)
     if view is not None:
         x = x.reshape(view)
-    params = choose_params(x, r.target, method=r.method, granularity=gran, axis=axis,
-                           block_size=block or 32)
+    if r.method in FULLRANGE_METHODS:  # signed scales (qcore.fullrange)
+        params = fullrange_params(x, r.target, gran, axis, block or 32,
+                                  r.method == FULLRANGE_MSE)
+    else:
+        params = choose_params(x, r.target, method=r.method, granularity=gran, axis=axis,
+                               block_size=block or 32)
     fmt = params.format
     sshape = tuple(np.shape(params.scale))
     kw = params.kwargs
@@ -94,9 +99,12 @@ def qdq(x: np.ndarray, recipe: Recipe | str, role: Role | None = None) -> Quanti
     if stored:
         zp = params.zero_point if params.zero_point is not None else np.zeros(sshape, fmt.dtype)
         zp = np.asarray(zp, fmt.dtype)
-    out = None if opset < 21 else fmt.name
-    y = quantize_linear(x, params.scale, zp, output_dtype=out, opset=opset, **kw)
-    x_hat = dequantize_linear(y, params.scale, zp, opset=opset, **kw)
+    xs, run, sign = positive_view(x, params, opset)  # @fullrange: signed scales
+    y = quantize_linear(xs, run.scale, zp, output_dtype=None if opset < 21 else fmt.name,
+                        opset=opset, **kw)
+    x_hat = dequantize_linear(y, run.scale, zp, opset=opset, **kw)
+    if sign is not None:
+        x_hat = np.asarray(x_hat, np.float32) * sign
     m = error_metrics(x, x_hat)
     n_scales = int(np.asarray(params.scale).size)
     bits = metrics.stored_bits(x.size, fmt.bits, n_scales, params.scale_format.bits, stored)

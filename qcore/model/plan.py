@@ -48,6 +48,11 @@ class Plan:
     noise_predicted: float
     signal_power: float
     measured: dict[str, Any] = field(default_factory=dict)
+    #: The runtime the plan is made for (:mod:`qcore.model.runtime`).
+    runtime: str = "reference"
+    #: What the export measured in that runtime: ``latency_ms`` and ``float_latency_ms``
+    #: (by thread count, :mod:`qcore.model.latency`) and ``forms`` (:mod:`qcore.model.fused`).
+    deploy: dict[str, Any] = field(default_factory=dict)
     #: Activation sites quantized with the weights (qcore.model.activations.ActivationSpec),
     #: the sites kept in float, and the --activations mode's name.
     activations: list[Any] = field(default_factory=list)
@@ -75,7 +80,8 @@ class Plan:
             if isinstance(v, float) and not math.isfinite(v):
                 return None if math.isnan(v) else ("inf" if v > 0 else "-inf")
             return v
-        return {"budget": self.budget, "bits_per_element": self.bits_per_element,
+        return {"budget": self.budget, "runtime": self.runtime,
+                "bits_per_element": self.bits_per_element,
                 "bits": self.bits, "elements": self.elements,
                 "output_sqnr_db_predicted": num(self.output_sqnr_db_predicted),
                 "output_sqnr_db": num(self.measured.get("output_sqnr_db", math.nan)),
@@ -88,7 +94,7 @@ class Plan:
                 "activation_mode": self.activation_mode,
                 "activations": [a.to_json() for a in self.activations],
                 "float_activations": list(self.float_activations),
-                "smoothing": dict(self.smoothing)}
+                "smoothing": dict(self.smoothing), **self.deploy}
 
 
 def _cap(budget: float, elements: int) -> int:
@@ -130,7 +136,10 @@ def make_plan(sens: Sensitivity, budget: float, allow_float: bool = True) -> Pla
     cheapest = [min(c for _, c, _ in opts[t]) for t in tensors]
     if sum(cheapest) > cap:
         raise ModelError(f"budget {budget} bits per weight is below the cheapest plan "
-                         f"({sum(cheapest) / elements:.4f} bits per weight with these recipes)")
+                         f"({sum(cheapest) / elements:.4f} bits per weight with these recipes"
+                         + ("" if sens.runtime == "reference" else
+                            f" that {sens.runtime} runs; --runtime reference allows "
+                            "every ONNX type") + ")")
     rest = np.concatenate([np.cumsum(cheapest[::-1])[::-1][1:], [0]]).astype(np.int64)
     cost = np.zeros(1, np.int64)
     noise = np.zeros(1, np.float64)

@@ -42,6 +42,8 @@ class Sensitivity:
     float_bits: dict[str, int]
     rows: list[dict]
     signal_power: float
+    #: The runtime the rows are filtered for (:func:`qcore.model.runtime.filter_sensitivity`).
+    runtime: str = "reference"
 
     def row(self, tensor: str, recipe: str) -> dict | None:
         for r in self.rows:

@@ -15,8 +15,13 @@ names (``mxfp8``, ``mxfp8e5m2``, ``mxfp6``, ``mxfp6e3m2``, ``mxfp4``, ``mxint8``
   Tensors of rank <= 1 take ``per-tensor`` for ``per-axis`` recipes (one scale per element
   measures nothing), and 0-d tensors take ``per-tensor`` for every recipe.
 - METHOD: a calibration method of :mod:`qcore.calibration` (``minmax``, ``absmax``,
-  ``percentile``, ``mse``, ``mx``). Default: ``minmax`` (asymmetric) for unsigned integers,
-  ``absmax`` (symmetric) otherwise.
+  ``percentile``, ``mse``, ``mx``), or ``fullrange`` for signed integers
+  (:mod:`qcore.fullrange`: the largest magnitude maps to the most negative code, −8 for int4,
+  as onnxruntime's 4-bit quantizers do; ``absmax`` maps it to +7 and leaves −8 unused), or
+  ``fullrange-mse`` (the same codes, each group's clip searched for the least squared error).
+  Default (:func:`default_method`): ``minmax`` (asymmetric) for unsigned integers,
+  ``fullrange`` for int4 and int2, ``absmax`` (symmetric) otherwise; ``int4:blocked32@absmax``
+  names the ±7 codes.
 - MX recipes: blocks of 32 along the reduction axis (a tensor without a graph: the last axis),
   float8e8m0 scales by the OCP rule
   2^(floor(log2 amax) - emax) with emax the element format's largest exponent (e4m3: 8,
@@ -42,6 +47,7 @@ import numpy as np
 from ..calibration import METHODS
 from ..errors import QuantizationError
 from ..formats import INT, QUANTIZED_TYPES, get_format
+from ..fullrange import FULLRANGE, FULLRANGE_METHODS
 from ..layout import BLOCKED, PER_AXIS, PER_TENSOR
 from .sliced import (  # noqa: F401 - what a recipe is on a shape, re-exported here
     ArrayReader,
@@ -87,6 +93,9 @@ CATALOGUE = DEFAULT_RECIPES + (
 )
 
 CALIBRATION_METHODS = tuple(m for m in METHODS if m != "manual")
+#: Methods a recipe may name: the calibration methods and ``fullrange`` (:mod:`qcore.fullrange`:
+#: symmetric integer codes whose largest magnitude maps to the most negative code).
+RECIPE_METHODS = CALIBRATION_METHODS + FULLRANGE_METHODS
 _GRAN = re.compile(r"^(per-tensor|per-axis|blocked(\d+))(?:/(\d+))?$")
 
 
@@ -105,6 +114,18 @@ class Recipe:
     @property
     def mx(self) -> bool:
         return self.scale_dtype == "float8e8m0"
+
+
+def default_method(fmt: Any) -> str:
+    """The method a recipe without ``@METHOD`` uses: ``minmax`` (asymmetric) for unsigned
+    integers, ``fullrange`` for signed integers of at most 4 bits (their 16 or 4 codes are
+    few: the most negative one earns about 1 dB on MiniLM's int4 projections, docs/report.md),
+    ``absmax`` otherwise."""
+    if fmt.kind == INT and not fmt.signed:
+        return "minmax"
+    if fmt.kind == INT and fmt.bits <= 4:
+        return FULLRANGE
+    return "absmax"
 
 
 def parse_recipe(spec: str) -> Recipe:
@@ -128,11 +149,14 @@ def parse_recipe(spec: str) -> Recipe:
     if not m:
         raise QuantizationError(f"recipe {spec!r}: granularity {gran!r} is not valid; {valid}")
     fmt = get_format(target)
-    default = "minmax" if fmt.kind == INT and not fmt.signed else "absmax"
+    default = default_method(fmt)
     method = method or default
-    if method not in CALIBRATION_METHODS:
+    if method not in RECIPE_METHODS:
         raise QuantizationError(f"recipe {spec!r}: calibration {method!r} is not valid; valid: "
-                                + ", ".join(CALIBRATION_METHODS))
+                                + ", ".join(RECIPE_METHODS))
+    if method in FULLRANGE_METHODS and not (fmt.kind == INT and fmt.signed):
+        raise QuantizationError(f"recipe {spec!r}: @{method} is for signed integer "
+                                f"targets (int2, int4, int8, ...); {target} is not one")
     axis = int(m.group(3)) if m.group(3) is not None else None
     if axis is not None and m.group(1) == "per-tensor":
         raise QuantizationError(f"recipe {spec!r}: per-tensor has no axis; {valid}")

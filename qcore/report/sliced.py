@@ -44,6 +44,7 @@ from .. import metrics
 from ..calibration import choose_params
 from ..concurrency import numba_threads, parallel_workers
 from ..errors import QuantizationError
+from ..fullrange import FULLRANGE_METHODS, FULLRANGE_MSE, fullrange_params, positive_view
 from ..layout import BLOCKED, PER_AXIS, PER_TENSOR
 from ..ops import dequantize_linear, plan_dequantize, plan_quantize, quantize_linear
 from ..quant_params import QuantParams
@@ -282,6 +283,11 @@ class _Sums:
 def _params(x: np.ndarray, s: _Sums, lo: float, hi: float, whole: np.ndarray | None) -> Any:
     recipe = s.recipe
     gran, axis, block, _ = s.layout
+    if recipe.method in FULLRANGE_METHODS:  # signed scales (qcore.fullrange)
+        search = recipe.method == FULLRANGE_MSE
+        if gran == PER_TENSOR:
+            x = whole if search and whole is not None else np.array([lo, hi], np.float32)
+        return fullrange_params(x, recipe.target, gran, axis, block or 32, search)
     if gran == PER_TENSOR:
         if recipe.method in _RANGE_METHODS:  # the scale of the whole tensor from its range
             x = np.array([lo, hi], np.float32)
@@ -294,6 +300,7 @@ def _params(x: np.ndarray, s: _Sums, lo: float, hi: float, whole: np.ndarray | N
 def _add(s: _Sums, x: np.ndarray, lo: float, hi: float, whole: np.ndarray | None,
          first_slice: bool) -> None:
     params = _params(x, s, lo, hi, whole)
+    x, params, _ = positive_view(x, params, LATEST_OPSET)  # @fullrange: signed scales
     fmt = params.format
     zp = params.zero_point
     # values do not depend on the opset: run at the latest, report the oldest that expresses

