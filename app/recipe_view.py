@@ -24,7 +24,9 @@ from . import state
 DEFAULT_RECIPES = ("int8:per-axis", "float8e4m3fn:per-tensor", "mxfp8", "int4:blocked32",
                    "int4:blocked128", "mxfp4", "float4e2m1:blocked32")
 #: The builder's calibration choices: (label, the recipe's @METHOD; "mx" means float8e8m0 scales).
-CALIBRATIONS = {"abs-max · float32 scales": "absmax", "min–max · float32 scales": "minmax",
+CALIBRATIONS = {"abs-max · float32 scales": "absmax",
+                "full range (−8…7 for int4) · float32 scales": "fullrange",
+                "min–max · float32 scales": "minmax",
                 "percentile · float32 scales": "percentile", "MSE search · float32 scales": "mse",
                 "MX power of two · float8e8m0 scales": "mx"}
 GRANULARITIES = ("blocked", "per-axis", "per-tensor")
@@ -130,7 +132,7 @@ def error_hists(spec: Any, chosen: tuple[str, ...], saturate: bool,
     out = {}
     for r in chosen:
         try:
-            _, _, x_hat = analysis.recipe_round_trip(x, r, saturate=saturate)
+            _, _, x_hat, _, _ = analysis.recipe_round_trip(x, r, saturate=saturate)
         except qcore.QuantizationError:
             continue
         with np.errstate(all="ignore"):

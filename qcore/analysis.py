@@ -149,8 +149,8 @@ def compare_recipes(x: Any, recipes: Any, *, saturate: bool = True,
             gran, axis, block = granularity_for(r, shape)
             row.update(granularity=gran, axis=axis if gran != PER_TENSOR else None,
                        block_size=block or None)
-            p, op, xh = recipe_round_trip(xa, r, saturate=saturate, opset=opset)
-            m = error_metrics(xa, xh, params=p, opset=op)
+            p, op, _, xs, xh = recipe_round_trip(xa, r, saturate=saturate, opset=opset)
+            m = error_metrics(xs, xh, params=p, opset=op)
             row.update({k: m[k] for k in _METRIC_COLUMNS})
             row["opset"] = op
             row["opset_sets_bits"] = bool(stores_zero_point(p, op)
@@ -173,22 +173,34 @@ def compare_recipes(x: Any, recipes: Any, *, saturate: bool = True,
 
 
 def recipe_round_trip(x: Any, recipe: Any, *, saturate: bool = True, opset: int | None = None
-                      ) -> tuple[QuantParams, int, np.ndarray]:
-    """(parameters, opset, x̂) of one report recipe on ``x``: laid on x's shape as the report
-    lays it, run at ``opset`` or else the oldest opset that expresses it."""
+                      ) -> tuple[QuantParams, int, np.ndarray, np.ndarray, np.ndarray]:
+    """One report recipe on ``x``: (the parameters its operators run with, the opset, x̂, and
+    the pair (x', x̂') whose error statistics are the recipe's), laid on x's shape as the report
+    lays it and run at ``opset`` or else the oldest opset that expresses it.
+
+    A ``@fullrange`` recipe has signed scales (:mod:`qcore.fullrange`); qcore's operators run
+    it on σ·x with |scale| (:func:`qcore.fullrange.positive_view`): the parameters returned are
+    those, and (x', x̂') = (σ·x, σ·x̂), whose errors equal those of (x, x̂)."""
+    from .fullrange import FULLRANGE_METHODS, FULLRANGE_MSE, fullrange_params, positive_view
     from .report.recipes import asks_zero_point, granularity_for, parse_recipe, required_opset
 
     r = parse_recipe(recipe) if isinstance(recipe, str) else recipe
     xa = as_input(x)
     shape = tuple(int(d) for d in xa.shape)
     gran, axis, block = granularity_for(r, shape)
-    p = choose_params(xa, r.target, method=r.method, granularity=gran, axis=axis,
-                      block_size=block or 32)
+    if r.method in FULLRANGE_METHODS:
+        p = fullrange_params(xa, r.target, gran, axis, block or 32, r.method == FULLRANGE_MSE)
+    else:
+        p = choose_params(xa, r.target, method=r.method, granularity=gran, axis=axis,
+                          block_size=block or 32)
     kw = p.kwargs
     op = int(opset) if opset is not None else required_opset(
         p.format.name, p.scale_format.name, shape, tuple(np.shape(p.scale)), asks_zero_point(p),
         kw["axis"], kw["block_size"])
-    return p, op, p.round_trip(xa, saturate=saturate, opset=op)
+    xs, run, sign = positive_view(xa, p, op)
+    xh_run = run.round_trip(xs, saturate=saturate, opset=op)
+    x_hat = xh_run if sign is None else np.asarray(xh_run, np.float32) * sign
+    return run, op, x_hat, xs, xh_run
 
 
 def clipping_sweep(x: Any, target: Any, *, n: int = 60, granularity: str = PER_TENSOR,

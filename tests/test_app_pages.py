@@ -362,24 +362,24 @@ def test_format_compare_compares_recipes_each_with_its_own_settings():
 
     at = open_app_page("pages/format_compare.py", RECIPE_LINK)
     table = at.dataframe[0].value.set_index("format")
-    assert list(table.index) == ["int4:blocked32", "mxfp4", "int8:per-axis · opset 13",
+    assert list(table.index) == ["int4:blocked32@absmax", "mxfp4", "int8:per-axis · opset 13",
                                  "float8e4m3fn:per-tensor · opset 19"]
-    assert table.loc["int4:blocked32", "scale_type"] == "float32"
-    assert table.loc["int4:blocked32", "method"] == "absmax"
+    assert table.loc["int4:blocked32@absmax", "scale_type"] == "float32"
+    assert table.loc["int4:blocked32@absmax", "method"] == "absmax"
     assert table.loc["mxfp4", "scale_type"] == "float8e8m0"
     assert table.loc["mxfp4", "block_size"] == "32" and table.loc["mxfp4", "target"] == "float4e2m1"
     assert table.loc["int8:per-axis · opset 13", "block_size"] == ""  # no block, no "None"
     x = datasets.load("layer0.ffn.out.weight")
-    for label, recipe in zip(table.index, ["int4:blocked32", "mxfp4", "int8:per-axis",
+    for label, recipe in zip(table.index, ["int4:blocked32@absmax", "mxfp4", "int8:per-axis",
                                            "float8e4m3fn:per-tensor"]):
         report = run_recipe(x, parse_recipe(recipe))
         assert table.loc[label, "sqnr_db"] == pytest.approx(report["sqnr_db"], abs=1e-9), label
         assert table.loc[label, "bits_per_element"] == report["bits_per_element"], label
         assert table.loc[label, "opset"] == report["opset"], label
     chart = at.get("plotly_chart")[0].proto.spec
-    assert "mxfp4" in chart and "int4:blocked32" in chart
+    assert "mxfp4" in chart and "int4:blocked32@absmax" in chart
     assert at.query_params["c_recipes"] == \
-        "int4:blocked32,mxfp4,int8:per-axis,float8e4m3fn:per-tensor"  # canonical names
+        "int4:blocked32@absmax,mxfp4,int8:per-axis,float8e4m3fn:per-tensor"  # canonical
     assert at.query_params["c_mode"] == "recipes"
 
 
