@@ -76,32 +76,28 @@ def sentence_count() -> int:
 def runtime_check(recipe_names: tuple[str, ...], runtime: str) -> dict[str, str]:
     """For each recipe, why the runtime cannot run its DequantizeLinear ("" when it can).
 
-    ``reference`` runs every ONNX type. For ``onnxruntime``, each recipe's export of a small
-    [64, 64] MatMul weight (:func:`qcore.model.export.export_plan`) is asked of the installed
-    onnxruntime (:func:`qcore.model.export.unsupported_nodes`: each DequantizeLinear tried
-    alone)."""
-    if runtime == "reference":
-        return {r: "" for r in recipe_names}
-    import onnxruntime as ort
-
-    from qcore.model.export import export_plan, unsupported_nodes
+    ``reference`` runs every ONNX type. For ``onnxruntime``, each recipe is asked of the
+    installed onnxruntime on a stand-in [64, 64] MatMul weight
+    (:func:`qcore.model.runtime.runs_in_onnxruntime`, probed once per configuration); the
+    plan then keeps only the (recipe, weight) configurations the runtime runs on the model's
+    own shapes and roles (:func:`measure`)."""
+    from qcore.model import runtime as rt
     from qcore.model.fidelity import qdq
 
-    model = _probe_model()
-    w = np.linspace(-1.0, 1.0, 64 * 64, dtype=np.float32).reshape(64, 64)
+    ok = rt.allowed(runtime)
     out = {}
     for name in recipe_names:
-        try:
-            q = qdq(w, name)
-            p = plan.Plan(0.0, {"w": name}, q.bits, q.elements, 0.0, 1.0)
-            bad = unsupported_nodes(export_plan(model, p, {"w": w}))
-        except ValueError as exc:
-            out[name] = str(exc)
+        if ok(name, (64, 64), 1, 0):
+            out[name] = ""
             continue
-        scale = "float8e8m0" if recipes.parse_recipe(name).mx else "float32"
-        out[name] = (f"onnxruntime {ort.__version__} has no DequantizeLinear-{q.opset} kernel "
-                     f"for {recipes.parse_recipe(name).target} codes with {scale} scales"
-                     if bad else "")
+        r = recipes.parse_recipe(name)
+        try:
+            opset = f"-{qdq(np.ones((64, 64), np.float32), name).opset}"
+        except ValueError:
+            opset = ""
+        scale = "float8e8m0" if r.mx else "float32"
+        out[name] = (f"{runtime_name()} has no DequantizeLinear{opset} kernel for {r.target} "
+                     f"codes with {scale} scales")
     return out
 
 
@@ -110,18 +106,6 @@ def runtime_name() -> str:
     import onnxruntime as ort
 
     return f"onnxruntime {ort.__version__}"
-
-
-def _probe_model() -> Any:
-    """y = x · w, w a [64, 64] float32 initializer: the smallest model a recipe exports to."""
-    from onnx import TensorProto, helper, numpy_helper
-
-    w = numpy_helper.from_array(np.zeros((64, 64), np.float32), "w")
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "w"], ["y"])], "probe",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])], [w])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -174,9 +158,19 @@ Progress = Callable[[int, int, str], None]
 
 
 def measure(case: cases.ModelCase, chosen: list[str], tensors: list[str],
-            progress: Progress | None = None) -> tuple[sensitivity.Sensitivity, list[dict]]:
-    """Every tensor × recipe alone, then each recipe on every chosen tensor."""
+            progress: Progress | None = None, runtime: str = "reference"
+            ) -> tuple[sensitivity.Sensitivity, list[dict]]:
+    """Every tensor × recipe alone, then each recipe on every chosen tensor. For
+    ``onnxruntime`` the rows whose (recipe, weight shape, role) the installed onnxruntime
+    cannot run are left out of what the plan chooses from
+    (:func:`qcore.model.runtime.filter_sensitivity`, as ``--runtime onnxruntime``)."""
     sens = sensitivity.measure(case, chosen, tensors, progress)
+    if runtime != "reference":
+        from qcore.model.runtime import filter_sensitivity
+
+        shapes = {t: tuple(case.arrays[t].shape) for t in sens.tensors}
+        roles = {t: r.axes(len(shapes[t])) for t, r in case.roles.items() if t in shapes}
+        sens = filter_sensitivity(sens, shapes, runtime, roles)
     return sens, sensitivity.uniform(case, chosen, tensors)
 
 
@@ -235,20 +229,51 @@ def budget_bounds(sens: sensitivity.Sensitivity) -> tuple[float, float]:
     return lo_c, max(lo_c + 0.01, math.floor(hi * 100) / 100)
 
 
-def export(case: cases.ModelCase, p: plan.Plan) -> tuple[bytes, list[str], str]:
-    """The plan as a QDQ model (serialized; its activation sites as QuantizeLinear →
-    DequantizeLinear or DynamicQuantizeLinear → DequantizeLinear pairs), the weight nodes
-    onnxruntime cannot run, and why onnxruntime cannot load the whole model ("" when it can)."""
+def export(case: cases.ModelCase, p: plan.Plan, runtime: str = "reference",
+           repeats: int = 5) -> dict[str, Any]:
+    """The plan as a model for ``runtime`` (serialized, ``data``), as
+    ``python -m qcore.model --export`` writes it: for onnxruntime, the forms it fuses into
+    integer kernels (:func:`qcore.model.fused.deployable_export`; ``forms`` counts them) and
+    its latency beside the float model's, timed in this process (``latency_ms``,
+    ``float_latency_ms`` by thread count, :func:`qcore.model.latency.model_latency`); else
+    the plain QDQ model with its activation pairs. ``unsupported``: the weight nodes
+    onnxruntime cannot run; ``load_error``: why it cannot load the model ("" when it can)."""
     from qcore.model.export import export_plan, unsupported_nodes
 
-    model = export_plan(case.model, p, case.arrays)
-    bad = unsupported_nodes(model)
-    if p.activations:
+    out: dict[str, Any] = {"forms": {}, "latency_ms": {}, "float_latency_ms": {}}
+    if runtime == "onnxruntime":
+        from qcore.model.fused import deployable_export
+
+        d = deployable_export(case.model, p.recipes, case.arrays,
+                              {a.site: a for a in p.activations})
+        model = d.model
+        for f in d.forms.values():
+            out["forms"][f] = out["forms"].get(f, 0) + 1
+    else:
+        model = export_plan(case.model, p, case.arrays)
+    out["unsupported"] = unsupported_nodes(model)
+    if p.activations and runtime != "onnxruntime":
         from qcore.model.activations import insert_qdq
 
         model = insert_qdq(model, p.activations)
-    data = model.SerializeToString()
-    return data, bad, loads_in_onnxruntime(data)
+    out["data"] = model.SerializeToString()
+    out["load_error"] = loads_in_onnxruntime(out["data"])
+    if runtime == "onnxruntime" and not out["load_error"] and not out["unsupported"]:
+        from qcore.model.latency import model_latency
+
+        out.update(model_latency(model, case.model, case.batches, repeats=repeats))
+    return out
+
+
+def latency_figures(built: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(label, value, note) of each thread count's latency: the export's and the float
+    model's, timed together (none when the export was not timed)."""
+    out = []
+    for k, ms in built.get("latency_ms", {}).items():
+        f = built["float_latency_ms"][k]
+        label = "Latency, 1 thread" if k == "1" else f"Latency, {k} threads"
+        out.append((label, f"{ms:.1f} ms", f"float {f:.1f} ms · {ms / f:.2f}× float"))
+    return out
 
 
 def loads_in_onnxruntime(data: bytes) -> str:

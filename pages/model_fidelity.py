@@ -8,7 +8,7 @@ import os
 
 import streamlit as st
 
-from app import charts, errors, frame, model_view, sources, warm, widgets
+from app import charts, errors, frame, metrics_view, model_view, sources, warm, widgets
 from qcore.model import activations as act
 from qcore.report import models, recipes
 
@@ -145,7 +145,7 @@ if not chosen or not tensors:
 
 case_key = (ident, inputs and model_view.identity("path", inputs), int(sentences), int(seed),
             tuple(case.outputs or ()), feedback.strip())
-key = case_key + (tuple(chosen), tuple(tensors))
+key = case_key + (tuple(chosen), tuple(tensors), runtime)
 c1, c2, c3 = st.columns([2, 2, 1], vertical_alignment="bottom")
 c1.metric("Weight tensors", f"{len(tensors)} of {len(case.weights)}",
           f"{sum(case.arrays[t].size for t in tensors) / 1e6:,.2f} M elements",
@@ -162,7 +162,7 @@ if result is None and (clicked or len(tensors) * len(chosen) <= 12):
         bar.progress(min(1.0, done / total if total else 1.0), text=f"{done}/{total} {label}")
 
     result = errors.require(model_view.compute, ("sens",) + key, model_view.measure, case,
-                            chosen, tensors, progress, what="Measuring sensitivity")
+                            chosen, tensors, progress, runtime, what="Measuring sensitivity")
     bar.empty()
 if result is None:
     st.info(f"{len(tensors)} tensors × {len(chosen)} recipes: press **Run**.",
@@ -308,34 +308,52 @@ charts.show(model_view.bits_vs_fidelity(points, plans, p))
 
 st.subheader("Download", divider="gray")
 if runtime == "onnxruntime":
-    st.caption("The QDQ model holds only recipes the installed onnxruntime runs: it loads and "
-               "runs there. (The runtime is chosen in the sidebar.)")
+    st.caption("Built for onnxruntime: only recipes it runs, written in the forms it fuses into "
+               "integer kernels (MatMulNBits, MatMulInteger, QLinearMatMul), then timed beside "
+               "the float model in this process. (The runtime is chosen in the sidebar.)")
 else:
-    st.caption("Planned for any ONNX runtime: the QDQ model is valid ONNX; onnxruntime may lack "
+    st.caption("Built for any ONNX runtime: a plain QDQ model, valid ONNX; onnxruntime may lack "
                "kernels for some of its types (said below once it is built).")
-plan_json = json.dumps({**p.to_json(), "runtime": runtime,
-                        **({"refine": refined.to_json()} if refined else {})}, indent=1)
-export_key = plan_key + ((int(refine_runs),) if refined else ())
+export_key = plan_key + ((int(refine_runs),) if refined else ()) + (runtime,)
 d1, d2 = st.columns(2)
+if d2.button("Build the QDQ model", icon=":material/build:"):
+    with st.spinner("Exporting" + (", then timing it beside the float model…"
+                                   if runtime == "onnxruntime" else "…")):
+        st.session_state["_mf_qdq"] = (export_key, errors.require(
+            model_view.export, case, p, runtime, what="Exporting"))
+built = st.session_state.get("_mf_qdq")
+built = built[1] if built and built[0] == export_key else None
+deploy = {k: built[k] for k in ("forms", "latency_ms", "float_latency_ms")
+          if built and built[k]} if built else {}
+plan_json = json.dumps({**p.to_json(), "runtime": runtime, **deploy,
+                        **({"refine": refined.to_json()} if refined else {})}, indent=1)
 d1.download_button("Download the plan (.json)", plan_json, "plan.json", "application/json",
                    icon=":material/download:")
-if d2.button("Build the QDQ model", icon=":material/build:"):
-    with st.spinner("Exporting…"):
-        st.session_state["_mf_qdq"] = (export_key, *errors.require(model_view.export, case, p,
-                                                                   what="Exporting"))
-built = st.session_state.get("_mf_qdq")
-if built and built[0] == export_key:
-    d2.download_button("Download the QDQ model (.onnx)", built[1], "model.qdq.onnx",
+if built:
+    d2.download_button("Download the QDQ model (.onnx)", built["data"], "model.qdq.onnx",
                        "application/octet-stream", icon=":material/download:")
-    if built[2]:
-        st.warning(f"Valid ONNX; onnxruntime has no kernel for {len(built[2])} "
-                   f"DequantizeLinear node(s): {', '.join(built[2])}.", icon=":material/info:")
-    elif built[3]:
-        st.warning(f"Valid ONNX; onnxruntime does not load it: {built[3]}",
+    if built["unsupported"]:
+        st.warning(f"Valid ONNX; onnxruntime has no kernel for {len(built['unsupported'])} "
+                   f"DequantizeLinear node(s): {', '.join(built['unsupported'])}.",
+                   icon=":material/info:")
+    elif built["load_error"]:
+        st.warning(f"Valid ONNX; onnxruntime does not load it: {built['load_error']}",
                    icon=":material/info:")
     else:
         st.success("onnxruntime loads this model and runs every DequantizeLinear node of it.",
                    icon=":material/check:")
+    timing = model_view.latency_figures(built)
+    if timing:
+        row = metrics_view.cards()
+        metrics_view.card(row, "Bits per weight", f"{p.bits_per_element:.4f}")
+        metrics_view.card(row, "Output SQNR measured", f"{p.measured['output_sqnr_db']:.2f} dB")
+        for label, value, note in timing:
+            metrics_view.card(row, label, value, note, delta_color="off", delta_arrow="off",
+                              help="Median of repeated passes over the inputs, the export and "
+                                   "the float model taking turns in one process.")
+        st.caption("Forms: " + ", ".join(f"{n} × {f}" for f, n in sorted(built["forms"].items()))
+                   + " (matmulnbits, dynamic and static fuse into integer kernels; dq and qdq "
+                   "run as written).")
 with st.expander("All rows"):
     st.dataframe(model_view.rows_table(sens.rows + uniform + (study.rows if study else [])),
                  hide_index=True)

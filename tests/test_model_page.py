@@ -135,8 +135,13 @@ def test_onnxruntime_runtime_offers_only_what_it_runs(tmp_path):
     assert at.query_params["mf_recipes"] == "int8:per-axis"
     at.button[1].click().run()  # Build the QDQ model
     assert any("runs every DequantizeLinear" in s.value for s in at.success)
-    data = at.session_state["_mf_qdq"][1]
+    built = at.session_state["_mf_qdq"][1]
+    data = built["data"]
     exported = onnx.load_from_string(data)
+    shown = metrics(at)  # latency beside bits and SQNR, the float model timed alongside
+    assert set(built["latency_ms"]) == {"1", "all"}
+    for k, label in (("1", "Latency, 1 thread"), ("all", "Latency, all threads")):
+        assert shown[label] == f"{built['latency_ms'][k]:.1f} ms"
     assert unsupported_nodes(exported) == []
     x = np.random.default_rng(0).standard_normal((3, 8)).astype(np.float32)
     sess = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
