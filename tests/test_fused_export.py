@@ -410,3 +410,159 @@ def test_fused_names_never_collide_with_the_models():
         outs = s.run([n.name for n in taken], {"x": np.ones((2, K), np.float32)})
         assert all(np.array_equal(o, np.full(3, 7, np.float32)) for o in outs)
         _assert_fused(d)
+
+
+# ------------------------------------------------------------------------- static int8 Conv
+
+
+def _conv_model(seed: int = 0):
+    """x (b, 3, 12, 12) -> Conv -> Relu -> Conv -> Conv -> Relu -> Conv -> y: the first three
+    Convs' outputs are read by a quantized site (through a Relu or directly), the last one's
+    is the graph output (nothing quantizes it, so it cannot fuse)."""
+    rng = np.random.default_rng(seed)
+    chans, nodes, inits, x = [3, 8, 8, 6, 4], [], [], "x"
+    for i in range(4):
+        w = rng.standard_normal((chans[i + 1], chans[i], 3, 3)) / np.sqrt(9 * chans[i])
+        inits += [numpy_helper.from_array(w.astype(np.float32), f"c{i}.weight"),
+                  numpy_helper.from_array(0.1 * rng.standard_normal(chans[i + 1]).astype(
+                      np.float32), f"c{i}.bias")]
+        y = "y" if i == 3 else f"h{i}"
+        nodes.append(helper.make_node("Conv", [x, f"c{i}.weight", f"c{i}.bias"],
+                                      [y if i in (1, 3) else f"h{i}.pre"], pads=[1, 1, 1, 1]))
+        if i in (0, 2):
+            nodes.append(helper.make_node("Relu", [f"h{i}.pre"], [y]))
+        x = y
+    g = helper.make_graph(nodes, "conv", [helper.make_tensor_value_info("x", 1,
+                                                                        ["b", 3, 12, 12])],
+                          [helper.make_tensor_value_info("y", 1, ["b", 4, 12, 12])],
+                          initializer=inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _with_int32_biases(model, deployable, specs):
+    """``model`` with each static Conv's bias replaced by what the export's int32 bias
+    dequantizes to (round(b / (x_scale · w_scale)) · x_scale · w_scale, in float32): the
+    fake-quant evaluation of the same arithmetic."""
+    from qcore.model.fused import conv_uses
+
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    uses = conv_uses(model)
+    inits = {t.name: t for t in m.graph.initializer}
+    for t, form in deployable.forms.items():
+        if form != "static" or uses[t].bias is None:
+            continue
+        node = next(n for n in model.graph.node if len(n.input) > 1 and n.input[1] == t)
+        s = (np.float32(specs[node.input[0]].scale)
+             * np.asarray(deployable.quantized[t].scale, np.float32)).astype(np.float32)
+        b = numpy_helper.to_array(inits[uses[t].bias]).astype(np.float64)
+        b32 = (np.rint(b / s).astype(np.int32).astype(np.float32) * s).astype(np.float32)
+        inits[uses[t].bias].CopyFrom(numpy_helper.from_array(b32, uses[t].bias))
+    return m
+
+
+def _static_conv_check(model, feeds, dtype="int8", method="minmax"):
+    """(deployable, fused op counts, SQNR of the export vs float, vs the fake-quant): all sites
+    static ``dtype`` calibrated by ``method``, every weight int8 per output channel; asserts
+    the unoptimized export equals the fake-quant evaluation (int32 biases included) bit for
+    bit."""
+    from qcore.model.activations import parse_activations, runner_for, specs_for
+    from qcore.model.cases import load_case
+    from qcore.model.graph import make_session
+    from qcore.model.plan import Plan, planned_weights
+
+    case = load_case(model, feeds)
+    specs = {s.site: s for s in specs_for(case, parse_activations(f"static:{dtype}@{method}"))}
+    plan = Plan(8.0, {t: "int8:per-axis" for t in case.weights}, 0, 1, 0.0, 1.0)
+    d = deployable_export(model, plan.recipes, case.arrays, specs)
+    biased = load_case(_with_int32_biases(model, d, specs), feeds)
+    fake = runner_for(biased).run(list(specs.values()), planned_weights(biased, plan))
+    s = make_session(d.model)  # unoptimized, as the tool compares
+    names = [o.name for o in s.get_outputs()]
+    outs = s.run(names, feeds)
+    for a, b in zip(outs, fake):
+        np.testing.assert_array_equal(a, b)
+    ref = case.reference
+    sq = -10 * np.log10(np.mean([np.sum((r.astype(np.float64) - o) ** 2)
+                                 / np.sum(r.astype(np.float64) ** 2)
+                                 for r, o in zip(ref, outs)]))
+    return d, fused_op_counts(d.model), float(sq)
+
+
+@pytest.mark.parametrize("dtype,method", [("int8", "minmax"), ("uint8", "minmax"),
+                                          ("int8", "percentile"), ("int8", "entropy")])
+def test_static_int8_conv_fuses_into_qlinearconv(dtype, method):
+    """minmax puts a Relu output's zero point at the type's minimum (onnxruntime then drops the
+    Relu into the quantizer); symmetric int8 (percentile, entropy) keeps it at 0, and the Convs
+    before a Relu fuse only because the export requantizes before the Relu too."""
+    m = _conv_model()
+    x = np.random.default_rng(5).standard_normal((2, 3, 12, 12)).astype(np.float32)
+    d, counts, sq = _static_conv_check(m, {"x": x}, dtype, method)
+    assert d.forms == {"c0.weight": "static", "c1.weight": "static", "c2.weight": "static",
+                       "c3.weight": "dq"}, d.forms
+    assert counts.get("QLinearConv", 0) == 3, counts
+    assert counts.get("Conv", 0) + counts.get("FusedConv", 0) == 1, counts
+    assert sq > (15 if method == "entropy" else 30), sq
+    # the form quantize_static writes: int32 biases, per-output-channel int8 weights on axis 0
+    dqs = [n for n in d.model.graph.node if n.op_type == "DequantizeLinear"]
+    types = {t.name: t.data_type for t in d.model.graph.initializer}
+    assert sum(types.get(n.input[0]) == onnx.TensorProto.INT32 for n in dqs) == 3
+    assert sum(types.get(n.input[0]) == onnx.TensorProto.INT8 and
+               any(a.name == "axis" and a.i == 0 for a in n.attribute) for n in dqs) >= 3
+
+
+def test_static_conv_form_is_what_quantize_static_fuses(tmp_path):
+    """onnxruntime's own quantize_static (QDQ, per-channel int8 weights) on the same model
+    fuses the same Convs into QLinearConv."""
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
+
+    m = _conv_model()
+    x = np.random.default_rng(5).standard_normal((2, 3, 12, 12)).astype(np.float32)
+    onnx.save(m, tmp_path / "f.onnx")
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.left = [{"x": x}]
+
+        def get_next(self):
+            return self.left.pop() if self.left else None
+
+    quantize_static(tmp_path / "f.onnx", tmp_path / "q.onnx", Reader(),
+                    quant_format=QuantFormat.QDQ, per_channel=True,
+                    activation_type=QuantType.QInt8, weight_type=QuantType.QInt8)
+    theirs = fused_op_counts(onnx.load(tmp_path / "q.onnx"))
+    _, ours, _ = _static_conv_check(m, {"x": x})
+    assert theirs.get("QLinearConv", 0) >= ours["QLinearConv"] == 3, (theirs, ours)
+
+
+def test_static_int8_conv_fuses_in_a_real_conv_net():
+    """silero-vad (PyTorch export): its encoder is Conv → Relu → Conv → Relu → Conv → Relu →
+    Conv, so with every site static int8 the first three encoder Convs are followed by a
+    quantizer and fuse into QLinearConv; the STFT Conv (→ Slice), the last encoder Conv and the
+    decoder Conv (→ Sigmoid) are read by float operators and keep the plain export. The
+    unoptimized export equals the fake-quant evaluation bit for bit."""
+    import real_models
+
+    path = real_models.require("silero-vad")
+    d, counts, sq = _static_conv_check(onnx.load(str(path)), real_models.inputs("silero-vad"))
+    static = sorted(t for t, f in d.forms.items() if f == "static")
+    assert static == [f"model.encoder.{i}.reparam_conv.weight" for i in range(3)], d.forms
+    assert counts.get("QLinearConv", 0) == 3, counts
+    assert sq > 25, sq
+
+
+def test_a_conv_followed_by_batchnorm_keeps_the_plain_export():
+    """ppocr-cls (paddle2onnx MobileNetV3): every Conv weight is a Constant node and every Conv
+    output goes to BatchNormalization or Add, so no quantizer follows a Conv and none is
+    planned to fuse (a planned fusion that did not happen would fail the counts)."""
+    import real_models
+
+    path = real_models.require("ppocr-cls")
+    d, counts, _ = _static_conv_check(onnx.load(str(path)), real_models.inputs("ppocr-cls"))
+    assert set(d.forms.values()) == {"dq"} and d.expected_ops == {}
+    assert counts.get("QLinearConv", 0) == 0

@@ -118,8 +118,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--runtime", help="plan for this runtime: onnxruntime (only what the "
                    "installed onnxruntime runs; the default with --export) or reference "
                    "(every ONNX type)")
-    p.add_argument("--latency-repeats", type=int, default=10,
-                   help="timed passes per model for the export's latency (default 10)")
+    p.add_argument("--latency-repeats", type=int, metavar="N",
+                   help="timed passes per model for the export's latency, 1 to 1000 "
+                   "(default 10)")
     return p
 
 
@@ -150,6 +151,8 @@ def check_args(args: argparse.Namespace) -> tuple[list[str] | None, tuple[int, i
     checks.check_threads(args.threads)
     checks.check_dim(args.dim)
     checks.check_seed(args.seed)
+    checks.check_workers(args.workers)
+    _check_runtime_args(args)
     if (args.workers or args.scheduler) and args.smooth is not None:
         raise QuantizationError("--smooth changes the model the sensitivity runs on; run it "
                                 "without --workers / --scheduler")
@@ -173,6 +176,23 @@ def check_args(args: argparse.Namespace) -> tuple[list[str] | None, tuple[int, i
     checks.parse_tensors(args.outputs, "--outputs", "output")
     _check_activation_args(args)
     return checks.parse_tensors(args.tensors), checks.parse_int_range(args.int_range)
+
+
+def _check_runtime_args(args: argparse.Namespace) -> None:
+    """--runtime a runtime; --latency-repeats in range and only where an export is timed
+    (--export for onnxruntime)."""
+    from .checks import check_latency_repeats
+    from .runtime import check_runtime
+
+    if args.runtime is not None:
+        check_runtime(args.runtime)
+    if args.latency_repeats is None:
+        return
+    check_latency_repeats(args.latency_repeats)
+    runtime = check_runtime(args.runtime or "onnxruntime")
+    if not args.export or runtime != "onnxruntime":
+        raise QuantizationError(f"--latency-repeats {args.latency_repeats}: only an --export "
+                                f"for --runtime onnxruntime is timed")
 
 
 def _check_activation_args(args: argparse.Namespace) -> None:
@@ -287,7 +307,8 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         plan.runtime = runtime
         _print_steps(plan.measured, out)
     if args.export:  # before the JSON: the export's latency and forms go into it
-        write_export(case, plan, args.export, out, runtime, args.latency_repeats, float_model)
+        write_export(case, plan, args.export, out, runtime,
+                     10 if args.latency_repeats is None else args.latency_repeats, float_model)
     plan_json = plan.to_json()
     if refined is not None:
         plan_json["refine"] = refined.to_json()
@@ -497,20 +518,16 @@ def write_export(case, plan, path: str, out: TextIO, runtime: str = "reference",
                                              for k in range(len(names))]
         if case.order is not None:
             outs = [_restore(o, case.order) for o in outs]
-    fake = case.run(planned_weights(case, plan))
-    session = make_session(model, case.threads)
-    names = [o.name for o in session.get_outputs()]
-    per = [session.run(names, b) for b in case.batches]
-    outs = per[0] if len(per) == 1 else [np.concatenate([p[k] for p in per])
-                                         for k in range(len(names))]
-    if case.order is not None:
-        outs = [_restore(o, case.order) for o in outs]
-    if plan.activations:
+    if plan.activations:  # the same steps (or batches), activations fake-quantized
         from .activations import runner_for
 
         fake = runner_for(case).run(plan.activations, planned_weights(case, plan))
     else:
         fake = case.run(planned_weights(case, plan))
+    if [np.shape(a) for a in outs] != [np.shape(b) for b in fake]:
+        raise QuantizationError(f"the export's outputs {[np.shape(a) for a in outs]} and the "
+                                f"fake-quant evaluation's {[np.shape(b) for b in fake]} differ "
+                                f"in shape")
     same = all(np.array_equal(a, b) for a, b in zip(outs, fake))
     worst = max(float(np.max(np.abs(a.astype(np.float64) - b))) for a, b in zip(outs, fake))
     print(f"export: {path}; onnxruntime runs it; outputs "

@@ -455,17 +455,24 @@ class ActivationRunner:
 
     def run(self, specs: Sequence[ActivationSpec] | Mapping[str, ActivationSpec] = (),
             replace: Mapping[str, np.ndarray] | None = None) -> list[np.ndarray]:
-        """The model's outputs (all batches, in input order) with ``specs``' sites and
+        """The model's outputs (all batches, in input order; with state fed back, every step,
+        stacked as :meth:`qcore.model.feedback.FedBackCase.run` does) with ``specs``' sites and
         ``replace``'s weights fake-quantized."""
         specs = dict(specs) if isinstance(specs, Mapping) else {sp.site: sp for sp in specs}
         unknown = [s for s in specs if s not in self.site_level]
         if unknown:
             raise QuantizationError(f"activation sites {unknown} are not sites of this run; "
                                     f"its sites: {', '.join(self.names)}")
+        names = self.case.runner.output_names
+        if hasattr(self.case, "run_steps"):  # state fed back: every step, each its own state
+            from .feedback import _stack
+
+            return _stack(self.case._steps_of(
+                lambda f, r: [self._run_all(f, r, specs, None)[o] for o in names], replace))
         per = []
         for b, cached in zip(self.case.batches, self.float_values):
             v = self._run_all(b, replace, specs, cached)
-            per.append([v[o] for o in self.case.runner.output_names])
+            per.append([v[o] for o in names])
         return self.case._combine(per)
 
     def site(self, name: str) -> Site:

@@ -10,7 +10,9 @@ sensitivity runs, so a bad argument costs a fraction of a second, never an hour;
 Bounds: generated or read inputs take at most :data:`MAX_INPUT_BYTES` in all (an ``.npz`` is
 checked from its zip directory and each member's ``.npy`` header before any array is read);
 ``--threads`` is 0 (onnxruntime's default) or 1..4 × the cores; ``--sentences`` is 0 (all) or
-1..the shipped count; a budget is a finite number of bits per weight in (0, 1024].
+1..the shipped count; a budget is a finite number of bits per weight in (0, 1024];
+``--latency-repeats`` is 1..:data:`MAX_LATENCY_REPEATS`; ``--workers`` is 0 (none) or
+1..4 × the cores.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from ..io.onnx import ModelError
 
 __all__ = ["MAX_BUDGET", "MAX_INPUT_BYTES", "ModelError", "check_budget", "check_case",
            "check_dim", "check_feed", "check_initializers", "check_input_file",
+           "check_latency_repeats", "check_workers",
            "check_int_range_fits",
            "check_output_path", "check_outputs_distinct", "check_seed", "check_sentences",
            "check_threads", "generated_bytes", "max_threads", "parse_budgets",
@@ -38,6 +41,9 @@ __all__ = ["MAX_BUDGET", "MAX_INPUT_BYTES", "ModelError", "check_budget", "check
 MAX_INPUT_BYTES = 1 << 30
 #: The largest budget in bits per weight (every recipe and float32 cost less).
 MAX_BUDGET = 1024.0
+#: The most timed passes per model for an export's latency (each pass runs every batch of the
+#: float model and the export, at one thread and at all threads).
+MAX_LATENCY_REPEATS = 1000
 #: The most budgets --budgets takes.
 MAX_BUDGETS = 64
 #: Table suffixes --out writes.
@@ -97,6 +103,27 @@ def check_threads(threads: int) -> int:
         raise ModelError(f"--threads {threads}: give 0 (onnxruntime's default) or 1 to {hi} "
                          f"(4 x this machine's {os.cpu_count() or 1} cores)")
     return int(threads)
+
+
+def check_latency_repeats(repeats: int) -> int:
+    """``--latency-repeats``: timed passes per model, 1..:data:`MAX_LATENCY_REPEATS` (0 times
+    nothing; the bound keeps a typo from timing for days)."""
+    if isinstance(repeats, bool) or not isinstance(repeats, (int, np.integer)) \
+            or not 1 <= repeats <= MAX_LATENCY_REPEATS:
+        raise ModelError(f"--latency-repeats {repeats}: give 1 to {MAX_LATENCY_REPEATS} timed "
+                         f"passes per model")
+    return int(repeats)
+
+
+def check_workers(workers: int) -> int:
+    """``--workers``: 0 (the sensitivity runs in this process) or 1..:func:`max_threads`
+    worker processes (each one loads the model)."""
+    hi = max_threads()
+    if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) \
+            or not 0 <= workers <= hi:
+        raise ModelError(f"--workers {workers}: give 0 (no Dask) or 1 to {hi} worker processes "
+                         f"(4 x this machine's {os.cpu_count() or 1} cores)")
+    return int(workers)
 
 
 def check_dim(dim: int) -> int:

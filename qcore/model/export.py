@@ -102,7 +102,7 @@ def _dq_nodes(name: str, q: Quantized, opset: int, dtype: str, shape: tuple[int,
         attrs["axis"] = q.axis
     if q.block_size:
         attrs["block_size"] = q.block_size
-    if get_format(q.scale.dtype).name != "float32" and opset >= _E8M0_OUTPUT_OPSET:
+    if np.dtype(q.scale.dtype) != np.float32 and opset >= _E8M0_OUTPUT_OPSET:
         attrs["output_dtype"] = 1  # FLOAT: float32, cast below where the weight is narrower
     steps = (["reshape"] if q.view else []) + (["cast"] if dtype != "float32" else [])
     outs = [fresh_name(f"{name}.{step}_in", taken) for step in steps] + [name]

@@ -24,6 +24,17 @@ planned weight; onnxruntime then dequantizes on every inference and runs the flo
   float bias onnxruntime first folds MatMul + Add into a float Gemm and nothing fuses; with the
   int32 bias the group fuses into ``QGemm`` (``MatMulIntegerToFloat`` / ``QLinearMatMul``
   without a bias).
+- ``static`` on a Conv — the same form for a Conv weight (O, I/g, k…) read as input W of a
+  Conv whose output is quantized next: activation ``QuantizeLinear`` → ``DequantizeLinear`` on
+  X, the weight's int8/uint8 codes per output channel (``DequantizeLinear(axis=0)``), the bias
+  as int32 codes round(b / (x_scale · w_scale)) through ``DequantizeLinear(axis=0)`` — what
+  ``quantize_static`` writes for a QDQ Conv. onnxruntime fuses a Conv into ``QLinearConv`` only
+  when a ``QuantizeLinear`` reads its output, so the form is taken where the Conv's output is
+  read only by static 8-bit activation sites (a following Conv, MatMul or Gemm), directly or
+  through one ``Relu``: there the export puts the next site's QuantizeLinear → DequantizeLinear
+  before the Relu as well (Relu commutes with a quantizer whose codes keep 0 exact, so the
+  outputs are unchanged bit for bit). A Conv whose output goes anywhere else (BatchNormalization,
+  Add, a graph output) gets the plain export: nothing would fuse.
 - ``qdq`` — any other activation spec (float8 static, or a weight the integer kernels do not
   take): the activation's QuantizeLinear → DequantizeLinear (static) or DynamicQuantizeLinear →
   DequantizeLinear (dynamic) and the weight's DequantizeLinear; it runs, nothing fuses.
@@ -56,8 +67,8 @@ from .export import tensor_proto
 from .fidelity import FLOAT, Quantized, qdq
 from .graph import ModelError, initializer_arrays
 
-__all__ = ["FORMS", "FUSED_OPS", "Deployable", "WeightUse", "deployable_export", "form_of",
-           "fused_op_counts", "optimized_model", "qdq_along", "weight_uses"]
+__all__ = ["FORMS", "FUSED_OPS", "Deployable", "WeightUse", "conv_uses", "deployable_export",
+           "form_of", "fused_op_counts", "optimized_model", "qdq_along", "weight_uses"]
 
 #: The export forms (module doc).
 FORMS = ("matmulnbits", "dynamic", "static", "qdq", "dq")
@@ -65,7 +76,7 @@ FORMS = ("matmulnbits", "dynamic", "static", "qdq", "dq")
 FUSED_OPS: dict[str, frozenset[str]] = {
     "matmulnbits": frozenset({"MatMulNBits"}),
     "dynamic": frozenset({"DynamicQuantizeMatMul", "MatMulIntegerToFloat"}),
-    "static": frozenset({"QGemm", "QLinearMatMul", "MatMulIntegerToFloat"}),
+    "static": frozenset({"QGemm", "QLinearMatMul", "MatMulIntegerToFloat", "QLinearConv"}),
     "qdq": frozenset(),
     "dq": frozenset(),
 }
@@ -135,6 +146,62 @@ def weight_uses(model: Any) -> dict[str, WeightUse]:
                 bias, add = other[0], _node_id(after[0], list(g.node).index(after[0]))
         out[w] = WeightUse(_node_id(n, k), "MatMul", True, bias, add)
     return out
+
+
+def conv_uses(model: Any) -> dict[str, WeightUse]:
+    """The float32 initializers of rank ≥ 3 read once, as input W of a Conv of the main graph
+    (output axis 0), with the Conv's bias when it is an initializer."""
+    g = model.graph
+    inits = {t.name: t for t in g.initializer}
+    readers: dict[str, int] = {}
+    for n in g.node:
+        for i in n.input:
+            readers[i] = readers.get(i, 0) + 1
+    out: dict[str, WeightUse] = {}
+    for k, n in enumerate(g.node):
+        if n.op_type != "Conv" or len(n.input) < 2:
+            continue
+        t = inits.get(n.input[1])
+        if t is None or len(t.dims) < 3 or readers.get(n.input[1]) != 1 or t.data_type != 1:
+            continue
+        bias = n.input[2] if len(n.input) > 2 and n.input[2] in inits else None
+        out[n.input[1]] = WeightUse(_node_id(n, k), "Conv", False, bias)
+    return out
+
+
+def _static_8bit(spec: ActivationSpec | None) -> bool:
+    return spec is not None and spec.mode == "static" and spec.dtype in _EIGHT_BIT
+
+
+def _requantized_output(model: Any, node: Any,
+                        acts: Mapping[str, ActivationSpec]) -> tuple[str, str | None] | None:
+    """(the site that quantizes ``node``'s output, the id of the Relu between them or None) when
+    the
+    output is read only as the data input of MatMul/Gemm/Conv nodes at a static 8-bit site —
+    directly or through one Relu — and is no graph output; else None (no QuantizeLinear would
+    follow the node, so onnxruntime could not fuse it)."""
+    g = model.graph
+    outputs = {o.name for o in g.output}
+    consumers: dict[str, list[Any]] = {}
+    for n in g.node:
+        for i in n.input:
+            consumers.setdefault(i, []).append(n)
+
+    def quantized_site(v: str) -> bool:
+        readers = consumers.get(v, [])
+        return (v not in outputs and _static_8bit(acts.get(v)) and bool(readers)
+                and all(r.op_type in ("MatMul", "Gemm", "Conv") and r.input[0] == v
+                        and list(r.input).count(v) == 1 for r in readers))
+
+    y = node.output[0]
+    if quantized_site(y):
+        return y, None
+    readers = consumers.get(y, [])
+    if (y not in outputs and len(readers) == 1 and readers[0].op_type == "Relu"
+            and quantized_site(readers[0].output[0])):
+        k = next(k for k, n in enumerate(g.node) if n.output[0] == readers[0].output[0])
+        return readers[0].output[0], _node_id(readers[0], k)
+    return None
 
 
 def qdq_along(x: np.ndarray, recipe: Recipe | str, output_axis: int, reduction_axis: int
@@ -249,15 +316,19 @@ def deployable_export(model: Any, recipes: Mapping[str, str],
     planned = {t: r for t, r in recipes.items() if r != FLOAT}
     acts = dict(activations or {})
     uses = weight_uses(model)
+    convs = conv_uses(model)
     forms: dict[str, str] = {}
     rest = {}
     for t, r in planned.items():
-        use = uses.get(t)
+        use = uses.get(t) or convs.get(t)
         spec = None
         if use is not None:
             node = next(n for k, n in enumerate(model.graph.node) if _node_id(n, k) == use.node)
             spec = acts.get(node.input[0])
         form = form_of(r, spec) if use is not None else "dq"
+        if use is not None and use.op == "Conv" and (
+                form != "static" or _requantized_output(model, node, acts) is None):
+            form = "dq"  # a Conv fuses only in the static form, followed by a quantizer
         if form == "dq":  # the plain export puts it where it lives (qcore.model.export)
             rest[t], forms[t] = r, "dq"
     plain: dict[str, Quantized] = {}
@@ -276,6 +347,8 @@ def deployable_export(model: Any, recipes: Mapping[str, str],
         model = export_plan(model, Plan(0.0, rest, 0, 1, 0.0, 0.0), given, plain)
         planned = {t: r for t, r in planned.items() if t not in rest}
         uses = weight_uses(model)  # the plain export reordered the nodes
+        convs = conv_uses(model)
+    uses = {**uses, **{t: u for t, u in convs.items() if t in planned}}
     if weights is None:
         weights = initializer_arrays(model, list(planned)) if planned else {}
     weights = dict(weights)
@@ -308,7 +381,7 @@ def deployable_export(model: Any, recipes: Mapping[str, str],
             attrs["axis"] = q.axis
         if q.block_size:
             attrs["block_size"] = q.block_size
-        if get_format(q.scale.dtype).name != "float32":
+        if np.dtype(q.scale.dtype) != np.float32:  # float8e8m0 scales name the output type
             attrs["output_dtype"] = TensorProto.FLOAT
             opset_needs.append(23)
         w.node(before, "DequantizeLinear", ins, [out], name + ".dequantize", **attrs)
@@ -364,6 +437,17 @@ def deployable_export(model: Any, recipes: Mapping[str, str],
             dequantize(t, q, t, use.node)
             input_changes.setdefault(use.node, {})[0] = activation_qdq(site, spec, use.node)
             continue
+        if form == "static" and use.op == "Conv":  # requantized before its Relu, if any
+            after, relu = _requantized_output(model, node, acts)
+            if relu is not None and relu not in input_changes:
+                rq = w.name(f"{after}.before_relu")
+                rsc, rzp = _static_params(acts[after])
+                ins = [w.init(after + ".scale", rsc), w.init(after + ".zero_point", rzp)]
+                w.node(relu, "QuantizeLinear", [by_id[relu].input[0]] + ins,
+                       [w.name(rq + ".codes")], rq + ".quantize")
+                w.node(relu, "DequantizeLinear", [w.name(rq + ".codes")] + ins, [rq],
+                       rq + ".dequantize")
+                input_changes.setdefault(relu, {})[0] = rq
         if form == "static":
             dequantize(t, q, t, use.node)
             a_scale, _ = _static_params(spec)
