@@ -10,6 +10,7 @@ from app import (
     explain,
     frame,
     metrics_view,
+    recipe_view,
     tensors,
     text,
     widgets,
@@ -18,15 +19,39 @@ from qcore import analysis
 
 spec, x = tensors.open_page("Format Compare", explain.COMPARE_INTRO, explain.COMPARE_EXACT)
 
-targets = widgets.multi("Formats", list(compute.TARGETS), "c_formats",
-                        list(compute.COMPARE_DEFAULT), kind="pills",
-                        format_func=lambda t: t)
-cfg = controls.panel(controls.shape_of(x), show_opset=False, show_target=False,
-                     show_precision=False, prefix="c_")
-if not targets:
-    st.info("Pick at least one format.", icon=":material/touch_app:")
-    frame.stop_page()
-df = errors.require(compute.compare, spec, tuple(targets), cfg, what="Comparing formats")
+MODES = {"formats": "Formats, one calibration", "recipes": "Recipes, each its own"}
+mode = widgets.select("Compare", list(MODES), "c_mode", "formats", kind="segmented",
+                      format_func=MODES.get,
+                      help="Formats: every chosen element type with the same granularity, "
+                           "calibration and scale type (the panel below). Recipes: each row "
+                           "its own element type, granularity, block size, calibration and "
+                           "scale type — int4 blocked 32 with float32 scales beside MXFP4.")
+if mode == "recipes":
+    chosen = recipe_view.editor("c_recipes")
+    saturate = widgets.toggle("Saturate", "c_sat", True,
+                              help="float8 only: overflow becomes ±max (on) or NaN/Inf (off).")
+    if not chosen:
+        st.info("Pick or type at least one recipe.", icon=":material/touch_app:")
+        frame.stop_page()
+    df = errors.require(recipe_view.compare, spec, tuple(chosen), bool(saturate),
+                        what="Comparing recipes")
+    st.caption("Each recipe lays itself on the tensor as the Model Report does (per-axis: one "
+               "scale per row, axis 0; blocked: blocks along the last axis; or the axis the "
+               "recipe names, as in int4:blocked32/0) and runs at the "
+               "oldest opset whose operators express it, so its figures equal the report's. "
+               "A label shows that opset where the bits depend on it: before opset 21 a zero "
+               "point is stored even when it is zero.")
+else:
+    targets = widgets.multi("Formats", list(compute.TARGETS), "c_formats",
+                            list(compute.COMPARE_DEFAULT), kind="pills",
+                            format_func=lambda t: t)
+    cfg = controls.panel(controls.shape_of(x), show_opset=False, show_target=False,
+                         show_precision=False, prefix="c_")
+    if not targets:
+        st.info("Pick at least one format.", icon=":material/touch_app:")
+        frame.stop_page()
+    saturate = cfg.saturate
+    df = errors.require(compute.compare, spec, tuple(targets), cfg, what="Comparing formats")
 
 left, right = st.columns([5, 4], gap="medium")
 with left:
@@ -45,20 +70,32 @@ with right:
         st.markdown(f"**Pareto front:** {front}")
     for _, row in df[df["error"] != ""].iterrows():
         st.error(f"**{row['format']}**: {row['error']}", icon=":material/block:")
-    st.caption(compute.PARETO_RULE.format(noun="format"))
+    st.caption(compute.PARETO_RULE.format(noun="format" if mode == "formats" else "recipe"))
 
-table = df.drop(columns=["error", "nan_out", "inf_out"]).copy()
+table = df.drop(columns=["error", "nan_out", "inf_out", "recipe", "opset_sets_bits"],
+               errors="ignore").copy()
 partial = bool((table["sqnr_coverage"] < 1).any())
 if not partial:
     table = table.drop(columns=["sqnr_coverage"])
+for col in ("axis", "block_size"):  # only where the recipe has one (text: never "None")
+    if col in table:
+        table[col] = table[col].astype("string").fillna("")
 for col in ("clipped_fraction", "mean_rel_error", "sqnr_coverage"):
     if col in table:
         table[col] = 100 * table[col]
 if partial:
     st.caption(metrics_view.partial_note(x, produced=bool((df["nonfinite_made"] > 0).any()),
-                                         saturate=cfg.saturate) + " (the “SQNR covers” column)")
+                                         saturate=saturate) + " (the “SQNR covers” column)")
 st.dataframe(table, hide_index=True, column_config={
-    "format": st.column_config.TextColumn("format", pinned=True),
+    "format": st.column_config.TextColumn("format" if mode == "formats" else "recipe",
+                                          pinned=True),
+    "target": st.column_config.TextColumn("element type"),
+    "axis": st.column_config.TextColumn("axis"),
+    "block_size": st.column_config.TextColumn("block"),
+    "method": st.column_config.TextColumn("calibration"),
+    "scale_type": st.column_config.TextColumn("scale type"),
+    "opset": st.column_config.NumberColumn("opset", help="The oldest opset whose "
+                                           "QuantizeLinear and DequantizeLinear express it."),
     "bits": st.column_config.NumberColumn("bits"),
     "bits_per_element": st.column_config.NumberColumn("bits / element", format="%.3f"),
     "sqnr_coverage": st.column_config.NumberColumn("SQNR covers %", format="%.4g",
@@ -81,14 +118,23 @@ st.dataframe(table, hide_index=True, column_config={
     "mean_rel_error": st.column_config.NumberColumn("mean rel. error %", format="%.3g"),
 })
 
-hists = compute.compare_error_hists(spec, tuple(targets), cfg)
+if mode == "recipes":
+    hists = recipe_view.error_hists(spec, tuple(chosen), bool(saturate))
+else:
+    hists = compute.compare_error_hists(spec, tuple(targets), cfg)
 if hists:
     charts.show(charts.small_multiples(hists))
 
 st.subheader("Weights, activations and gradients", divider="gray")
 st.markdown("The headline question: on real tensors of a transformer (all-MiniLM-L6-v2, "
-            "shipped in `datasets/`), which format keeps the most signal? Same calibration "
-            "and granularity as above.")
-head = errors.attempt(compute.headline, cfg, what="Headline comparison")
+            "shipped in `datasets/`), which " + ("format keeps the most signal? Same "
+                                                 "calibration and granularity as above."
+                                                 if mode == "formats" else
+                                                 "recipe keeps the most signal?"))
+if mode == "recipes":
+    head = errors.attempt(recipe_view.headline, tuple(chosen), bool(saturate),
+                          what="Headline comparison")
+else:
+    head = errors.attempt(compute.headline, cfg, what="Headline comparison")
 if head is not None and not head.empty:
-    charts.show(charts.sqnr_table(head, title="SQNR (dB) by format and tensor kind"))
+    charts.show(charts.sqnr_table(head, title="SQNR (dB) by " + mode[:-1] + " and tensor kind"))

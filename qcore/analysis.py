@@ -108,6 +108,101 @@ def compare_formats(x: Any, targets: Any, *, granularity: str = PER_TENSOR, axis
     return df
 
 
+#: The columns :func:`compare_recipes` adds to :func:`compare_formats`' ones: what each recipe is.
+RECIPE_COLUMNS = ("recipe", "target", "granularity", "axis", "block_size", "method",
+                  "scale_type", "opset", "opset_sets_bits")
+
+
+def compare_recipes(x: Any, recipes: Any, *, saturate: bool = True,
+                    opset: int | None = None) -> pd.DataFrame:
+    """One row per recipe (:mod:`qcore.report.recipes`' grammar ``TARGET:GRANULARITY[@METHOD]``
+    or an OCP MX name), each with its own target, granularity, block size, calibration and
+    scale type — so ``int4:blocked32`` (float32 scales, abs-max) and ``mxfp4`` (float8e8m0
+    scales) stand in one table with one Pareto front.
+
+    A recipe lays itself on ``x`` as the report and the model tool do
+    (:func:`qcore.report.recipes.granularity_for`: per-axis along axis 0, blocks along the last
+    axis, unless the recipe names its axis, ``/AXIS``) and runs at ``opset``, or by default at the
+    oldest opset whose operators express it (the report's rule, so the figures equal the
+    report's). Columns: ``format`` (the label: the recipe, with `` · opset N`` when its bits
+    depend on the opset), :data:`RECIPE_COLUMNS`, then :func:`compare_formats`' metric columns,
+    ``pareto`` and ``error`` (why the recipe cannot be used on ``x``, else ""). ``opset_sets_bits``
+    is True when a zero point is stored only because the opset predates ``output_dtype`` (21):
+    at a newer opset the same recipe costs fewer bits.
+    """
+    import pandas as pd
+
+    from .metrics import stores_zero_point
+    from .report.recipes import granularity_for, parse_recipes
+
+    xa = as_input(x)
+    shape = tuple(int(d) for d in xa.shape)
+    rows = []
+    for r in parse_recipes(recipes):
+        row: dict[str, Any] = {"format": r.name, "recipe": r.name, "target": r.target,
+                               "granularity": r.granularity, "axis": None, "block_size": None,
+                               "method": r.method,
+                               "scale_type": "float8e8m0" if r.mx else "float32",
+                               "opset": None, "opset_sets_bits": False,
+                               "bits": target_format(r.target).bits}
+        try:
+            gran, axis, block = granularity_for(r, shape)
+            row.update(granularity=gran, axis=axis if gran != PER_TENSOR else None,
+                       block_size=block or None)
+            p, op, _, xs, xh = recipe_round_trip(xa, r, saturate=saturate, opset=opset)
+            m = error_metrics(xs, xh, params=p, opset=op)
+            row.update({k: m[k] for k in _METRIC_COLUMNS})
+            row["opset"] = op
+            row["opset_sets_bits"] = bool(stores_zero_point(p, op)
+                                          != stores_zero_point(p, LATEST_OPSET))
+            if row["opset_sets_bits"]:
+                row["format"] = f"{r.name} · opset {op}"
+            row["error"] = ""
+        except QuantizationError as exc:
+            row.update({k: np.nan for k in _METRIC_COLUMNS})
+            row["error"] = str(exc)
+        rows.append(row)
+    df = pd.DataFrame(rows, columns=["format", *RECIPE_COLUMNS, "bits", *_METRIC_COLUMNS,
+                                     "error"])
+    df["opset"] = df["opset"].astype("Int64")
+    df["axis"] = df["axis"].astype("Int64")
+    df["block_size"] = df["block_size"].astype("Int64")
+    df.insert(df.columns.get_loc("bits_per_element") + 6, "pareto",
+              bits_sqnr_front(df["bits_per_element"], df["sqnr_db"]))
+    return df
+
+
+def recipe_round_trip(x: Any, recipe: Any, *, saturate: bool = True, opset: int | None = None
+                      ) -> tuple[QuantParams, int, np.ndarray, np.ndarray, np.ndarray]:
+    """One report recipe on ``x``: (the parameters its operators run with, the opset, x̂, and
+    the pair (x', x̂') whose error statistics are the recipe's), laid on x's shape as the report
+    lays it and run at ``opset`` or else the oldest opset that expresses it.
+
+    A ``@fullrange`` recipe has signed scales (:mod:`qcore.fullrange`); qcore's operators run
+    it on σ·x with |scale| (:func:`qcore.fullrange.positive_view`): the parameters returned are
+    those, and (x', x̂') = (σ·x, σ·x̂), whose errors equal those of (x, x̂)."""
+    from .fullrange import FULLRANGE_METHODS, FULLRANGE_MSE, fullrange_params, positive_view
+    from .report.recipes import asks_zero_point, granularity_for, parse_recipe, required_opset
+
+    r = parse_recipe(recipe) if isinstance(recipe, str) else recipe
+    xa = as_input(x)
+    shape = tuple(int(d) for d in xa.shape)
+    gran, axis, block = granularity_for(r, shape)
+    if r.method in FULLRANGE_METHODS:
+        p = fullrange_params(xa, r.target, gran, axis, block or 32, r.method == FULLRANGE_MSE)
+    else:
+        p = choose_params(xa, r.target, method=r.method, granularity=gran, axis=axis,
+                          block_size=block or 32)
+    kw = p.kwargs
+    op = int(opset) if opset is not None else required_opset(
+        p.format.name, p.scale_format.name, shape, tuple(np.shape(p.scale)), asks_zero_point(p),
+        kw["axis"], kw["block_size"])
+    xs, run, sign = positive_view(xa, p, op)
+    xh_run = run.round_trip(xs, saturate=saturate, opset=op)
+    x_hat = xh_run if sign is None else np.asarray(xh_run, np.float32) * sign
+    return run, op, x_hat, xs, xh_run
+
+
 def clipping_sweep(x: Any, target: Any, *, n: int = 60, granularity: str = PER_TENSOR,
                    axis: int = 0, block_size: int = 32, lo: float = 0.05, hi: float = 1.0,
                    saturate: bool = True, opset: int = LATEST_OPSET,

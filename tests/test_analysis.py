@@ -14,6 +14,7 @@ from qcore.analysis import (
     chain,
     clipping_sweep,
     compare_formats,
+    compare_recipes,
     pareto_front,
     repeated_round_trips,
 )
@@ -166,3 +167,30 @@ def test_chain_with_step_options():
     x = heavy(1000, seed=6)
     steps = chain(x, [{"target": "int4", "method": "mse"}, "float8e5m2"])
     assert steps[0]["params"].method == "mse" and steps[1]["params"].method == "minmax"
+
+
+def test_compare_recipes_equals_the_reports_own_computation():
+    """Each recipe row (its own target, granularity, block, calibration, scale type) has the
+    figures of qcore.report's sliced computation; the label names the opset only where a zero
+    point is stored because of it; a forced opset changes exactly that."""
+    from qcore.report.recipes import parse_recipe, run_recipe
+
+    x = np.random.default_rng(7).standard_t(4, (6, 40, 48)).astype(np.float32)
+    names = ["int4:blocked32", "int4:blocked32@absmax", "mxfp4", "int8:per-axis",
+             "uint8:per-tensor@percentile", "float8e4m3fn:blocked16@mse", "int4:blocked32@mx",
+             "int4:per-axis@fullrange-mse"]
+    df = compare_recipes(x, names)
+    assert list(df["recipe"]) == [parse_recipe(n).name for n in names]
+    for _, row in df.iterrows():
+        report = run_recipe(x, parse_recipe(row["recipe"]))
+        assert row["error"] == ""
+        assert row["sqnr_db"] == pytest.approx(report["sqnr_db"], abs=1e-9), row["recipe"]
+        assert row["bits_per_element"] == report["bits_per_element"], row["recipe"]
+        assert row["opset"] == report["opset"]
+        assert row["format"].endswith(f" · opset {row['opset']}") == row["opset_sets_bits"]
+    assert df.set_index("recipe").loc["int4:blocked32@mx", "scale_type"] == "float8e8m0"
+    assert df.set_index("recipe").loc["int8:per-axis", "opset_sets_bits"]  # opset 13: zp stored
+    latest = compare_recipes(x, ["int8:per-axis"], opset=qcore.LATEST_OPSET)
+    assert latest["bits_per_element"][0] < df.set_index("recipe").loc["int8:per-axis",
+                                                                     "bits_per_element"]
+    assert not latest["opset_sets_bits"][0] and latest["format"][0] == "int8:per-axis"

@@ -348,6 +348,64 @@ def test_settings_from_a_link_survive_page_moves():
                        opset=23, granularity=qcore.BLOCKED, axis=1, block_size=16)
 
 
+RECIPE_LINK = {"src": "dataset", "ds": "layer0.ffn.out.weight", "c_mode": "recipes",
+               "c_recipes": "int4:blocked32@absmax,mxfp4,int8:per-axis,float8e4m3fn:per-tensor"}
+
+
+def test_format_compare_compares_recipes_each_with_its_own_settings():
+    """int4 blocked 32 with float32 abs-max scales and MXFP4 (float8e8m0 scales) in one table
+    and one Pareto chart, each row's figures those of the report's own sliced computation
+    (qcore.report.recipes.run_recipe); labels name the opset where it sets the bits."""
+    from conftest import open_app_page
+
+    from qcore.report.recipes import parse_recipe, run_recipe
+
+    at = open_app_page("pages/format_compare.py", RECIPE_LINK)
+    table = at.dataframe[0].value.set_index("format")
+    assert list(table.index) == ["int4:blocked32@absmax", "mxfp4", "int8:per-axis · opset 13",
+                                 "float8e4m3fn:per-tensor · opset 19"]
+    assert table.loc["int4:blocked32@absmax", "scale_type"] == "float32"
+    assert table.loc["int4:blocked32@absmax", "method"] == "absmax"
+    assert table.loc["mxfp4", "scale_type"] == "float8e8m0"
+    assert table.loc["mxfp4", "block_size"] == "32" and table.loc["mxfp4", "target"] == "float4e2m1"
+    assert table.loc["int8:per-axis · opset 13", "block_size"] == ""  # no block, no "None"
+    x = datasets.load("layer0.ffn.out.weight")
+    for label, recipe in zip(table.index, ["int4:blocked32@absmax", "mxfp4", "int8:per-axis",
+                                           "float8e4m3fn:per-tensor"]):
+        report = run_recipe(x, parse_recipe(recipe))
+        assert table.loc[label, "sqnr_db"] == pytest.approx(report["sqnr_db"], abs=1e-9), label
+        assert table.loc[label, "bits_per_element"] == report["bits_per_element"], label
+        assert table.loc[label, "opset"] == report["opset"], label
+    chart = at.get("plotly_chart")[0].proto.spec
+    assert "mxfp4" in chart and "int4:blocked32@absmax" in chart
+    assert at.query_params["c_recipes"] == \
+        "int4:blocked32@absmax,mxfp4,int8:per-axis,float8e4m3fn:per-tensor"  # canonical
+    assert at.query_params["c_mode"] == "recipes"
+
+
+def test_recipe_editor_builds_types_and_refuses():
+    from conftest import open_app_page
+
+    at = open_app_page("pages/format_compare.py",
+                       {**RECIPE_LINK, "c_recipes": "int4:blocked32,no-such-recipe"})
+    assert any("c_recipes" in w.value and "replaced" in w.value for w in at.sidebar.warning)
+    assert at.query_params["c_recipes"] == "int4:blocked32"
+    # the builder: int4, blocked 64, MSE search → int4:blocked64@mse
+    at.selectbox(key="_rb_g").set_value("blocked")
+    at.number_input(key="_rb_b").set_value(64)
+    at.selectbox(key="_rb_c").set_value("MSE search · float32 scales").run()
+    at.button(key="_rb_add").click().run()
+    assert not at.exception
+    assert at.query_params["c_recipes"] == "int4:blocked32,int4:blocked64@mse"
+    assert "int4:blocked64@mse" in list(at.dataframe[0].value["format"])
+    # a typed recipe in the grammar joins the table; a typed non-recipe says why
+    at.multiselect(key="c_recipes").set_value(["int4:blocked32", "uint8:per-tensor@percentile",
+                                                "int5:blocked8"]).run()
+    assert any("int5:blocked8" in e.value and "not a recipe" in e.value for e in at.error)
+    assert list(at.dataframe[0].value["format"]) == ["int4:blocked32",
+                                                      "uint8:per-tensor@percentile"]
+
+
 def _upload_session(x: np.ndarray, page: str, **settings) -> AppTest:
     at = AppTest.from_file(APP, default_timeout=300)
     at.session_state["src"] = "upload"
