@@ -90,6 +90,13 @@ def parse_budgets(text: str | None) -> list[float]:
     return out
 
 
+def _is_count(value: Any, lo: int, hi: int | None = None) -> bool:
+    """Whether ``value`` is an integer (a bool is not one) in ``lo``..``hi`` (no top when
+    ``hi`` is None): the one test behind every integer option below."""
+    return (not isinstance(value, bool) and isinstance(value, (int, np.integer))
+            and lo <= value and (hi is None or value <= hi))
+
+
 def max_threads() -> int:
     """The most onnxruntime intra-op threads allowed: 4 × this machine's cores."""
     return 4 * (os.cpu_count() or 1)
@@ -98,8 +105,7 @@ def max_threads() -> int:
 def check_threads(threads: int) -> int:
     """``--threads``: 0 (onnxruntime's default) or 1..:func:`max_threads`."""
     hi = max_threads()
-    if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) \
-            or not 0 <= threads <= hi:
+    if not _is_count(threads, 0, hi):
         raise ModelError(f"--threads {threads}: give 0 (onnxruntime's default) or 1 to {hi} "
                          f"(4 x this machine's {os.cpu_count() or 1} cores)")
     return int(threads)
@@ -108,8 +114,7 @@ def check_threads(threads: int) -> int:
 def check_latency_repeats(repeats: int) -> int:
     """``--latency-repeats``: timed passes per model, 1..:data:`MAX_LATENCY_REPEATS` (0 times
     nothing; the bound keeps a typo from timing for days)."""
-    if isinstance(repeats, bool) or not isinstance(repeats, (int, np.integer)) \
-            or not 1 <= repeats <= MAX_LATENCY_REPEATS:
+    if not _is_count(repeats, 1, MAX_LATENCY_REPEATS):
         raise ModelError(f"--latency-repeats {repeats}: give 1 to {MAX_LATENCY_REPEATS} timed "
                          f"passes per model")
     return int(repeats)
@@ -119,8 +124,7 @@ def check_workers(workers: int) -> int:
     """``--workers``: 0 (the sensitivity runs in this process) or 1..:func:`max_threads`
     worker processes (each one loads the model)."""
     hi = max_threads()
-    if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) \
-            or not 0 <= workers <= hi:
+    if not _is_count(workers, 0, hi):
         raise ModelError(f"--workers {workers}: give 0 (no Dask) or 1 to {hi} worker processes "
                          f"(4 x this machine's {os.cpu_count() or 1} cores)")
     return int(workers)
@@ -128,7 +132,7 @@ def check_workers(workers: int) -> int:
 
 def check_dim(dim: int) -> int:
     """``--dim``: the size of symbolic dimensions, >= 1 (0 leaves no outputs to measure)."""
-    if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim < 1:
+    if not _is_count(dim, 1):
         why = " (an empty batch leaves no outputs to measure)" if dim == 0 else ""
         raise ModelError(f"--dim {dim}: give the size of the symbolic dimensions, 1 or "
                          f"more{why}")
@@ -137,7 +141,7 @@ def check_dim(dim: int) -> int:
 
 def check_seed(seed: int) -> int:
     """``--seed``: an integer >= 0 (what NumPy's generators take)."""
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+    if not _is_count(seed, 0):
         raise ModelError(f"--seed {seed}: give an integer >= 0")
     return int(seed)
 
@@ -147,8 +151,7 @@ def check_sentences(sentences: int | None, shipped: int | None) -> int:
     if sentences is None:
         return 0
     top = f"1 to {shipped}" if shipped is not None else "1 or more"
-    if isinstance(sentences, bool) or not isinstance(sentences, (int, np.integer)) \
-            or sentences < 0 or (shipped is not None and sentences > shipped):
+    if not _is_count(sentences, 0, shipped):
         raise ModelError(f"--sentences {sentences}: give 0 (all the shipped sentences) or "
                          f"{top}")
     return int(sentences)
