@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import math
 import os
-import tempfile
 import zipfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -28,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from ..io.onnx import ModelError
+from ..paths import check_writable_file
 
 __all__ = ["MAX_BUDGET", "MAX_INPUT_BYTES", "ModelError", "check_budget", "check_case",
            "check_dim", "check_feed", "check_initializers", "check_input_file",
@@ -238,23 +238,7 @@ def check_output_path(flag: str, path: str | os.PathLike,
         except ImportError:
             raise ModelError(f"{flag} {text}: writing Parquet needs pyarrow (pip install "
                              f"pyarrow); or give a .csv name") from None
-    folder = p.parent if str(p.parent) else Path(".")
-    if not folder.is_dir():
-        raise ModelError(f"{flag} {text}: the folder {folder} does not exist (or is not a "
-                         f"folder); create it first")
-    if p.is_dir():
-        raise ModelError(f"{flag} {text}: is a folder; give a file name in it")
-    if p.exists() and not p.is_file():
-        raise ModelError(f"{flag} {text}: exists and is not a regular file")
-    try:
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=".qcore-model-", suffix=".tmp"):
-            pass
-    except OSError as exc:
-        raise ModelError(f"{flag} {text}: cannot write in {folder} "
-                         f"({exc.strerror or exc})") from None
-    if p.exists() and not os.access(p, os.W_OK):
-        raise ModelError(f"{flag} {text}: the file is not writable")
-    return p
+    return check_writable_file(p, f"{flag} {text}", ModelError)
 
 
 def check_outputs_distinct(outputs: Mapping[str, str | os.PathLike | None],

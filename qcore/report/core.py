@@ -20,7 +20,6 @@ import fnmatch
 import json
 import math
 import os
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -34,6 +33,7 @@ import pandas as pd
 from ..analysis import bits_sqnr_front
 from ..errors import QuantizationError
 from ..io import TensorFileError
+from ..paths import check_writable_file
 from .identity import (
     IDENTITY_PREFIX,
     identity_path,
@@ -223,23 +223,7 @@ def check_out(out: str | os.PathLike) -> Path:
     if p.suffix.lower() not in (".csv", ".parquet"):
         raise QuantizationError(f"--out {p}: the report is written as .csv or .parquet; give "
                                 f"a name ending in one of them")
-    folder = p.parent if str(p.parent) else Path(".")
-    if not folder.is_dir():
-        raise QuantizationError(f"--out {p}: the folder {folder} does not exist (or is not a "
-                                f"folder); create it first")
-    if p.is_dir():
-        raise QuantizationError(f"--out {p}: is a folder; give a file name in it")
-    if p.exists() and not p.is_file():
-        raise QuantizationError(f"--out {p}: exists and is not a regular file")
-    try:  # a real write: permissions alone do not tell (root, read-only mounts, /proc)
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=".qcore-report-", suffix=".tmp"):
-            pass
-    except OSError as exc:
-        raise QuantizationError(f"--out {p}: cannot write in {folder} "
-                                f"({exc.strerror or exc})") from None
-    if p.exists() and not os.access(p, os.W_OK):
-        raise QuantizationError(f"--out {p}: the file is not writable")
-    return p
+    return check_writable_file(p, f"--out {p}")
 
 
 MAX_THREADS = 64
