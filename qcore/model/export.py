@@ -27,7 +27,7 @@ import numpy as np
 
 from . import require
 from .fidelity import FLOAT, Quantized, qdq
-from .graph import ModelError, fresh_name, graph_names, tensor_proto
+from .graph import ModelError, fresh_name, graph_names, set_opset, tensor_proto
 from .plan import Plan
 
 __all__ = ["export_plan", "tensor_proto", "unsupported_nodes"]
@@ -85,7 +85,6 @@ def export_plan(model: Any, plan: Plan, weights: dict[str, np.ndarray] | None = 
     IR version 4 lists no initializer as an input in its export (IR 4 or later). Nodes are
     topologically sorted first."""
     onnx = require("onnx")
-    from onnx import helper
 
     from ..io.onnx import (
         MAIN,
@@ -140,14 +139,7 @@ def export_plan(model: Any, plan: Plan, weights: dict[str, np.ndarray] | None = 
         del g.initializer[:]
         g.initializer.extend(keep)
     _weights_into_model(out)
-    for o in out.opset_import:
-        if o.domain in ("", "ai.onnx"):
-            o.version = opset
-    try:
-        ir = helper.find_min_ir_version_for(list(out.opset_import), ignore_unknown=True)
-        out.ir_version = max(out.ir_version, ir)
-    except Exception:  # noqa: BLE001 - keep the model's IR version
-        pass
+    set_opset(out, opset)
     try:
         onnx.checker.check_model(out if out.ByteSize() < 2**31 - 2**20 else _header(out))
     except Exception as exc:  # noqa: BLE001

@@ -65,7 +65,7 @@ from . import require
 from .activations import ActivationSpec
 from .export import tensor_proto
 from .fidelity import FLOAT, Quantized, qdq
-from .graph import ModelError, initializer_arrays
+from .graph import ModelError, initializer_arrays, set_opset
 
 __all__ = ["FORMS", "FUSED_OPS", "Deployable", "WeightUse", "conv_uses", "deployable_export",
            "form_of", "fused_op_counts", "optimized_model", "qdq_along", "weight_uses"]
@@ -531,14 +531,7 @@ def deployable_export(model: Any, recipes: Mapping[str, str],
     g.node.extend(_toposort(new_nodes, {i.name for i in g.input} | {t.name for t in
                                                                       g.initializer}))
     opset = max(opset_needs)
-    for o in out.opset_import:
-        if o.domain in ("", "ai.onnx"):
-            o.version = opset
-    try:
-        ir = helper.find_min_ir_version_for(list(out.opset_import), ignore_unknown=True)
-        out.ir_version = max(out.ir_version, ir)
-    except Exception:  # noqa: BLE001 - keep the model's IR version
-        pass
+    set_opset(out, opset)
     try:
         onnx.checker.check_model(out)
     except Exception as exc:  # noqa: BLE001

@@ -263,6 +263,21 @@ def tensor_proto(a: np.ndarray, name: str) -> Any:
     return numpy_helper.from_array(np.ascontiguousarray(a), name)  # get_format: native order
 
 
+def set_opset(model: Any, opset: int) -> None:
+    """Set ``model``'s default-domain opset import to ``opset`` and raise its IR version to the
+    least that opset needs (the model's own is kept when onnx cannot tell): what an export
+    whose nodes need ``opset`` declares."""
+    helper = require("onnx.helper")
+    for o in model.opset_import:
+        if o.domain in ("", "ai.onnx"):
+            o.version = opset
+    try:
+        ir = helper.find_min_ir_version_for(list(model.opset_import), ignore_unknown=True)
+        model.ir_version = max(model.ir_version, ir)
+    except Exception:  # noqa: BLE001 - keep the model's IR version
+        pass
+
+
 def graph_names(graph: Any) -> set[str]:
     """Every name a graph and its subgraphs use: initializers, inputs, outputs, value infos,
     node inputs, outputs and node names."""
