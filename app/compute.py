@@ -459,18 +459,12 @@ def compare_error_hists(spec, targets: tuple[str, ...], cfg,
     from . import tensors
 
     x = tensors.load(spec)
-    xf = x.astype(np.float32, copy=False)
-    out = {}
-    for t in targets:
-        try:
-            p = calibration.choose_params(x, t, **{**cfg.calibration_kwargs()})
-            x_hat = p.round_trip(x, saturate=cfg.saturate, opset=cfg.opset)
-        except qcore.QuantizationError:
-            continue
-        with np.errstate(all="ignore"):
-            err = x_hat.astype(np.float32) - xf
-        out[t] = metrics.histogram(err, bins=bins)
-    return out
+
+    def round_trip(t: str) -> np.ndarray:
+        p = calibration.choose_params(x, t, **{**cfg.calibration_kwargs()})
+        return p.round_trip(x, saturate=cfg.saturate, opset=cfg.opset)
+
+    return metrics.error_histograms(x, targets, round_trip, bins)
 
 
 @st.cache_data(max_entries=8, show_spinner="Comparing on real weights, activations and "

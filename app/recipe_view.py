@@ -128,16 +128,8 @@ def error_hists(spec: Any, chosen: tuple[str, ...], saturate: bool,
     from . import tensors
 
     x = tensors.load(spec)
-    xf = x.astype(np.float32, copy=False)
-    out = {}
-    for r in chosen:
-        try:
-            _, _, x_hat, _, _ = analysis.recipe_round_trip(x, r, saturate=saturate)
-        except qcore.QuantizationError:
-            continue
-        with np.errstate(all="ignore"):
-            out[r] = metrics.histogram(x_hat.astype(np.float32) - xf, bins=bins)
-    return out
+    return metrics.error_histograms(
+        x, chosen, lambda r: analysis.recipe_round_trip(x, r, saturate=saturate)[2], bins)
 
 
 @st.cache_data(max_entries=8, show_spinner="Recipes on real weights, activations and "

@@ -27,6 +27,7 @@ One definition of each figure the app, the report and the CLI show:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -339,9 +340,26 @@ def _top_k(v: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
     return cand[np.argpartition(v[cand], cand.size - k)[cand.size - k:]]
 
 
+def error_histograms(x: np.ndarray, names: Iterable[str], round_trip: Callable[[str], np.ndarray],
+                     bins: int = 81) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """:func:`histogram` of the error x̂ − x (in float32) for each of ``names``, where
+    ``round_trip(name)`` gives x̂; a name it refuses with :class:`QuantizationError` (a format
+    or recipe that cannot be used on this tensor) is left out rather than failing the rest."""
+    xf = x.astype(np.float32, copy=False)
+    out = {}
+    for name in names:
+        try:
+            x_hat = round_trip(name)
+        except QuantizationError:
+            continue
+        with np.errstate(all="ignore"):
+            out[name] = histogram(x_hat.astype(np.float32) - xf, bins=bins)
+    return out
+
+
 __all__ = [
     "CHUNK", "N_STATS", "PARALLEL_THRESHOLD", "bits_per_element", "downsample_xy",
-    "error_metrics", "finite_range", "storage_bits", "stores_zero_point",
+    "error_histograms", "error_metrics", "finite_range", "storage_bits", "stores_zero_point",
     "group_errors", "group_sse", "histogram", "log_histogram", "representable_values",
     "walkthrough",
 ]
