@@ -489,22 +489,20 @@ def _implicit_inputs(node: Any, known: Mapping[str, int]) -> list[str]:
     onnx = require("onnx")
     names: list[str] = []
 
+    def walk_subgraphs(n: Any) -> None:
+        for a in n.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                walk(a.g)
+            elif a.type == onnx.AttributeProto.GRAPHS:
+                for sg in a.graphs:
+                    walk(sg)
+
     def walk(graph: Any) -> None:
         for n in graph.node:
             names.extend(i for i in n.input if i in known)
-            for a in n.attribute:
-                if a.type == onnx.AttributeProto.GRAPH:
-                    walk(a.g)
-                elif a.type == onnx.AttributeProto.GRAPHS:
-                    for sg in a.graphs:
-                        walk(sg)
+            walk_subgraphs(n)
 
-    for a in node.attribute:
-        if a.type == onnx.AttributeProto.GRAPH:
-            walk(a.g)
-        elif a.type == onnx.AttributeProto.GRAPHS:
-            for sg in a.graphs:
-                walk(sg)
+    walk_subgraphs(node)
     return list(dict.fromkeys(names))
 
 
