@@ -123,7 +123,7 @@ def measure_on_dask(spec: CaseSpec, recipes: Sequence[str] | str,
     ``on_client(client)`` runs after the last task, before the cluster closes (a memory
     measurement asks the workers for their peak RSS there)."""
     from ..errors import QuantizationError
-    from ..report.distributed import SCHEDULER_TIMEOUT, _import_distributed, check_scheduler
+    from ..report.distributed import _import_distributed, check_scheduler, dask_client
 
     names = [r.name for r in parse_recipes(recipes)]
     if scheduler:
@@ -134,17 +134,7 @@ def measure_on_dask(spec: CaseSpec, recipes: Sequence[str] | str,
     distributed = _import_distributed()
     spec = replace(spec, model=_absolute(spec.model),
                    inputs=_absolute(spec.inputs) if spec.inputs else None)
-    cluster = None
-    if scheduler:
-        client = distributed.Client(scheduler, timeout=SCHEDULER_TIMEOUT)
-        numba_threads = 0
-    else:
-        kw = {"n_workers": workers, "threads_per_worker": 1, "processes": True,
-              "dashboard_address": None, **(cluster_kwargs or {})}
-        cluster = distributed.LocalCluster(**kw)
-        client = distributed.Client(cluster)
-        numba_threads = max(1, (os.cpu_count() or 1) // workers)
-    try:
+    with dask_client(workers, scheduler, cluster_kwargs) as (client, numba_threads):
         meta = client.submit(_meta, spec, None if tensors is None else list(tensors),
                              pure=False).result()
         chosen = meta["tensors"]
@@ -168,10 +158,6 @@ def measure_on_dask(spec: CaseSpec, recipes: Sequence[str] | str,
                 progress(len(got), len(chosen), el_done, total_el)
         if on_client is not None:
             on_client(client)
-    finally:
-        client.close()
-        if cluster is not None:
-            cluster.close()
     rows = [r for t in chosen for r in got[t]]
     return Sensitivity(chosen, names, meta["elements"], meta["float_bits"], rows,
                        meta["signal_power"])

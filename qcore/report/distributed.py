@@ -14,13 +14,14 @@ uses an existing cluster as it is.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from ..errors import QuantizationError
 from .tasks import Task, run_task
 
-__all__ = ["run_tasks"]
+__all__ = ["dask_client", "run_tasks"]
 
 
 def _import_distributed() -> Any:
@@ -57,14 +58,14 @@ def check_scheduler(address: str, timeout: float = SCHEDULER_TIMEOUT) -> None:
                                 f"{timeout:g} s ({exc.strerror or exc})") from None
 
 
-def run_tasks(tasks: Sequence[Task], on_rows: Callable[[Task, list[dict]], None], *,
-              workers: int = 0, scheduler: str | None = None,
-              cluster_kwargs: dict | None = None,
-              on_client: Callable[[Any], None] | None = None) -> None:
-    """Submit every task; call ``on_rows(task, rows)`` as each finishes (in completion order).
+@contextmanager
+def dask_client(workers: int = 0, scheduler: str | None = None,
+                cluster_kwargs: dict | None = None) -> Iterator[tuple[Any, int]]:
+    """``(client, numba_threads)`` for a run on Dask, closed (cluster too) when the block ends.
 
-    ``on_client(client)`` runs after the last task, before the cluster closes (benchmarks ask
-    the workers for their peak memory there)."""
+    ``scheduler``: a client of that cluster, numba's threads left as the workers have them (0).
+    Otherwise a ``LocalCluster`` of ``workers`` single-threaded worker processes, each with
+    cores / ``workers`` numba threads so the workers do not oversubscribe the machine."""
     distributed = _import_distributed()
     cluster = None
     if scheduler:
@@ -79,6 +80,23 @@ def run_tasks(tasks: Sequence[Task], on_rows: Callable[[Task, list[dict]], None]
         client = distributed.Client(cluster)
         threads = max(1, (os.cpu_count() or 1) // int(workers))
     try:
+        yield client, threads
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+
+
+def run_tasks(tasks: Sequence[Task], on_rows: Callable[[Task, list[dict]], None], *,
+              workers: int = 0, scheduler: str | None = None,
+              cluster_kwargs: dict | None = None,
+              on_client: Callable[[Any], None] | None = None) -> None:
+    """Submit every task; call ``on_rows(task, rows)`` as each finishes (in completion order).
+
+    ``on_client(client)`` runs after the last task, before the cluster closes (benchmarks ask
+    the workers for their peak memory there)."""
+    distributed = _import_distributed()
+    with dask_client(workers, scheduler, cluster_kwargs) as (client, threads):
         futures = {}
         for i, task in enumerate(tasks):
             # largest tensors first: the last task to finish is a small one, so no worker sits
@@ -92,7 +110,3 @@ def run_tasks(tasks: Sequence[Task], on_rows: Callable[[Task, list[dict]], None]
             fut.release()
         if on_client is not None:
             on_client(client)
-    finally:
-        client.close()
-        if cluster is not None:
-            cluster.close()
