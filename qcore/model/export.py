@@ -27,7 +27,14 @@ import numpy as np
 
 from . import require
 from .fidelity import FLOAT, Quantized, qdq
-from .graph import ModelError, fresh_name, graph_names, set_opset, tensor_proto
+from .graph import (
+    ModelError,
+    fresh_name,
+    graph_names,
+    set_opset,
+    splice_at_weight,
+    tensor_proto,
+)
 from .plan import Plan
 
 __all__ = ["export_plan", "tensor_proto", "unsupported_nodes"]
@@ -122,16 +129,9 @@ def export_plan(model: Any, plan: Plan, weights: dict[str, np.ndarray] | None = 
         g = dict(iter_graphs(out.graph))[rec.graph]
         nodes, inits = _dq_nodes(rec.name, quantized[t], opset, rec.dtype, rec.shape, taken)
         g.initializer.extend(inits)
-        existing = list(g.node)
         if rec.kind == "initializer":
             dropped.setdefault(rec.graph, set()).add(rec.name)
-            at = 0
-        else:
-            at = next(k for k, n in enumerate(existing)
-                      if n.op_type == "Constant" and n.output[0] == rec.name)
-            existing.pop(at)
-        del g.node[:]
-        g.node.extend(existing[:at] + nodes + existing[at:])
+        splice_at_weight(g, rec.name, rec.kind, nodes)
     graphs = dict(iter_graphs(out.graph))
     for path, names in dropped.items():  # one pass per graph: a rewrite copies the field
         g = graphs[path]

@@ -293,24 +293,30 @@ def graph_names(graph: Any) -> set[str]:
     return names
 
 
-def fresh_name(base: str, taken: set[str]) -> str:
-    """``base``, or ``base_1``, ``base_2``, ... : the first not in ``taken`` (then taken), so an
-    export name never collides with a name the model already uses."""
+def fresh_name(base: str, taken: set[str], sep: str = "_") -> str:
+    """``base``, or ``base_1``, ``base_2``, ... (``sep`` between): the first not in ``taken``
+    (then taken), so an export name never collides with a name the model already uses."""
     name, k = base, 0
     while name in taken:
         k += 1
-        name = f"{base}_{k}"
+        name = f"{base}{sep}{k}"
     taken.add(name)
     return name
 
 
-def _unique(base: str, taken: set[str]) -> str:
-    name, k = base, 0
-    while name in taken:
-        k += 1
-        name = f"{base}.{k}"
-    taken.add(name)
-    return name
+def splice_at_weight(g: Any, name: str, kind: str, nodes: list[Any]) -> None:
+    """Put ``nodes`` into graph ``g`` where weight ``name`` is defined: in place of its
+    ``Constant`` node, or first when it is an initializer (``kind``; removing the initializer is
+    the caller's, one pass per graph). The node list is rewritten once."""
+    existing = list(g.node)
+    if kind == "initializer":
+        at = 0
+    else:
+        at = next(k for k, n in enumerate(existing)
+                  if n.op_type == "Constant" and n.output[0] == name)
+        existing.pop(at)
+    del g.node[:]
+    g.node.extend(existing[:at] + nodes + existing[at:])
 
 
 def expose_weights(model: Any, records: list[WeightRecord]) -> tuple[Any, dict[str, str]]:
@@ -332,7 +338,7 @@ def expose_weights(model: Any, records: list[WeightRecord]) -> tuple[Any, dict[s
     direct_names = set()
     for r in records:
         direct = r.graph == "main" and r.kind == "initializer" and r.dtype == "float32"
-        name = r.name if direct else _unique(f"qcore.weight.{r.key}", taken)
+        name = r.name if direct else fresh_name(f"qcore.weight.{r.key}", taken, sep=".")
         feed[r.key] = name
         new_inputs.append(helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT,
                                                         list(r.shape)))
@@ -346,18 +352,11 @@ def expose_weights(model: Any, records: list[WeightRecord]) -> tuple[Any, dict[s
         else:  # a Cast, as in the export: the consumers see a computed half-precision weight
             to = onnx.TensorProto.FLOAT16 if r.dtype == "float16" else onnx.TensorProto.BFLOAT16
             read = helper.make_node("Cast", [name], [r.name], to=to, name=f"{name}.read")
-        nodes = list(g.node)
         if r.kind == "initializer":
             keep = [t for t in g.initializer if t.name != r.name]
             del g.initializer[:]
             g.initializer.extend(keep)
-            at = 0
-        else:
-            at = next(k for k, n in enumerate(nodes)
-                      if n.op_type == "Constant" and n.output[0] == r.name)
-            nodes.pop(at)
-        del g.node[:]
-        g.node.extend(nodes[:at] + [read] + nodes[at:])
+        splice_at_weight(g, r.name, r.kind, [read])
     if direct_names:  # one pass: each rewrite of a repeated field copies it into the arena
         keep = [t for t in out.graph.initializer if t.name not in direct_names]
         del out.graph.initializer[:]
