@@ -110,26 +110,30 @@ def _node_id(n: Any, i: int) -> str:
     return n.name or f"#{i}:{n.output[0]}"
 
 
+def _consumers(g: Any) -> dict[str, list[Any]]:
+    """The nodes of ``g`` that read each name, once per input slot (so a name read once has
+    one entry, and a node reading it twice counts twice)."""
+    consumers: dict[str, list[Any]] = {}
+    for n in g.node:
+        for i in n.input:
+            consumers.setdefault(i, []).append(n)
+    return consumers
+
+
 def weight_uses(model: Any) -> dict[str, WeightUse]:
     """The 2-D initializers read once, as input B of a MatMul or of a Gemm with transA=0 and
     alpha = beta = 1 (the nodes whose forms this module rewrites)."""
     g = model.graph
     inits = {t.name: t for t in g.initializer}
-    readers: dict[str, int] = {}
-    for n in g.node:
-        for i in n.input:
-            readers[i] = readers.get(i, 0) + 1
-    consumers: dict[str, list[Any]] = {}
-    for n in g.node:
-        for i in n.input:
-            consumers.setdefault(i, []).append(n)
+    consumers = _consumers(g)
     out: dict[str, WeightUse] = {}
     for k, n in enumerate(g.node):
         if n.op_type not in ("MatMul", "Gemm") or len(n.input) < 2:
             continue
         w = n.input[1]
         t = inits.get(w)
-        if t is None or len(t.dims) != 2 or readers.get(w) != 1 or t.data_type != 1:
+        if t is None or len(t.dims) != 2 or len(consumers.get(w, [])) != 1 \
+                or t.data_type != 1:
             continue
         if n.op_type == "Gemm":
             a = {x.name: (x.i if x.type == 2 else x.f) for x in n.attribute}
@@ -153,16 +157,14 @@ def conv_uses(model: Any) -> dict[str, WeightUse]:
     (output axis 0), with the Conv's bias when it is an initializer."""
     g = model.graph
     inits = {t.name: t for t in g.initializer}
-    readers: dict[str, int] = {}
-    for n in g.node:
-        for i in n.input:
-            readers[i] = readers.get(i, 0) + 1
+    consumers = _consumers(g)
     out: dict[str, WeightUse] = {}
     for k, n in enumerate(g.node):
         if n.op_type != "Conv" or len(n.input) < 2:
             continue
         t = inits.get(n.input[1])
-        if t is None or len(t.dims) < 3 or readers.get(n.input[1]) != 1 or t.data_type != 1:
+        if (t is None or len(t.dims) < 3 or len(consumers.get(n.input[1], [])) != 1
+                or t.data_type != 1):
             continue
         bias = n.input[2] if len(n.input) > 2 and n.input[2] in inits else None
         out[n.input[1]] = WeightUse(_node_id(n, k), "Conv", False, bias)
@@ -182,10 +184,7 @@ def _requantized_output(model: Any, node: Any,
     follow the node, so onnxruntime could not fuse it)."""
     g = model.graph
     outputs = {o.name for o in g.output}
-    consumers: dict[str, list[Any]] = {}
-    for n in g.node:
-        for i in n.input:
-            consumers.setdefault(i, []).append(n)
+    consumers = _consumers(g)
 
     def quantized_site(v: str) -> bool:
         readers = consumers.get(v, [])
