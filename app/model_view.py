@@ -179,17 +179,14 @@ def run_plan(case: cases.ModelCase, sens: sensitivity.Sensitivity, budget: float
     """The optimal plan at ``budget``, run and measured; with an activation ``study``
     (:func:`activation_study`) its sites quantized too, the ``float_sites`` most sensitive
     left in float, and the quantized sites' noises (each measured alone) added to the
-    prediction — the rule ``python -m qcore.model --activations`` follows."""
+    prediction (:func:`qcore.model.activations.attach_activations`, the rule
+    ``python -m qcore.model --activations`` follows)."""
     p = plan.make_plan(sens, budget, allow_float)
     if study is not None and study.specs:
-        from qcore.model.activations import keep_float
+        from qcore.model.activations import attach_activations
 
-        keep = keep_float(study.rows, min(int(float_sites), len(study.specs)))
-        p.activations = [s for s in study.specs if s.site not in keep]
-        p.float_activations = keep
-        p.activation_mode = study.config.name
-        p.noise_predicted += sum(float(r["noise_power"]) for r in study.rows
-                                 if r["tensor"] not in keep)
+        attach_activations(p, study.specs, study.rows,
+                           min(int(float_sites), len(study.specs)), study.config.name)
     plan.run_plan(case, p)
     return p
 

@@ -434,19 +434,12 @@ def _print_with_activations(case, recipe: str, tensors, specs, name: str, out: T
 
 
 def _attach(plan, specs, rows, k: int, name: str, smoothing: dict | None = None) -> None:
-    """The activation specs on a plan, the ``k`` most sensitive sites left in float; the
-    quantized sites' noise powers (each measured alone) join the additive prediction."""
-    from .activations import keep_float
+    """The SmoothQuant factors on a plan, then its activation specs
+    (:func:`~qcore.model.activations.attach_activations`, the rule the Model page follows)."""
+    from .activations import attach_activations
 
     plan.smoothing = dict(smoothing or {})
-    if not specs:
-        return
-    keep = keep_float(rows, k)
-    plan.activations = [s for s in specs if s.site not in keep]
-    plan.float_activations = keep
-    plan.activation_mode = name
-    plan.noise_predicted += sum(float(r["noise_power"]) for r in rows
-                                if r["tensor"] not in keep)
+    attach_activations(plan, specs, rows, k, name)
 
 
 def _check_budget(case, tensors: list[str], recipes: list[str], budget: float,

@@ -59,8 +59,8 @@ from ..ops import dequantize_linear, dynamic_quantize_linear, quantize_linear
 from . import require
 
 __all__ = ["ACTIVATION_TYPES", "METHODS", "ActivationConfig", "ActivationRunner",
-           "ActivationSpec", "Site", "activation_rows", "calibrate", "entropy_threshold",
-           "calibration_case", "evaluate", "fake_quant", "find_sites", "insert_qdq", "keep_float",
+           "ActivationSpec", "Site", "activation_rows", "attach_activations", "calibrate",
+           "entropy_threshold", "calibration_case", "evaluate", "fake_quant", "find_sites", "insert_qdq", "keep_float",
            "parse_activations", "runner_for", "smooth_model", "smoothed_case", "specs_for",
            "Study", "study"]
 
@@ -642,6 +642,21 @@ def keep_float(rows: Sequence[Mapping[str, Any]], k: int) -> list[str]:
     act = [r for r in rows if r.get("kind") == "activation"]
     act.sort(key=lambda r: r["output_sqnr_db"])
     return [r["tensor"] for r in act[:k]]
+
+
+def attach_activations(plan: Any, specs: Sequence[ActivationSpec],
+                       rows: Sequence[Mapping[str, Any]], k: int, mode: str) -> None:
+    """Put the activation ``specs`` on ``plan``, the ``k`` most sensitive sites
+    (:func:`keep_float`) left in float; the quantized sites' noise powers (each measured alone,
+    ``rows``) join the plan's additive prediction. No specs: the plan is left as it is."""
+    if not specs:
+        return
+    keep = keep_float(rows, k)
+    plan.activations = [s for s in specs if s.site not in keep]
+    plan.float_activations = keep
+    plan.activation_mode = mode
+    plan.noise_predicted += sum(float(r["noise_power"]) for r in rows
+                                if r["tensor"] not in keep)
 
 
 def activation_rows(case: Any, specs: Sequence[ActivationSpec],
