@@ -14,7 +14,12 @@ from .calibration import METHODS, choose_params, params_from_range, symmetric
 from .errors import QuantizationError
 from .formats import QUANTIZED_TYPES
 from .layout import BLOCKED, PER_TENSOR, Layout
-from .metrics import error_metrics
+from .metrics import (  # noqa: F401 - the Pareto rule, re-exported here
+    PARETO_BITS_DECIMALS,
+    bits_sqnr_front,
+    error_metrics,
+    pareto_front,
+)
 from .quant_params import QuantParams, as_input, scale_format, target_format
 from .reductions import group_minmax
 from .versions import LATEST_OPSET
@@ -25,32 +30,6 @@ if TYPE_CHECKING:
 _METRIC_COLUMNS = ("bits_per_element", "sqnr_db", "rmse", "max_abs_error", "clipped_fraction",
                    "mse", "mean_abs_error", "mean_rel_error", "nan_out", "inf_out",
                    "sqnr_coverage", "nonfinite_made")
-
-
-def pareto_front(cost: Any, quality: Any) -> np.ndarray:
-    """True for the points no other point beats: lower-or-equal cost and higher-or-equal
-    quality, strictly better in one. NaN points are never on the front."""
-    c = np.asarray(cost, np.float64)
-    q = np.asarray(quality, np.float64)
-    ok = ~(np.isnan(c) | np.isnan(q))
-    front = np.zeros(c.shape, bool)
-    for i in np.flatnonzero(ok):
-        other = ok.copy()
-        other[i] = False
-        dominated = other & (c <= c[i]) & (q >= q[i]) & ((c < c[i]) | (q > q[i]))
-        front[i] = not dominated.any()
-    return front
-
-
-#: Bits per element are compared to this many decimals: a zero point's storage (a few bits per
-#: thousand elements) does not make a format cheaper.
-PARETO_BITS_DECIMALS = 1
-
-
-def bits_sqnr_front(bits: Any, sqnr: Any) -> np.ndarray:
-    """The Pareto front of (bits per element, SQNR dB), bits compared to
-    :data:`PARETO_BITS_DECIMALS` decimals: the one rule the app and the report state."""
-    return pareto_front(np.round(np.asarray(bits, np.float64), PARETO_BITS_DECIMALS), sqnr)
 
 
 def front_pick(bits: Any, sqnr: Any, min_sqnr_db: float | None = None) -> int | None:

@@ -357,8 +357,35 @@ def error_histograms(x: np.ndarray, names: Iterable[str], round_trip: Callable[[
     return out
 
 
+def pareto_front(cost: Any, quality: Any) -> np.ndarray:
+    """True for the points no other point beats: lower-or-equal cost and higher-or-equal
+    quality, strictly better in one. NaN points are never on the front."""
+    c = np.asarray(cost, np.float64)
+    q = np.asarray(quality, np.float64)
+    ok = ~(np.isnan(c) | np.isnan(q))
+    front = np.zeros(c.shape, bool)
+    for i in np.flatnonzero(ok):
+        other = ok.copy()
+        other[i] = False
+        dominated = other & (c <= c[i]) & (q >= q[i]) & ((c < c[i]) | (q > q[i]))
+        front[i] = not dominated.any()
+    return front
+
+
+#: Bits per element are compared to this many decimals: a zero point's storage (a few bits per
+#: thousand elements) does not make a format cheaper.
+PARETO_BITS_DECIMALS = 1
+
+
+def bits_sqnr_front(bits: Any, sqnr: Any) -> np.ndarray:
+    """The Pareto front of (bits per element, SQNR dB), bits compared to
+    :data:`PARETO_BITS_DECIMALS` decimals: the one rule the app and the report state."""
+    return pareto_front(np.round(np.asarray(bits, np.float64), PARETO_BITS_DECIMALS), sqnr)
+
+
 __all__ = [
-    "CHUNK", "N_STATS", "PARALLEL_THRESHOLD", "bits_per_element", "downsample_xy",
+    "CHUNK", "N_STATS", "PARALLEL_THRESHOLD", "PARETO_BITS_DECIMALS", "bits_per_element",
+    "bits_sqnr_front", "downsample_xy", "pareto_front",
     "error_histograms", "error_metrics", "finite_range", "storage_bits", "stores_zero_point",
     "group_errors", "group_sse", "histogram", "log_histogram", "representable_values",
     "walkthrough",

@@ -30,9 +30,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..analysis import bits_sqnr_front
 from ..errors import QuantizationError
 from ..io import TensorFileError
+from ..metrics import bits_sqnr_front
 from ..paths import check_writable_file
 from .identity import (
     IDENTITY_PREFIX,
