@@ -7,6 +7,7 @@ The few helpers qcore lacks are small pure functions written here.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -471,7 +472,23 @@ def compare_error_hists(spec, targets: tuple[str, ...], cfg,
                                              "gradients…")
 def headline(cfg) -> pd.DataFrame:
     """SQNR of the headline formats on one real tensor of each kind (rows: formats)."""
-    from qcore import analysis, datasets
+    from qcore import analysis
+
+    def sqnr(x: np.ndarray) -> pd.Series:
+        axis = min(cfg.axis, x.ndim - 1)
+        df = analysis.compare_formats(x, list(HEADLINE_FORMATS), granularity=cfg.granularity,
+                                      axis=axis, block_size=min(cfg.block_size, x.shape[axis]),
+                                      method=cfg.method, opset=cfg.opset,
+                                      saturate=cfg.saturate, **_calibration(cfg))
+        return df.set_index("format")["sqnr_db"]
+
+    return headline_table(sqnr)
+
+
+def headline_table(sqnr: Callable[[np.ndarray], pd.Series]) -> pd.DataFrame:
+    """One column per :data:`HEADLINE_TENSORS` entry (``kind\\nname``) holding ``sqnr(x)`` of
+    that tensor; a tensor this install cannot load is left out rather than failing the table."""
+    from qcore import datasets
 
     cols = {}
     for kind, name in HEADLINE_TENSORS:
@@ -479,12 +496,7 @@ def headline(cfg) -> pd.DataFrame:
             x = datasets.load(name)
         except qcore.QuantizationError:
             continue
-        axis = min(cfg.axis, x.ndim - 1)
-        df = analysis.compare_formats(x, list(HEADLINE_FORMATS), granularity=cfg.granularity,
-                                      axis=axis, block_size=min(cfg.block_size, x.shape[axis]),
-                                      method=cfg.method, opset=cfg.opset,
-                                      saturate=cfg.saturate, **_calibration(cfg))
-        cols[f"{kind}\n{name}"] = df.set_index("format")["sqnr_db"]
+        cols[f"{kind}\n{name}"] = sqnr(x)
     return pd.DataFrame(cols)
 
 

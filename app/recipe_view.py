@@ -136,16 +136,9 @@ def error_hists(spec: Any, chosen: tuple[str, ...], saturate: bool,
                                              "gradients…")
 def headline(chosen: tuple[str, ...], saturate: bool) -> pd.DataFrame:
     """SQNR of each recipe on one real tensor of each kind (rows: recipes)."""
-    from qcore import analysis, datasets
+    from qcore import analysis
 
-    from .compute import HEADLINE_TENSORS
+    from .compute import headline_table
 
-    cols = {}
-    for kind, name in HEADLINE_TENSORS:
-        try:
-            x = datasets.load(name)
-        except qcore.QuantizationError:
-            continue
-        df = analysis.compare_recipes(x, list(chosen), saturate=saturate)
-        cols[f"{kind}\n{name}"] = df.set_index("recipe")["sqnr_db"]
-    return pd.DataFrame(cols)
+    return headline_table(lambda x: analysis.compare_recipes(
+        x, list(chosen), saturate=saturate).set_index("recipe")["sqnr_db"])
