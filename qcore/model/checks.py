@@ -104,11 +104,7 @@ def max_threads() -> int:
 
 def check_threads(threads: int) -> int:
     """``--threads``: 0 (onnxruntime's default) or 1..:func:`max_threads`."""
-    hi = max_threads()
-    if not _is_count(threads, 0, hi):
-        raise ModelError(f"--threads {threads}: give 0 (onnxruntime's default) or 1 to {hi} "
-                         f"(4 x this machine's {os.cpu_count() or 1} cores)")
-    return int(threads)
+    return _check_up_to_max_threads("--threads", threads, "onnxruntime's default")
 
 
 def check_latency_repeats(repeats: int) -> int:
@@ -123,11 +119,17 @@ def check_latency_repeats(repeats: int) -> int:
 def check_workers(workers: int) -> int:
     """``--workers``: 0 (the sensitivity runs in this process) or 1..:func:`max_threads`
     worker processes (each one loads the model)."""
+    return _check_up_to_max_threads("--workers", workers, "no Dask", " worker processes")
+
+
+def _check_up_to_max_threads(flag: str, value: int, zero: str, unit: str = "") -> int:
+    """0 (meaning ``zero``) or 1..:func:`max_threads`, the bound ``--threads`` and
+    ``--workers`` share (4 × the cores: more only oversubscribes the machine)."""
     hi = max_threads()
-    if not _is_count(workers, 0, hi):
-        raise ModelError(f"--workers {workers}: give 0 (no Dask) or 1 to {hi} worker processes "
+    if not _is_count(value, 0, hi):
+        raise ModelError(f"{flag} {value}: give 0 ({zero}) or 1 to {hi}{unit} "
                          f"(4 x this machine's {os.cpu_count() or 1} cores)")
-    return int(workers)
+    return int(value)
 
 
 def check_dim(dim: int) -> int:
