@@ -191,15 +191,21 @@ def parse_tensors(text: str | None, flag: str = "--tensors", what: str = "weight
     return names
 
 
-def check_input_file(flag: str, path: str | os.PathLike) -> Path:
-    """An inputs file (``--inputs``, ``--calibrate``) that exists and is a zip, checked before
-    anything loads (its arrays are checked against the model by :func:`read_npz`)."""
+def _inputs_file(flag: str, path: str | os.PathLike) -> tuple[str, Path]:
+    """(the path as given, the path) of an inputs file that exists: no null byte, a file."""
     text = os.fspath(path)
     if "\x00" in text:
         raise ModelError(f"{flag} {text!r}: the path holds a null byte")
     p = Path(text).expanduser()
     if not p.is_file():
         raise ModelError(f"{flag} {text}: no such file (give an .npz of the graph's inputs)")
+    return text, p
+
+
+def check_input_file(flag: str, path: str | os.PathLike) -> Path:
+    """An inputs file (``--inputs``, ``--calibrate``) that exists and is a zip, checked before
+    anything loads (its arrays are checked against the model by :func:`read_npz`)."""
+    text, p = _inputs_file(flag, path)
     try:
         ok = zipfile.is_zipfile(p)
         with open(p, "rb") as fh:
@@ -362,12 +368,7 @@ def read_npz(path: str | os.PathLike,
     """Inputs from an ``.npz``, checked from its zip directory and each member's ``.npy``
     header (names, dtypes, shapes, sizes) before any array is read; each array is then read
     for exactly the bytes its header declares and checked by :func:`check_feed`."""
-    text = os.fspath(path)
-    if "\x00" in text:
-        raise ModelError(f"{flag} {text!r}: the path holds a null byte")
-    p = Path(text).expanduser()
-    if not p.is_file():
-        raise ModelError(f"{flag} {text}: no such file (give an .npz of the graph's inputs)")
+    text, p = _inputs_file(flag, path)
     try:
         with open(p, "rb") as fh:
             magic = fh.read(6)
