@@ -321,16 +321,11 @@ def with_activations(case: cases.ModelCase, study: Any, recipe_names: list[str],
     """Each recipe on every chosen weight with every activation site quantized too: the
     W8A8-style figure of a recipe and the study's activation mode."""
     from qcore.model.activations import evaluate
+    from qcore.model.fidelity import recipe_weights
 
     out = []
     for r in recipe_names:
-        replace = {}
-        for t in tensors:
-            try:
-                replace[t] = case.quantize(t, r).x_hat
-            except ValueError:
-                continue
-        fid = evaluate(case, study.specs, replace)
+        fid = evaluate(case, study.specs, recipe_weights(case, r, tensors))
         out.append({"weights": r, "activations": study.config.name,
                     "output SQNR (dB)": fid["output_sqnr_db"], "max |Δ|": fid["max_abs"]})
     return out

@@ -421,14 +421,9 @@ def _activations(case, mode, args: argparse.Namespace, out: TextIO):
 def _print_with_activations(case, recipe: str, tensors, specs, name: str, out: TextIO) -> None:
     """One recipe on every weight with every activation site quantized, printed as a row."""
     from .activations import evaluate
+    from .fidelity import recipe_weights
 
-    replace = {}
-    for t in tensors or case.weights:
-        try:
-            replace[t] = case.quantize(t, recipe).x_hat
-        except ValueError:
-            continue
-    m = evaluate(case, specs, replace)
+    m = evaluate(case, specs, recipe_weights(case, recipe, tensors or case.weights))
     print(f"{'  + ' + name:28s} {'':7s} {_fmt(m['output_sqnr_db']):>15s} "
           f"{m['max_abs']:10.3g}{_extra(case.kind, m)}", file=out)
 

@@ -961,13 +961,9 @@ def study(case: Any, activations: str | ActivationConfig, *, recipe: str | None 
     alone = evaluate(case, specs)
     both = None
     if recipe is not None:
-        replace = {}
-        for t in case.weights:
-            try:
-                replace[t] = case.quantize(t, recipe).x_hat
-            except ValueError:
-                continue
-        both = evaluate(case, specs, replace)
+        from .fidelity import recipe_weights
+
+        both = evaluate(case, specs, recipe_weights(case, recipe, case.weights))
     return Study(config, case, specs, rows, alone, both, smoothing)
 
 

@@ -18,7 +18,7 @@ runs it with some weights replaced and measures (docs/semantics.md, Definitions)
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,7 +41,8 @@ from ..report.recipes import (
 )
 from .graph import Runner
 
-__all__ = ["FLOAT", "ModelCase", "Quantized", "apply_recipe", "compare", "qdq", "spearman",
+__all__ = ["FLOAT", "ModelCase", "Quantized", "apply_recipe", "compare", "qdq", "recipe_weights",
+           "spearman",
            "weight_layout"]
 
 #: The plan's name for a weight left in float32.
@@ -322,10 +323,17 @@ def apply_recipe(case: ModelCase, recipe: Recipe | str, tensors: list[str] | str
     on some (a list); weights the recipe cannot express stay float."""
     names = case.weights if tensors is None else ([tensors] if isinstance(tensors, str)
                                                   else list(tensors))
+    return case.fidelity(recipe_weights(case, recipe, names))
+
+
+def recipe_weights(case: ModelCase, recipe: Recipe | str,
+                   tensors: Sequence[str]) -> dict[str, np.ndarray]:
+    """x̂ of each of ``tensors`` under ``recipe`` (the replacements :meth:`ModelCase.fidelity`
+    takes); a weight the recipe cannot express (ValueError) is left out, so it stays float."""
     replace = {}
-    for t in names:
+    for t in tensors:
         try:
             replace[t] = case.quantize(t, recipe).x_hat
         except ValueError:
             continue
-    return case.fidelity(replace)
+    return replace
