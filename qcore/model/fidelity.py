@@ -42,8 +42,7 @@ from ..report.recipes import (
 from .graph import Runner
 
 __all__ = ["FLOAT", "ModelCase", "Quantized", "apply_recipe", "compare", "qdq", "recipe_weights",
-           "spearman",
-           "weight_layout"]
+           "spearman", "weight_layout"]
 
 #: The plan's name for a weight left in float32.
 FLOAT = "float32"
