@@ -352,7 +352,8 @@ if built:
                               help="Median of repeated passes over the inputs, the export and "
                                    "the float model taking turns in one process.")
         st.caption("Forms: " + ", ".join(f"{n} × {f}" for f, n in sorted(built["forms"].items()))
-                   + " (matmulnbits, dynamic and static fuse into integer kernels; dq and qdq "
+                   + " (matmulnbits-node is the kernel; dq-matmul, dynamic and static fuse into "
+                   "integer kernels; dq and qdq "
                    "run as written).")
 with st.expander("All rows"):
     st.dataframe(model_view.rows_table(sens.rows + uniform + (study.rows if study else [])),

@@ -4,9 +4,11 @@ qcore's deployable exports, timed in one process (``python -m qcore.bench --mode
 Rows: the float model; ``onnxruntime.quantization.quantize_dynamic`` (per-channel int8
 weights, DynamicQuantizeLinear activations); onnxruntime's MatMulNBits quantizer (4 bits, block
 32, symmetric; needs ``onnx-ir``, left out when it is missing); qcore's exports
-(:mod:`qcore.model.fused`): ``int8:per-axis`` weight-only, ``int4:blocked32`` weight-only (also
-timed with ``session.qdq_matmulnbits_accuracy_level=1``, the float-compute MatMulNBits kernel;
-``int4:blocked32@mse`` and ``@fullrange-mse``, the same form with searched clip thresholds),
+(:mod:`qcore.model.fused`): ``int8:per-axis`` weight-only, ``int4:blocked32`` weight-only as
+the ``matmulnbits-node`` form (the default) and as the standard-ONNX ``dq-matmul`` form (timed
+with a default session, which fuses it at accuracy level 4, and with
+``session.qdq_matmulnbits_accuracy_level=1``, the float-compute kernel);
+``int4:blocked32@mse`` and ``@fullrange-mse``, the node form with searched clip thresholds),
 and W8A8 dynamic (``int8:per-axis`` weights, ``ActivationSpec(site, "dynamic", "uint8")`` on
 every MatMul input), also on the SmoothQuant model (alpha 0.8, :mod:`qcore.model.activations`). Columns: median latency of one pass over the sentences (1 thread and all
 threads, :mod:`qcore.model.latency`), its ratio to float, output SQNR against the float model
@@ -32,7 +34,8 @@ TARGETS = {
     "qcore-w8a8-dynamic": "≤ 0.8× float and ≤ 1.05× quantize_dynamic (1 thread), SQNR ≥ its + 3 dB",
     "qcore-w8a8-dynamic-smooth": "the same (SmoothQuant alpha 0.8 before quantizing)",
     "qcore-int4-b32": "≤ 1.0× float (1 thread), SQNR ≥ MatMulNBits' at ≤ its bits/weight",
-    "qcore-int4-b32-l1": "≤ 1.0× float (1 thread), SQNR ≥ MatMulNBits' at ≤ its bits/weight",
+    "qcore-int4-b32-dq": "≤ 1.0× float (1 thread), SQNR ≥ MatMulNBits' at ≤ its bits/weight",
+    "qcore-int4-b32-dq-l1": "≤ 1.0× float (1 thread), SQNR ≥ MatMulNBits' at ≤ its bits/weight",
     "qcore-int4-b32-mse": "≤ 1.0× float (1 thread), SQNR ≥ MatMulNBits' at ≤ its bits/weight",
     "qcore-int4-b32-fullrange-mse": "≤ 1.0× float (1 thread), SQNR ≥ MatMulNBits' at ≤ its "
                                     "bits/weight",
@@ -111,9 +114,11 @@ def model_rows(sentences: int = 32, repeats: int = 10, threads: tuple[int, ...] 
     models.update(_peers(m))
     models["qcore-int8-per-axis"] = deployable_export(m, {t: "int8:per-axis" for t in names},
                                                       weights).model
-    int4 = deployable_export(m, {t: "int4:blocked32" for t in names}, weights).model
-    models["qcore-int4-b32"] = int4
-    models["qcore-int4-b32-l1"] = int4
+    int4 = {t: "int4:blocked32" for t in names}
+    models["qcore-int4-b32"] = deployable_export(m, int4, weights).model
+    dq = deployable_export(m, int4, weights, nbits_form="dq-matmul").model
+    models["qcore-int4-b32-dq"] = dq
+    models["qcore-int4-b32-dq-l1"] = dq
     models["qcore-int4-b32-mse"] = deployable_export(
         m, {t: "int4:blocked32@mse" for t in names}, weights).model
     models["qcore-int4-b32-fullrange-mse"] = deployable_export(
@@ -121,7 +126,7 @@ def model_rows(sentences: int = 32, repeats: int = 10, threads: tuple[int, ...] 
     models["qcore-w8a8-dynamic"] = deployable_export(
         m, {t: "int8:per-axis" for t in names}, weights, dynamic).model
     models["qcore-w8a8-dynamic-smooth"] = _smoothed_w8a8(sentences, names)
-    configs = {"qcore-int4-b32-l1": _ACCURACY_1}
+    configs = {"qcore-int4-b32-dq-l1": _ACCURACY_1}
     batches, _ = minilm.encode_batches(minilm.load_sentences(sentences), 16)
     outs = {}
     for k, model in models.items():

@@ -5,12 +5,22 @@ planned weight; onnxruntime then dequantizes on every inference and runs the flo
 :func:`deployable_export` writes, per weight-consuming node (MatMul, or Gemm with ``transA=0``,
 ``alpha=beta=1``), the form onnxruntime 1.2x/1.3x fuses (docs/model.md, "Export forms"):
 
-- ``matmulnbits`` — a weight-only recipe with integer codes of 4 or 8 bits (int4, uint4, int8,
-  uint8), per output channel or blocked along K with a power-of-two block ≥ 16: the codes stored
+- ``matmulnbits-node`` — a weight-only int4/uint4 recipe blocked along K by a power of two
+  ≥ 16 that divides K (the default ``nbits_form``): the MatMul (with the bias Add after it)
+  or Gemm (with its C) becomes one ``com.microsoft`` ``MatMulNBits`` node, written as
+  ``onnxruntime.quantization.matmul_nbits_quantizer`` writes it — B packed [N, K/block,
+  block/2] uint8 (two codes a byte, the lower k in the low nibble), scales [N, K/block], and
+  packed uint4 zero points [N, ⌈(K/block)/2⌉] when not the implicit 8 (int4 codes are stored
+  as code + 8), the bias as input 5. ``accuracy_level`` is left unset (0): onnxruntime's QDQ fusion sets 4
+  (``session.qdq_matmulnbits_accuracy_level``), which runs slower than float on hosts without
+  fast int8 dot products, while the unset level runs the float-compute kernel.
+- ``dq-matmul`` — a weight-only recipe with integer codes of 4 or 8 bits (int4, uint4, int8,
+  uint8), per output channel or blocked along K with a power-of-two block ≥ 16 (int4/uint4
+  blocked ones only with ``nbits_form="dq-matmul"``): the standard-ONNX form, the codes stored
   [K, N] and ``DequantizeLinear(axis=1)`` or ``DequantizeLinear(axis=0, block_size)`` feeding
   MatMul (or Gemm with ``transB=0``). A Gemm with ``transB=1`` gets the transposed codes
   and ``transB=0``: onnxruntime fuses DQ → Gemm only without the transpose. Fused into
-  ``MatMulNBits``.
+  ``MatMulNBits`` (at the session's QDQ accuracy level).
 - ``dynamic`` — the activation site is dynamic (``ActivationSpec(site, "dynamic", "uint8")``)
   and the weight int8/uint8 per-tensor or per output channel: ``DynamicQuantizeLinear`` →
   ``MatMulInteger`` (uint8 activations × [K, N] codes, weight zero point where not zero) →
@@ -67,14 +77,17 @@ from .export import tensor_proto
 from .fidelity import FLOAT, Quantized, qdq
 from .graph import ModelError, initializer_arrays, set_opset
 
-__all__ = ["FORMS", "FUSED_OPS", "Deployable", "WeightUse", "conv_uses", "deployable_export",
+__all__ = ["FORMS", "FUSED_OPS", "NBITS_FORMS", "Deployable", "WeightUse", "conv_uses", "deployable_export",
            "form_of", "fused_op_counts", "optimized_model", "qdq_along", "weight_uses"]
 
 #: The export forms (module doc).
-FORMS = ("matmulnbits", "dynamic", "static", "qdq", "dq")
+FORMS = ("matmulnbits-node", "dq-matmul", "dynamic", "static", "qdq", "dq")
+#: How an int4/uint4 weight blocked along K is written (``deployable_export``'s ``nbits_form``).
+NBITS_FORMS = ("matmulnbits-node", "dq-matmul")
 #: The onnxruntime kernels each form fuses into (empty: nothing fuses).
 FUSED_OPS: dict[str, frozenset[str]] = {
-    "matmulnbits": frozenset({"MatMulNBits"}),
+    "matmulnbits-node": frozenset({"MatMulNBits"}),
+    "dq-matmul": frozenset({"MatMulNBits"}),
     "dynamic": frozenset({"DynamicQuantizeMatMul", "MatMulIntegerToFloat"}),
     "static": frozenset({"QGemm", "QLinearMatMul", "MatMulIntegerToFloat", "QLinearConv"}),
     "qdq": frozenset(),
@@ -226,9 +239,18 @@ def _integer_weight(r: Recipe) -> bool:
     return r.target in _EIGHT_BIT and r.granularity in (PER_TENSOR, PER_AXIS) and not r.mx
 
 
-def form_of(recipe: Recipe | str, spec: ActivationSpec | None) -> str:
+def _nbits_node(r: Recipe) -> bool:
+    """int4/uint4 blocked along K by a power of two ≥ 16: what one MatMulNBits node holds."""
+    return _nbits(r) and r.granularity == BLOCKED and r.target in ("int4", "uint4")
+
+
+def form_of(recipe: Recipe | str, spec: ActivationSpec | None,
+            nbits_form: str = "matmulnbits-node") -> str:
     """The form (:data:`FORMS`) a weight of this recipe, read by a node whose activation site
-    has ``spec``, is exported in."""
+    has ``spec``, is exported in; ``nbits_form`` (:data:`NBITS_FORMS`) for int4/uint4 blocked
+    along K."""
+    if nbits_form not in NBITS_FORMS:
+        raise QuantizationError(f"nbits_form {nbits_form!r}: valid are {', '.join(NBITS_FORMS)}")
     r = parse_recipe(recipe) if isinstance(recipe, str) else recipe
     if spec is not None:
         if spec.mode == "dynamic" and _integer_weight(r):
@@ -236,7 +258,9 @@ def form_of(recipe: Recipe | str, spec: ActivationSpec | None) -> str:
         if spec.mode == "static" and spec.dtype in _EIGHT_BIT and _integer_weight(r):
             return "static"
         return "qdq"
-    return "matmulnbits" if _nbits(r) else "dq"
+    if _nbits_node(r) and nbits_form == "matmulnbits-node":
+        return "matmulnbits-node"
+    return "dq-matmul" if _nbits(r) else "dq"
 
 
 @dataclass
@@ -300,12 +324,45 @@ def _static_params(spec: ActivationSpec) -> tuple[np.ndarray, np.ndarray | None]
     return scale, np.asarray(zp, fmt.dtype)
 
 
+def pack_nbits(q: Quantized) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """(B, scales, zero_points) of a ``MatMulNBits`` node for 4-bit codes ``q`` blocked along
+    axis 0 of a [K, N] weight, in the layout ``onnxruntime.quantization.matmul_nbits_quantizer``
+    writes: B [N, K/block, block/2] uint8 with element 2i in the low nibble and 2i+1 in the
+    high one; scales [N, K/block] float32; zero points as uint4 codes packed two a byte per
+    column, [N, ⌈(K/block)/2⌉], or None where every one is the implicit 8. int4 codes are
+    stored as code + 8 (MatMulNBits reads unsigned codes), their zero point 0 as 8."""
+    codes = np.asarray(q.y).astype(np.int16)
+    k, n = codes.shape
+    block = int(q.block_size)
+    if q.axis != 0 or not block or k % block:
+        raise QuantizationError(f"MatMulNBits packing needs codes blocked along axis 0 by a "
+                                f"block dividing K={k}; got axis {q.axis}, block {block}")
+    signed = np.dtype(q.y.dtype).name == "int4"
+    shift = 8 if signed else 0
+    u = (codes + shift).astype(np.uint8).T.reshape(n, k // block, block // 2, 2)
+    packed = (u[..., 0] | (u[..., 1] << 4)).astype(np.uint8)
+    scales = np.ascontiguousarray(np.asarray(q.scale, np.float32).T)
+    if q.zero_point is None:
+        zp = np.full(scales.shape, shift, np.uint8)
+    else:
+        zp = (np.asarray(q.zero_point).astype(np.int16) + shift).astype(np.uint8).T
+    if np.all(zp == 8):
+        return packed, scales, None
+    nb = zp.shape[1]
+    if nb % 2:
+        zp = np.concatenate([zp, np.zeros((n, 1), np.uint8)], axis=1)
+    zpp = (zp[:, 0::2] | (zp[:, 1::2] << 4)).astype(np.uint8)
+    return packed, scales, np.ascontiguousarray(zpp[:, : (nb + 1) // 2])
+
+
 def deployable_export(model: Any, recipes: Mapping[str, str],
                       weights: Mapping[str, np.ndarray] | None = None,
-                      activations: Mapping[str, ActivationSpec] | None = None) -> Deployable:
+                      activations: Mapping[str, ActivationSpec] | None = None,
+                      nbits_form: str = "matmulnbits-node") -> Deployable:
     """A copy of ``model`` with each weight of ``recipes`` (name → recipe; ``float32`` left
     as is) and each activation site of ``activations`` (site → spec) written in the form
-    onnxruntime fuses (module doc). Weights in the ``dq`` form — and weights not read as a
+    onnxruntime fuses (module doc); ``nbits_form`` (:data:`NBITS_FORMS`) picks how int4/uint4
+    weights blocked along K are written. Weights in the ``dq`` form — and weights not read as a
     float32 MatMul / Gemm B of the main graph (subgraphs, Constant nodes, half types, Conv,
     Gather, …) — take the plain export (:func:`qcore.model.export.export_plan`), which puts
     each where it lives."""
@@ -324,7 +381,7 @@ def deployable_export(model: Any, recipes: Mapping[str, str],
         if use is not None:
             node = next(n for k, n in enumerate(model.graph.node) if _node_id(n, k) == use.node)
             spec = acts.get(node.input[0])
-        form = form_of(r, spec) if use is not None else "dq"
+        form = form_of(r, spec, nbits_form) if use is not None else "dq"
         if use is not None and use.op == "Conv" and (
                 form != "static" or _requantized_output(model, node, acts) is None):
             form = "dq"  # a Conv fuses only in the static form, followed by a quantizer
@@ -368,6 +425,7 @@ def deployable_export(model: Any, recipes: Mapping[str, str],
     input_changes: dict[str, dict[int, str]] = {}
     static_sites: dict[tuple[str, str], str] = {}
     dynamic_sites: dict[str, tuple[str, str, str]] = {}
+    uses_ms = False
     opset_needs = [next((o.version for o in model.opset_import
                          if o.domain in ("", "ai.onnx")), 1)]
 
@@ -420,16 +478,36 @@ def deployable_export(model: Any, recipes: Mapping[str, str],
         node = by_id[use.node]
         site = node.input[0]
         spec = acts.get(site)
-        form = form_of(r, spec)
+        form = form_of(r, spec, nbits_form)
+        if form == "matmulnbits-node" and x.shape[0 if use.kn else 1] % r.block_size:
+            form = "dq-matmul"  # a ragged last block: the DQ form (MatMulNBits would pad)
         forms[t] = form
-        transpose = form in ("matmulnbits", "dynamic") and not use.kn
+        transpose = form in ("matmulnbits-node", "dq-matmul", "dynamic") and not use.kn
         xk = np.ascontiguousarray(x.T) if transpose else x
         kn = use.kn or transpose
         q = qdq_along(xk, r, 1 if kn else 0, 0 if kn else 1)
         quantized[t] = q
         if transpose:  # the Gemm reads the [K, N] weight: transB=0
             attr_changes.setdefault(use.node, {})["transB"] = 0
-        if form == "matmulnbits":
+        if form == "matmulnbits-node":
+            packed, scales, zps = pack_nbits(q)
+            k, n_out = xk.shape
+            ins = [site, w.init(t + ".nbits", packed), w.init(t + ".nbits_scales", scales)]
+            ins.append(w.init(t + ".nbits_zero_points", zps) if zps is not None else "")
+            y = node.output[0]
+            if use.bias is not None:  # input 4 (g_idx) absent, input 5 the bias
+                ins += ["", use.bias]
+                if use.add is not None:  # the Add after a MatMul goes into the node
+                    y = by_id[use.add].output[0]
+                    replaced[use.add] = []
+            while ins[-1] == "":
+                ins.pop()
+            replaced[use.node] = [helper.make_node(
+                "MatMulNBits", ins, [y], name=w.name(t + ".matmulnbits"),
+                domain="com.microsoft", K=k, N=n_out, bits=4, block_size=int(q.block_size))]
+            uses_ms = True
+            continue
+        if form == "dq-matmul":
             dequantize(t, q, t, use.node)
             continue
         if form == "qdq":
@@ -531,6 +609,8 @@ def deployable_export(model: Any, recipes: Mapping[str, str],
                                                                       g.initializer}))
     opset = max(opset_needs)
     set_opset(out, opset)
+    if uses_ms and not any(o.domain == "com.microsoft" for o in out.opset_import):
+        out.opset_import.append(helper.make_opsetid("com.microsoft", 1))
     try:
         onnx.checker.check_model(out)
     except Exception as exc:  # noqa: BLE001
