@@ -310,6 +310,36 @@ def test_every_default_plan_loads_in_onnxruntime(tmp_path, budget):
     s.run(None, {"x": np.ones((3, K), np.float32)})
 
 
+def test_cli_nbits_form(tmp_path, capsys):
+    """--nbits-form picks how the onnxruntime export writes int4 blocked weights: MatMulNBits
+    nodes by default, the standard-ONNX DequantizeLinear → MatMul with dq-matmul; both compute
+    the same outputs; a wrong form, or one without an onnxruntime export, is an error."""
+    import json
+
+    from qcore.model.__main__ import main
+
+    m = _linear_model("MatMul", 0, layers=3)
+    onnx.save(m, tmp_path / "m.onnx")
+    outs, x = {}, np.random.default_rng(4).standard_normal((3, K)).astype(np.float32)
+    for form in ("matmulnbits-node", "dq-matmul"):
+        e, p = tmp_path / f"{form}.onnx", tmp_path / f"{form}.json"
+        extra = [] if form == "matmulnbits-node" else ["--nbits-form", form]
+        assert main([str(tmp_path / "m.onnx"), "--recipes", "int4:blocked16", "--budget", "6.5",
+                     "--no-float", "--export", str(e), "--plan", str(p),
+                     "--latency-repeats", "1"] + extra) == 0
+        assert json.loads(p.read_text())["forms"] == {form: 3}
+        ops = {n.op_type for n in onnx.load(str(e)).graph.node}
+        assert ("MatMulNBits" in ops) == (form == "matmulnbits-node"), ops
+        outs[form] = _plain_run(onnx.load(str(e)), x)
+    np.testing.assert_allclose(outs["matmulnbits-node"], outs["dq-matmul"], rtol=1e-5,
+                               atol=1e-5 * np.abs(outs["dq-matmul"]).max())
+    for bad, msg in ((["--nbits-form", "nbits"], "valid are matmulnbits-node, dq-matmul"),
+                     (["--nbits-form", "dq-matmul", "--runtime", "reference"], "only an")):
+        assert main([str(tmp_path / "m.onnx"), "--budget", "6.5", "--export",
+                     str(tmp_path / "x.onnx")] + bad) == 2
+        assert msg in capsys.readouterr().err
+
+
 def test_reference_plans_may_use_what_onnxruntime_cannot_run(tmp_path):
     """The same budget for the reference runtime takes MX recipes (cheaper, and onnxruntime
     has no kernel for them): the filter above is what keeps the onnxruntime plan loadable."""

@@ -1,14 +1,16 @@
 """python -m qcore.model MODEL [--inputs FILE.npz] [--recipes R1,R2,...] [--budget BITS]
 [--out TABLE.csv] [--plan PLAN.json] [--export QDQ.onnx] [--activations MODE]
 [--calibrate FILE.npz] [--float-activations K] [--smooth ALPHA]
-[--runtime onnxruntime|reference]
+[--runtime onnxruntime|reference] [--nbits-form matmulnbits-node|dq-matmul]
 
 Sensitivity of every weight × every recipe (alone) and of every recipe on all weights; with
 --budget, the exactly optimal plan, run and measured; with --export, the plan as a QDQ model.
 MODEL is a .onnx path, ``minilm`` (Gemm form) or ``minilm-matmul`` (MatMul form). With
 --runtime onnxruntime (the default with --export) the plan takes only configurations the
 installed onnxruntime runs, the export is written in the forms it fuses into integer kernels and
-its latency is measured beside the float model's. Progress goes to stderr, the summary to stdout; errors are
+its latency is measured beside the float model's (int4/uint4 weights blocked along K as
+com.microsoft MatMulNBits nodes; ``--nbits-form dq-matmul`` keeps the standard-ONNX
+DequantizeLinear → MatMul form). Progress goes to stderr, the summary to stdout; errors are
 one ``error:`` line and exit status 2.
 """
 
@@ -118,6 +120,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--runtime", help="plan for this runtime: onnxruntime (only what the "
                    "installed onnxruntime runs; the default with --export) or reference "
                    "(every ONNX type)")
+    p.add_argument("--nbits-form", metavar="FORM",
+                   help="how an --export for onnxruntime writes int4/uint4 weights blocked "
+                   "along K: matmulnbits-node (the default: com.microsoft MatMulNBits) or "
+                   "dq-matmul (standard ONNX DequantizeLinear -> MatMul)")
     p.add_argument("--latency-repeats", type=int, metavar="N",
                    help="timed passes per model for the export's latency, 1 to 1000 "
                    "(default 10)")
@@ -186,6 +192,15 @@ def _check_runtime_args(args: argparse.Namespace) -> None:
 
     if args.runtime is not None:
         check_runtime(args.runtime)
+    if args.nbits_form is not None:
+        from .fused import NBITS_FORMS
+
+        if args.nbits_form not in NBITS_FORMS:
+            raise QuantizationError(f"--nbits-form {args.nbits_form!r}: valid are "
+                                    f"{', '.join(NBITS_FORMS)}")
+        if not args.export or check_runtime(args.runtime or "onnxruntime") != "onnxruntime":
+            raise QuantizationError(f"--nbits-form {args.nbits_form}: only an --export for "
+                                    "--runtime onnxruntime has a choice of forms")
     if args.latency_repeats is None:
         return
     check_latency_repeats(args.latency_repeats)
@@ -308,7 +323,8 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         _print_steps(plan.measured, out)
     if args.export:  # before the JSON: the export's latency and forms go into it
         write_export(case, plan, args.export, out, runtime,
-                     10 if args.latency_repeats is None else args.latency_repeats, float_model)
+                     10 if args.latency_repeats is None else args.latency_repeats, float_model,
+                     args.nbits_form or "matmulnbits-node")
     plan_json = plan.to_json()
     if refined is not None:
         plan_json["refine"] = refined.to_json()
@@ -463,11 +479,12 @@ def _check_budget(case, tensors: list[str], recipes: list[str], budget: float,
 
 
 def write_export(case, plan, path: str, out: TextIO, runtime: str = "reference",
-                 repeats: int = 10, float_model=None) -> None:
+                 repeats: int = 10, float_model=None,
+                 nbits_form: str = "matmulnbits-node") -> None:
     """Export the plan (for onnxruntime: in the forms it fuses, :mod:`qcore.model.fused`),
     save it, run it in onnxruntime where it can, compare, and (for onnxruntime) time it beside
     the float model (``float_model``, default the case's; the unsmoothed one with --smooth)
-    into ``plan.deploy``."""
+    into ``plan.deploy``; ``nbits_form``: :func:`qcore.model.fused.deployable_export`'s."""
     import numpy as np
 
     from .export import export_plan, unsupported_nodes
@@ -478,7 +495,7 @@ def write_export(case, plan, path: str, out: TextIO, runtime: str = "reference",
         from .fused import deployable_export
 
         deployable = deployable_export(case.model, plan.recipes, case.arrays,
-                                       {a.site: a for a in plan.activations})
+                                       {a.site: a for a in plan.activations}, nbits_form)
         model = deployable.model
         forms: dict[str, int] = {}
         for f in deployable.forms.values():
