@@ -609,6 +609,12 @@ def deployable_export(model: Any, recipes: Mapping[str, str],
                                                                       g.initializer}))
     opset = max(opset_needs)
     set_opset(out, opset)
+    # an IR < 4 model lists its initializers as graph inputs: a replaced weight is none now,
+    # and from IR 4 on an initializer need not be one
+    listed = drop_inits | ({t.name for t in g.initializer} if out.ir_version >= 4 else set())
+    inputs = [i for i in g.input if i.name not in listed]
+    del g.input[:]
+    g.input.extend(inputs)
     if uses_ms and not any(o.domain == "com.microsoft" for o in out.opset_import):
         out.opset_import.append(helper.make_opsetid("com.microsoft", 1))
     try:
