@@ -124,6 +124,25 @@ def test_matmulnbits_node_computes_the_dq_matmul_form(op, trans_b, recipe):
                                atol=1e-5 * np.abs(want).max())
 
 
+@pytest.mark.parametrize("op", ["MatMul", "Gemm"])
+def test_matmulnbits_node_with_a_broadcast_bias(op):
+    """A bias of one value: MatMul keeps its Add after the node, a Gemm takes dq-matmul; both
+    compute what the DQ form computes."""
+    m = _linear_model(op, 1, layers=1)
+    b = next(t for t in m.graph.initializer if t.name == "l0.bias")
+    b.CopyFrom(numpy_helper.from_array(np.array([0.5], np.float32), "l0.bias"))
+    node = deployable_export(m, {"l0.weight": "int4:blocked16"})
+    want = "matmulnbits-node" if op == "MatMul" else "dq-matmul"
+    assert node.forms == {"l0.weight": want}
+    ops = [n.op_type for n in node.model.graph.node]
+    assert ops == (["MatMulNBits", "Add"] if op == "MatMul" else ["DequantizeLinear", "Gemm"])
+    dq = deployable_export(m, {"l0.weight": "int4:blocked16"}, nbits_form="dq-matmul")
+    x = np.random.default_rng(2).standard_normal((5, K)).astype(np.float32)
+    want_y = _plain_run(dq.model, x)
+    np.testing.assert_allclose(_plain_run(node.model, x), want_y, rtol=1e-5,
+                               atol=1e-5 * np.abs(want_y).max())
+
+
 @pytest.mark.parametrize("symmetric,recipe", [(True, "int4:blocked32"),
                                               (False, "uint4:blocked32")])
 def test_matmulnbits_node_is_what_onnxruntime_quantizer_writes(symmetric, recipe):

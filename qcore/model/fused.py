@@ -11,9 +11,11 @@ planned weight; onnxruntime then dequantizes on every inference and runs the flo
   ``onnxruntime.quantization.matmul_nbits_quantizer`` writes it — B packed [N, K/block,
   block/2] uint8 (two codes a byte, the lower k in the low nibble), scales [N, K/block], and
   packed uint4 zero points [N, ⌈(K/block)/2⌉] when not the implicit 8 (int4 codes are stored
-  as code + 8), the bias as input 5. ``accuracy_level`` is left unset (0): onnxruntime's QDQ fusion sets 4
-  (``session.qdq_matmulnbits_accuracy_level``), which runs slower than float on hosts without
-  fast int8 dot products, while the unset level runs the float-compute kernel.
+  as code + 8), a bias of N values as input 5 (another bias shape keeps its Add; a Gemm with
+  one takes ``dq-matmul``). ``accuracy_level`` is left unset (0), as onnxruntime's quantizer
+  leaves it: onnxruntime's QDQ fusion sets 4 (``session.qdq_matmulnbits_accuracy_level``),
+  which on this host runs slower than float, while the unset level runs the float-compute
+  kernel.
 - ``dq-matmul`` — a weight-only recipe with integer codes of 4 or 8 bits (int4, uint4, int8,
   uint8), per output channel or blocked along K with a power-of-two block ≥ 16 (int4/uint4
   blocked ones only with ``nbits_form="dq-matmul"``): the standard-ONNX form, the codes stored
@@ -77,8 +79,9 @@ from .export import tensor_proto
 from .fidelity import FLOAT, Quantized, qdq
 from .graph import ModelError, initializer_arrays, set_opset
 
-__all__ = ["FORMS", "FUSED_OPS", "NBITS_FORMS", "Deployable", "WeightUse", "conv_uses", "deployable_export",
-           "form_of", "fused_op_counts", "optimized_model", "qdq_along", "weight_uses"]
+__all__ = ["FORMS", "FUSED_OPS", "NBITS_FORMS", "Deployable", "WeightUse", "conv_uses",
+           "deployable_export", "form_of", "fused_op_counts", "optimized_model", "pack_nbits",
+           "qdq_along", "weight_uses"]
 
 #: The export forms (module doc).
 FORMS = ("matmulnbits-node", "dq-matmul", "dynamic", "static", "qdq", "dq")
@@ -324,6 +327,12 @@ def _static_params(spec: ActivationSpec) -> tuple[np.ndarray, np.ndarray | None]
     return scale, np.asarray(zp, fmt.dtype)
 
 
+def _bias_length(model: Any, name: str | None) -> int | None:
+    """The number of values of the 1-D initializer ``name`` (None for none or another rank)."""
+    t = next((t for t in model.graph.initializer if t.name == name), None)
+    return int(t.dims[0]) if t is not None and len(t.dims) == 1 else None
+
+
 def pack_nbits(q: Quantized) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """(B, scales, zero_points) of a ``MatMulNBits`` node for 4-bit codes ``q`` blocked along
     axis 0 of a [K, N] weight, in the layout ``onnxruntime.quantization.matmul_nbits_quantizer``
@@ -479,8 +488,12 @@ def deployable_export(model: Any, recipes: Mapping[str, str],
         site = node.input[0]
         spec = acts.get(site)
         form = form_of(r, spec, nbits_form)
-        if form == "matmulnbits-node" and x.shape[0 if use.kn else 1] % r.block_size:
-            form = "dq-matmul"  # a ragged last block: the DQ form (MatMulNBits would pad)
+        n_bias = _bias_length(model, use.bias)
+        if form == "matmulnbits-node" and (
+                x.shape[0 if use.kn else 1] % r.block_size
+                or use.op == "Gemm" and use.bias is not None
+                and n_bias != x.shape[1 if use.kn else 0]):
+            form = "dq-matmul"  # a ragged last block (MatMulNBits would pad), a broadcast C
         forms[t] = form
         transpose = form in ("matmulnbits-node", "dq-matmul", "dynamic") and not use.kn
         xk = np.ascontiguousarray(x.T) if transpose else x
@@ -495,7 +508,7 @@ def deployable_export(model: Any, recipes: Mapping[str, str],
             ins = [site, w.init(t + ".nbits", packed), w.init(t + ".nbits_scales", scales)]
             ins.append(w.init(t + ".nbits_zero_points", zps) if zps is not None else "")
             y = node.output[0]
-            if use.bias is not None:  # input 4 (g_idx) absent, input 5 the bias
+            if use.bias is not None and n_bias == xk.shape[1]:  # input 4 (g_idx) absent
                 ins += ["", use.bias]
                 if use.add is not None:  # the Add after a MatMul goes into the node
                     y = by_id[use.add].output[0]
@@ -609,9 +622,10 @@ def deployable_export(model: Any, recipes: Mapping[str, str],
                                                                       g.initializer}))
     opset = max(opset_needs)
     set_opset(out, opset)
-    # an IR < 4 model lists its initializers as graph inputs: a replaced weight is none now,
-    # and from IR 4 on an initializer need not be one
-    listed = drop_inits | ({t.name for t in g.initializer} if out.ir_version >= 4 else set())
+    # an IR < 4 model lists its initializers as graph inputs (the rule then); the export's IR
+    # has no such rule: none is an input, and a replaced weight is no tensor at all
+    listed = drop_inits | ({t.name for t in g.initializer}
+                           if model.ir_version < 4 <= out.ir_version else set())
     inputs = [i for i in g.input if i.name not in listed]
     del g.input[:]
     g.input.extend(inputs)
