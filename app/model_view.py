@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import os
 import threading
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Any
 
@@ -349,8 +349,8 @@ def site_chart(study: Any, most: int = 24) -> Any:
                         "first", "output SQNR (dB), that site alone quantized", "",
                         height=max(260, 22 * len(t) + 120))
     fig.add_trace(go.Bar(x=t["output SQNR alone (dB)"], y=t["site"], orientation="h",
-                         marker=dict(color=theme.OUTPUT), customdata=t["read by"],
-                         hovertemplate="%{y}<br>%{x:.2f} dB<br>read by %{customdata}"
+                         marker=dict(color=theme.OUTPUT), customdata=t["tensor"],
+                         hovertemplate="%{y}<br>%{x:.2f} dB<br>tensor %{customdata}"
                                        "<extra></extra>"))
     fig.update_yaxes(autorange="reversed", tickfont=dict(size=10))
     return fig
@@ -380,11 +380,16 @@ def per_step_chart(measured: dict[str, Any]) -> Any:
 
 
 def site_table(study: Any) -> pd.DataFrame:
-    """One row per activation site, most sensitive first: the output SQNR with that site alone
-    quantized, its own SQNR and the weights of the nodes that read it."""
+    """One row per activation site, most sensitive first: the site named by the weights that
+    read it (:func:`qcore.model.activations.site_label`; the tensor name added where two sites
+    share a label, so each bar has its own), the output SQNR with that site alone quantized,
+    its own SQNR and the graph's tensor name."""
     rows = sorted(study.rows, key=lambda r: r["output_sqnr_db"])
-    return pd.DataFrame([{"site": r["tensor"], "output SQNR alone (dB)": r["output_sqnr_db"],
-                          "site SQNR (dB)": r["tensor_sqnr_db"], "read by": r["consumers"]}
+    seen = Counter(r["label"] for r in rows)
+    return pd.DataFrame([{"site": r["label"] if seen[r["label"]] == 1
+                          else f"{r['label']} ({r['tensor']})",
+                          "output SQNR alone (dB)": r["output_sqnr_db"],
+                          "site SQNR (dB)": r["tensor_sqnr_db"], "tensor": r["tensor"]}
                          for r in rows])
 
 

@@ -76,6 +76,52 @@ def test_sites_are_the_data_inputs_of_weight_consumers():
     assert sites["y3"].consumers[0][2:] == ("Conv", "k")
 
 
+def _expand(label: str) -> list[str]:
+    """The weight names a site label stands for (the inverse of site_label's abbreviation)."""
+    body = label.removeprefix("input of ")
+    if ", " in body:
+        return body.split(", ")
+    parts = body.split(".")
+    i = next((k for k, p in enumerate(parts) if "/" in p), None)
+    if i is None:
+        return [body]
+    return [".".join(parts[:i] + [m] + parts[i + 1:]) for m in parts[i].split("/")]
+
+
+@pytest.mark.parametrize("weights, label", [
+    (["encoder.layer.0.attention.self.query.weight", "encoder.layer.0.attention.self.key.weight",
+      "encoder.layer.0.attention.self.value.weight"],
+     "input of encoder.layer.0.attention.self.query/key/value.weight"),
+    (["encoder.layer.3.intermediate.dense.weight"],
+     "input of encoder.layer.3.intermediate.dense.weight"),
+    (["w2", "w3"], "input of w2, w3"),
+    (["onnx::MatMul_1", "onnx::MatMul_2", "onnx::MatMul_1"], "input of onnx::MatMul_1, onnx::MatMul_2"),
+    (["head.a.w", "head.b.w"], "input of head.a/b.w"),
+    (["m.x.y", "m.z"], "input of m.x.y, m.z"),  # "m.x.y/z" would read as m.x.z
+    (["a.b/c.w", "a.d.w"], "input of a.b/c.w, a.d.w")])
+def test_a_site_is_labelled_by_the_weights_that_read_it(weights, label):
+    assert act.site_label(weights) == label
+    assert _expand(act.site_label(weights)) == list(dict.fromkeys(weights))
+
+
+def test_site_labels_of_a_graph_name_every_weight_consumer_once():
+    """The label of each site stands for exactly the weights of the nodes that read it in the
+    ONNX graph (walked here with onnx, not find_sites)."""
+    model = branchy_model()
+    weights = {t.name for t in model.graph.initializer}
+    readers: dict[str, list[str]] = {}
+    for n in model.graph.node:
+        if n.op_type in ("MatMul", "Gemm", "Conv") and n.input[1] in weights \
+                and n.input[0] not in weights:
+            readers.setdefault(n.input[0], []).append(n.input[1])
+    sites = act.find_sites(model)
+    assert {s.name for s in sites} == set(readers)
+    for s in sites:
+        assert _expand(act.site_label([c[3] for c in s.consumers])) == readers[s.name]
+    with pytest.raises(QuantizationError, match="weights"):
+        act.site_label([])
+
+
 def test_sites_of_a_weight_qdq_export_are_the_same(branchy_case):
     from qcore.model.export import export_plan
     from qcore.model.plan import Plan
@@ -387,6 +433,7 @@ def test_study_is_what_the_qdq_export_of_weights_and_sites_gives(branchy_case):
     s = act.study(branchy_case, "static:float8e4m3fn@minmax", recipe="int8:per-axis")
     assert [r["tensor"] for r in s.rows] == ["x", "h", "y3"] and s.rows[1]["consumers"] == \
         "w2, w3"
+    assert [r["label"] for r in s.rows] == ["input of w1", "input of w2, w3", "input of k"]
     p = Plan(8, {w: "int8:per-axis" for w in branchy_case.weights}, 0, 1, 0.0, 1.0)
     exported = act.insert_qdq(export_plan(branchy_case.model, p, branchy_case.arrays), s.specs)
     real = _run_ort(exported, branchy_case)

@@ -14,6 +14,7 @@ then again through an upload and a real tensor. On every arrival:
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 from conftest import euler_circuit
 from streamlit.testing.v1 import AppTest
@@ -442,3 +443,34 @@ def test_an_all_nan_tensor_gives_messages_not_errors():
         text = _all_text(at)
         assert "has no finite element" in text, (page, text)
         assert "Encountered all NA" not in text, (page, text)
+
+
+def test_headline_table_holds_each_tensors_values_and_leaves_out_what_cannot_load(monkeypatch):
+    """The Compare and Recipes pages' headline table: one column per headline tensor
+    (``kind\\nname``, in order) holding the series the given function returns for that tensor,
+    computed here from the tensor itself; a tensor that cannot be loaded is left out."""
+    from app.compute import HEADLINE_TENSORS, headline_table
+
+    def f16_sqnr(x):  # SQNR (dB) of a float16 round trip, and the tensor's size
+        x = x.astype(np.float64)
+        noise = np.sum((x - x.astype(np.float16).astype(np.float64)) ** 2)
+        return {"float16": 10 * np.log10(np.sum(x * x) / noise), "elements": float(x.size)}
+
+    table = headline_table(lambda x: pd.Series(f16_sqnr(x)))
+    assert list(table.columns) == [f"{k}\n{n}" for k, n in HEADLINE_TENSORS]
+    assert list(table.index) == ["float16", "elements"]
+    for kind, name in HEADLINE_TENSORS:
+        expected = f16_sqnr(datasets.load(name))
+        assert table[f"{kind}\n{name}"].to_dict() == pytest.approx(expected, rel=1e-12)
+
+    missing = HEADLINE_TENSORS[1][1]
+    load = datasets.load
+
+    def load_but_one(name, *a, **k):
+        if name == missing:
+            raise qcore.QuantizationError(f"no tensor {name!r}")
+        return load(name, *a, **k)
+
+    monkeypatch.setattr(datasets, "load", load_but_one)
+    table = headline_table(lambda x: pd.Series(f16_sqnr(x)))
+    assert list(table.columns) == [f"{k}\n{n}" for k, n in HEADLINE_TENSORS if n != missing]

@@ -492,3 +492,45 @@ def test_the_engine_imports_without_pandas_streamlit_or_plotly():
             "assert not bad, bad\n")
     root = str(Path(__file__).resolve().parents[1])
     subprocess.run([sys.executable, "-c", code], check=True, cwd=root, timeout=120)
+
+
+def test_error_histograms_are_numpys_histogram_of_the_float32_errors():
+    """Each name's histogram is np.histogram of x̂ − x (both float32) over the finite errors
+    (NaN and ±Inf errors skipped, as documented for :func:`histogram`); a name the round trip
+    refuses with QuantizationError is left out and the others keep their order."""
+    x = (rng(5).standard_normal((48, 33)) * 3).astype(np.float64)
+    x[0, 0] = np.nan  # a NaN input gives a NaN error
+    f16 = x.astype(np.float16).astype(np.float64)
+    f16[1, :4] = np.inf  # x̂ = +Inf: an Inf error
+    f16[2, :3] = -np.inf
+    x32 = x.astype(np.float32)
+    trips = {"float16": f16, "int8": choose_params(x32, "int8").round_trip(x32),
+             "scaled": x * 1.01}
+
+    def round_trip(name):
+        if name == "refused":
+            raise qcore.QuantizationError("not on this tensor")
+        return trips[name]
+
+    names = ["int8", "refused", "float16", "scaled"]
+    got = metrics.error_histograms(x, names, round_trip, bins=17)
+    assert list(got) == ["int8", "float16", "scaled"]
+    for name, (counts, edges) in got.items():
+        with np.errstate(invalid="ignore"):
+            err = np.asarray(trips[name], np.float32) - x.astype(np.float32)
+        finite = err[np.isfinite(err)]
+        ref_c, ref_e = np.histogram(finite, bins=17)
+        assert np.array_equal(counts, ref_c), name
+        assert np.array_equal(edges, ref_e.astype(np.float64)), name
+        assert counts.sum() == finite.size < err.size, name
+    # the float16 errors: 1 NaN input + 4 +Inf + 3 -Inf left out
+    assert got["float16"][0].sum() == x.size - 8
+
+
+def test_error_histograms_of_an_exact_round_trip_and_of_nothing():
+    """An exact round trip: every error 0, one NumPy bin around it; no names: an empty dict."""
+    x = rng(6).standard_normal(100).astype(np.float32)
+    (counts, edges), = metrics.error_histograms(x, ["same"], lambda _: x.copy(), bins=5).values()
+    ref_c, ref_e = np.histogram(np.zeros(100, np.float32), bins=5)
+    assert np.array_equal(counts, ref_c) and np.array_equal(edges, ref_e)
+    assert metrics.error_histograms(x, [], lambda _: x) == {}

@@ -281,9 +281,30 @@ def test_minilm_w8a8_int8_and_float8_are_one_choice_apart():
     assert at.query_params["mf_act"] == "static:float8e4m3fn"
     sites = at.dataframe[1].value
     assert len(sites) == len(specs) and sites["output SQNR alone (dB)"].is_monotonic_increasing
+    assert "input of encoder.layer.5.attention.self.query/key/value.weight" in set(sites["site"])
+    assert set(sites["tensor"]) == {sp.site for sp in specs}
     assert any("Activations static:float8e4m3fn@minmax on" in c.value for c in at.caption)
     at.button[1].click().run()  # Build the QDQ model: weights and activation pairs
     assert any("onnxruntime loads this model" in s.value for s in at.success)
+
+
+def test_activation_sites_are_named_by_the_weights_that_read_them(tmp_path):
+    """The per-site table and bar chart name each site by the weights its readers consume (as
+    the ONNX graph says), with the tensor name in a column of its own."""
+    model = tmp_path / "tiny.onnx"
+    onnx.save(tiny_model(), model)
+    at = open_page({"mf_source": "path", "mf_path": str(model), "mf_runtime": "reference",
+                    "mf_recipes": "int8:per-axis", "mf_act": "static:int8", "mf_budget": "8"})
+    assert not at.exception
+    g = tiny_model().graph
+    weights = {t.name for t in g.initializer}
+    readers = {n.input[0]: n.input[1] for n in g.node
+               if n.op_type == "MatMul" and n.input[1] in weights}
+    sites = at.dataframe[1].value
+    assert dict(zip(sites["tensor"], sites["site"])) == {
+        t: f"input of {w}" for t, w in readers.items()}
+    bars = at.get("plotly_chart")[2].proto.spec
+    assert all(f"input of {w}" in bars for w in readers.values())
 
 
 def test_state_fed_back_shows_sqnr_per_step(tmp_path):

@@ -429,8 +429,7 @@ def _activations(case, mode, args: argparse.Namespace, out: TextIO):
           f"all quantized, weights float: output SQNR "
           f"{_fmt(s.activations_only['output_sqnr_db'])} dB; most sensitive alone:", file=out)
     for r in sorted(s.rows, key=lambda r: r["output_sqnr_db"])[:5]:
-        print(f"  {r['tensor']:32s} {_fmt(r['output_sqnr_db']):>8s} dB  "
-              f"(read by {r['consumers'][:60]})", file=out)
+        print(f"  {_fmt(r['output_sqnr_db']):>8s} dB  {r['label']}  ({r['tensor']})", file=out)
     return s.case, s.specs, s.rows, smoothing
 
 

@@ -61,8 +61,8 @@ from . import require
 __all__ = ["ACTIVATION_TYPES", "METHODS", "ActivationConfig", "ActivationRunner",
            "ActivationSpec", "Site", "activation_rows", "attach_activations", "calibrate",
            "entropy_threshold", "calibration_case", "evaluate", "fake_quant", "find_sites", "insert_qdq", "keep_float",
-           "parse_activations", "runner_for", "smooth_model", "smoothed_case", "specs_for",
-           "Study", "study"]
+           "parse_activations", "runner_for", "site_label", "smooth_model", "smoothed_case",
+           "specs_for", "Study", "study"]
 
 #: node type -> (data input index, weight input index)
 WEIGHT_CONSUMERS = {"MatMul": (0, 1), "Gemm": (0, 1), "Conv": (0, 1), "ConvTranspose": (0, 1)}
@@ -208,6 +208,33 @@ def find_sites(model: Any, weights: set[str] | None = None) -> list[Site]:
         if b in w and a not in w:
             found.setdefault(a, []).append((n.output[0], data, n.op_type, b))
     return [Site(s, tuple(c)) for s, c in found.items()]
+
+
+def site_label(weights: Sequence[str]) -> str:
+    """What a site is, for people: ``"input of "`` and the weights that read it, in order,
+    each once. Several weights sharing dotted leading and trailing parts are written once with
+    the differing middle part joined by ``/`` (``a.self.query.weight``, ``a.self.key.weight`` →
+    ``input of a.self.query/key.weight``), because a tensor name such as ``mul_54`` says
+    nothing about where the tensor sits; other names (nothing in common, or middles of more
+    than one part, where ``/`` would be ambiguous) are joined by ``, ``."""
+    names = list(dict.fromkeys(weights))
+    if not names:
+        raise QuantizationError("site_label: weights must name at least one weight")
+    if len(names) == 1:
+        return f"input of {names[0]}"
+    parts = [n.split(".") for n in names]
+    shortest = min(len(p) for p in parts)
+    lead = 0
+    while lead < shortest - 1 and len({p[lead] for p in parts}) == 1:
+        lead += 1
+    trail = 0
+    while trail < shortest - 1 - lead and len({p[-1 - trail] for p in parts}) == 1:
+        trail += 1
+    middles = [p[lead:len(p) - trail] for p in parts]
+    if (lead == 0 and trail == 0) or any(len(m) != 1 or "/" in m[0] for m in middles):
+        return "input of " + ", ".join(names)  # "/" would not say which parts differ
+    joined = "/".join(m[0] for m in middles)
+    return "input of " + ".".join(parts[0][:lead] + [joined] + parts[0][len(parts[0]) - trail:])
 
 
 def qdq_name(site: str) -> str:
@@ -664,7 +691,8 @@ def activation_rows(case: Any, specs: Sequence[ActivationSpec],
                     recipe: str | None = None) -> list[dict]:
     """One sensitivity row per spec: that site alone quantized (weights float); ``kind``
     ``"activation"``, ``tensor`` the site, ``recipe`` the activation mode's name,
-    ``consumers`` the weights of the nodes that read it (not a CSV column)."""
+    ``consumers`` the weights of the nodes that read it and ``label`` those as
+    :func:`site_label` writes them (neither a CSV column)."""
     run = runner_for(case)
     rows = []
     for i, sp in enumerate(specs):
@@ -679,8 +707,9 @@ def activation_rows(case: Any, specs: Sequence[ActivationSpec],
         n = int(sum(v.size for v in x))
         bits = get_format(sp.dtype).bits
         name = recipe or (sp.mode if sp.mode == "dynamic" else f"static:{sp.dtype}@{sp.method}")
+        weights = [c[3] for c in run.site(sp.site).consumers]
         rows.append({"kind": "activation", "tensor": sp.site, "recipe": name,
-                     "consumers": ", ".join(c[3] for c in run.site(sp.site).consumers),
+                     "consumers": ", ".join(weights), "label": site_label(weights),
                      "bits_per_element": float(bits), "tensor_sqnr_db": _sqnr(x, xh),
                      "output_sqnr_db": fid["output_sqnr_db"], "max_abs": fid["max_abs"],
                      "bits": bits * n, "elements": n, "noise_power": fid["noise_power"],
