@@ -830,16 +830,13 @@ def smooth_model(model: Any, site_values: Mapping[str, Sequence[np.ndarray]], al
     if not 0 <= float(alpha) <= 1:
         raise QuantizationError(f"--smooth {alpha}: alpha must be in [0, 1]")
     from ..io.onnx import topologically_sorted
-    from .graph import fresh_name, graph_names
+    from .graph import fresh_name, graph_names, readers_of
 
     out = topologically_sorted(model)
     g = out.graph
     taken = graph_names(g)
     inits = {t.name: t for t in g.initializer}
-    readers: dict[str, list[Any]] = {}
-    for n in g.node:
-        for i in n.input:
-            readers.setdefault(i, []).append(n)
+    readers = readers_of(g)
     producer = {o: n for n in g.node for o in n.output}
     outputs = {o.name for o in g.output}
     info = Smoothing(float(alpha))

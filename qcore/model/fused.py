@@ -77,7 +77,7 @@ from . import require
 from .activations import ActivationSpec
 from .export import tensor_proto
 from .fidelity import FLOAT, Quantized, qdq
-from .graph import ModelError, initializer_arrays, set_opset
+from .graph import ModelError, initializer_arrays, readers_of, set_opset
 
 __all__ = ["FORMS", "FUSED_OPS", "NBITS_FORMS", "Deployable", "WeightUse", "conv_uses",
            "deployable_export", "form_of", "fused_op_counts", "optimized_model", "pack_nbits",
@@ -126,22 +126,12 @@ def _node_id(n: Any, i: int) -> str:
     return n.name or f"#{i}:{n.output[0]}"
 
 
-def _consumers(g: Any) -> dict[str, list[Any]]:
-    """The nodes of ``g`` that read each name, once per input slot (so a name read once has
-    one entry, and a node reading it twice counts twice)."""
-    consumers: dict[str, list[Any]] = {}
-    for n in g.node:
-        for i in n.input:
-            consumers.setdefault(i, []).append(n)
-    return consumers
-
-
 def weight_uses(model: Any) -> dict[str, WeightUse]:
     """The 2-D initializers read once, as input B of a MatMul or of a Gemm with transA=0 and
     alpha = beta = 1 (the nodes whose forms this module rewrites)."""
     g = model.graph
     inits = {t.name: t for t in g.initializer}
-    consumers = _consumers(g)
+    consumers = readers_of(g)
     out: dict[str, WeightUse] = {}
     for k, n in enumerate(g.node):
         if n.op_type not in ("MatMul", "Gemm") or len(n.input) < 2:
@@ -173,7 +163,7 @@ def conv_uses(model: Any) -> dict[str, WeightUse]:
     (output axis 0), with the Conv's bias when it is an initializer."""
     g = model.graph
     inits = {t.name: t for t in g.initializer}
-    consumers = _consumers(g)
+    consumers = readers_of(g)
     out: dict[str, WeightUse] = {}
     for k, n in enumerate(g.node):
         if n.op_type != "Conv" or len(n.input) < 2:
@@ -200,7 +190,7 @@ def _requantized_output(model: Any, node: Any,
     follow the node, so onnxruntime could not fuse it)."""
     g = model.graph
     outputs = {o.name for o in g.output}
-    consumers = _consumers(g)
+    consumers = readers_of(g)
 
     def quantized_site(v: str) -> bool:
         readers = consumers.get(v, [])

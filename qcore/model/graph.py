@@ -293,6 +293,16 @@ def graph_names(graph: Any) -> set[str]:
     return names
 
 
+def readers_of(graph: Any) -> dict[str, list[Any]]:
+    """The nodes of ``graph`` that read each name, once per input slot (so a name read once has
+    one entry, and a node reading it twice counts twice)."""
+    readers: dict[str, list[Any]] = {}
+    for n in graph.node:
+        for i in n.input:
+            readers.setdefault(i, []).append(n)
+    return readers
+
+
 def fresh_name(base: str, taken: set[str], sep: str = "_") -> str:
     """``base``, or ``base_1``, ``base_2``, ... (``sep`` between): the first not in ``taken``
     (then taken), so an export name never collides with a name the model already uses."""
