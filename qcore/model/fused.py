@@ -248,7 +248,7 @@ def form_of(recipe: Recipe | str, spec: ActivationSpec | None,
     if spec is not None:
         if spec.mode == "dynamic" and _integer_weight(r):
             return "dynamic"
-        if spec.mode == "static" and spec.dtype in _EIGHT_BIT and _integer_weight(r):
+        if _static_8bit(spec) and _integer_weight(r):
             return "static"
         return "qdq"
     if _nbits_node(r) and nbits_form == "matmulnbits-node":
