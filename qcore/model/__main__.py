@@ -144,9 +144,10 @@ def _floats(text: str | None) -> list[float]:
     return parse_budgets(text)
 
 
-def check_args(args: argparse.Namespace) -> tuple[list[str] | None, tuple[int, int]]:
+def check_args(args: argparse.Namespace
+               ) -> tuple[list[str] | None, list[str] | None, tuple[int, int]]:
     """Every argument the model is not needed for, checked before anything is loaded
-    (:mod:`qcore.model.checks`): (the --tensors names, the --int-range)."""
+    (:mod:`qcore.model.checks`): (the --tensors names, the --outputs names, the --int-range)."""
     from . import checks
 
     if (args.plan or args.export) and args.budget is None:
@@ -179,9 +180,10 @@ def check_args(args: argparse.Namespace) -> tuple[list[str] | None, tuple[int, i
     for flag, path in (("--inputs", args.inputs), ("--calibrate", args.calibrate)):
         if path and args.model.lower() != "minilm":
             checks.check_input_file(flag, path)
-    checks.parse_tensors(args.outputs, "--outputs", "output")
+    outputs = checks.parse_tensors(args.outputs, "--outputs", "output")
     _check_activation_args(args)
-    return checks.parse_tensors(args.tensors), checks.parse_int_range(args.int_range)
+    return (checks.parse_tensors(args.tensors), outputs,
+            checks.parse_int_range(args.int_range))
 
 
 def _check_runtime_args(args: argparse.Namespace) -> None:
@@ -235,7 +237,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     from .plan import make_plan, run_plan
     from .sensitivity import correlation, measure, uniform, write_table
 
-    tensors, (lo, hi) = check_args(args)
+    tensors, outputs, (lo, hi) = check_args(args)
     from ..report.recipes import parse_recipes
 
     recipes = [r.name for r in parse_recipes(args.recipes)]
@@ -245,8 +247,6 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     mode = act.parse_activations(args.activations)
     runtime = check_runtime(args.runtime or ("onnxruntime" if args.export else "reference"))
     t0 = time.perf_counter()
-    outputs = ([o.strip() for o in args.outputs.split(",") if o.strip()]
-               if args.outputs else None)
     if args.feedback:
         from .feedback import load_fed_back_case
 
