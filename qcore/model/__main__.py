@@ -358,8 +358,6 @@ def _refine(args: argparse.Namespace, case, sens, plan, out: TextIO):
         else (0.0 if measured == predicted else math.inf)
     if args.refine is None and gap <= GAP_DB:
         return None
-    if args.refine is not None and args.refine < 0:
-        raise QuantizationError(f"--refine {args.refine}: give a number of runs >= 0")
     runs = DEFAULT_RUNS if args.refine is None else args.refine
     r = refine(case, sens, plan, runs=runs, allow_float=not args.no_float,
                progress=Bar("refine     "))
