@@ -582,9 +582,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return run(args, sys.stdout)
-    except QuantizationError as exc:
-        print(f"error: {_line(exc)}", file=sys.stderr)
-    except ImportError as exc:
+    except (QuantizationError, ImportError) as exc:
         print(f"error: {_line(exc)}", file=sys.stderr)
     except OSError as exc:
         where = f" ({exc.filename})" if exc.filename else ""
