@@ -265,7 +265,7 @@ def insert_qdq(model: Any, specs: Sequence[ActivationSpec]) -> Any:
     from onnx import helper, numpy_helper
 
     from ..io.onnx import topologically_sorted
-    from .graph import fresh_name, graph_names
+    from .graph import fresh_name, graph_names, model_opset, set_opset
 
     out = topologically_sorted(model)
     g = out.graph
@@ -304,15 +304,7 @@ def insert_qdq(model: Any, specs: Sequence[ActivationSpec]) -> Any:
         ordered.extend(inserts.get(i, []))
     del g.node[:]
     g.node.extend(ordered)
-    need = max([sp.opset for sp in specs], default=1)
-    for o in out.opset_import:
-        if o.domain in ("", "ai.onnx") and o.version < need:
-            o.version = need
-    try:
-        out.ir_version = max(out.ir_version, helper.find_min_ir_version_for(
-            list(out.opset_import), ignore_unknown=True))
-    except Exception:  # noqa: BLE001 - keep the model's IR version
-        pass
+    set_opset(out, max([model_opset(out)] + [sp.opset for sp in specs]))
     return out
 
 

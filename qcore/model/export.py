@@ -31,6 +31,7 @@ from .graph import (
     ModelError,
     fresh_name,
     graph_names,
+    model_opset,
     set_opset,
     splice_at_weight,
     tensor_proto,
@@ -112,7 +113,7 @@ def export_plan(model: Any, plan: Plan, weights: dict[str, np.ndarray] | None = 
     for t, r in planned.items():
         if t not in quantized or quantized[t].recipe != r:
             quantized[t] = qdq(weights[t], r, records[t].role)
-    old = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
+    old = model_opset(model)
     opset = max([old] + [q.opset for q in quantized.values()])
     out = topologically_sorted(model)
     dropped: dict[str, set[str]] = {}  # graph path -> initializers the DQ nodes replace
@@ -194,7 +195,7 @@ def unsupported_nodes(export: Any) -> list[str]:
 
     from ..onnx_models import node_model
 
-    opset = next((o.version for o in export.opset_import if o.domain in ("", "ai.onnx")), 1)
+    opset = model_opset(export)
     from ..io.onnx import iter_graphs
 
     graphs = [g for _, g in iter_graphs(export.graph)]

@@ -77,7 +77,7 @@ from . import require
 from .activations import ActivationSpec
 from .export import tensor_proto
 from .fidelity import FLOAT, Quantized, qdq
-from .graph import ModelError, initializer_arrays, readers_of, set_opset
+from .graph import ModelError, initializer_arrays, model_opset, readers_of, set_opset
 
 __all__ = ["FORMS", "FUSED_OPS", "NBITS_FORMS", "Deployable", "WeightUse", "conv_uses",
            "deployable_export", "form_of", "fused_op_counts", "optimized_model", "pack_nbits",
@@ -425,8 +425,7 @@ def deployable_export(model: Any, recipes: Mapping[str, str],
     static_sites: dict[tuple[str, str], str] = {}
     dynamic_sites: dict[str, tuple[str, str, str]] = {}
     uses_ms = False
-    opset_needs = [next((o.version for o in model.opset_import
-                         if o.domain in ("", "ai.onnx")), 1)]
+    opset_needs = [model_opset(model)]
 
     def dequantize(name: str, q: Quantized, out: str, before: str) -> None:
         ins = [w.init(name + ".codes", q.y), w.init(name + ".scale", q.scale)]

@@ -263,6 +263,11 @@ def tensor_proto(a: np.ndarray, name: str) -> Any:
     return numpy_helper.from_array(np.ascontiguousarray(a), name)  # get_format: native order
 
 
+def model_opset(model: Any) -> int:
+    """``model``'s default-domain opset version (1 where it imports none)."""
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
+
+
 def set_opset(model: Any, opset: int) -> None:
     """Set ``model``'s default-domain opset import to ``opset`` and raise its IR version to the
     least that opset needs (the model's own is kept when onnx cannot tell): what an export
