@@ -75,9 +75,17 @@ from ..report.recipes import (
 )
 from . import require
 from .activations import ActivationSpec
-from .export import tensor_proto
 from .fidelity import FLOAT, Quantized, qdq
-from .graph import ModelError, initializer_arrays, model_opset, readers_of, set_opset
+from .graph import (
+    ModelError,
+    fresh_name,
+    graph_names,
+    initializer_arrays,
+    model_opset,
+    readers_of,
+    set_opset,
+    tensor_proto,
+)
 
 __all__ = ["FORMS", "FUSED_OPS", "NBITS_FORMS", "Deployable", "WeightUse", "conv_uses",
            "deployable_export", "form_of", "fused_op_counts", "optimized_model", "pack_nbits",
@@ -277,7 +285,7 @@ class Deployable:
 
 class _Writer:
     """Collects the new nodes and initializers of one export; every new name is fresh (never
-    one the model already uses, :func:`qcore.model.export.fresh_name`), the same logical name
+    one the model already uses, :func:`qcore.model.graph.fresh_name`), the same logical name
     giving the same fresh one."""
 
     def __init__(self, helper: Any, taken: set[str]) -> None:
@@ -288,8 +296,6 @@ class _Writer:
         self.alias: dict[str, str] = {}
 
     def name(self, base: str) -> str:
-        from .export import fresh_name
-
         if base not in self.alias:
             self.alias[base] = fresh_name(base, self.taken)
         return self.alias[base]
@@ -414,8 +420,6 @@ def deployable_export(model: Any, recipes: Mapping[str, str],
     nodes = list(g0.node)
     ids = [_node_id(n, k) for k, n in enumerate(nodes)]
     by_id = dict(zip(ids, nodes))
-    from .export import graph_names
-
     w = _Writer(helper, graph_names(model.graph))
     quantized: dict[str, Quantized] = dict(plain)
     drop_inits: set[str] = set(planned)
