@@ -57,6 +57,7 @@ from ..errors import QuantizationError
 from ..formats import FLOAT, get_format
 from ..ops import dequantize_linear, dynamic_quantize_linear, quantize_linear
 from . import require
+from .fidelity import _sqnr as sqnr_db
 
 __all__ = ["ACTIVATION_TYPES", "METHODS", "ActivationConfig", "ActivationRunner",
            "ActivationSpec", "Site", "activation_rows", "attach_activations", "calibrate",
@@ -333,7 +334,7 @@ def fake_quant(x: np.ndarray, spec: ActivationSpec) -> np.ndarray:
 def _sqnr(x: list[np.ndarray], xh: list[np.ndarray]) -> float:
     sig = sum(float(np.sum(np.asarray(a, np.float64) ** 2)) for a in x)
     err = sum(float(np.sum((np.asarray(a, np.float64) - b) ** 2)) for a, b in zip(x, xh))
-    return math.inf if err == 0 else (10 * math.log10(sig / err) if sig else -math.inf)
+    return sqnr_db(sig, err)
 
 
 class ActivationRunner:
