@@ -180,12 +180,8 @@ def _list_file(file: str) -> list[TensorRef]:
                           f"{file}: tensor {t.name!r}: {t.error}" if t.error else "")
                 for t in header]
     if suffix == ".onnx":
-        model = _onnx_model(file, *_stat(file))
-        try:
-            weights = _onnx_weights(file, *_stat(file))
-        except ImportError:
-            raise TensorFileError(f"{file}: reading .onnx needs the optional 'onnx' package "
-                                  f"(pip install 'qcore[onnx]')") from None
+        model = _onnx_model(file, *_stat(file))  # without onnx: TensorFileError, saying so
+        weights = _onnx_weights(file, *_stat(file))
         roles = {w.name: w.role for w in weights if w.graph == MAIN}
         for t in model.graph.initializer:  # main initializers that are no weight (not
             if t.name not in roles and len(t.dims) >= 2:  # float) still have a role
