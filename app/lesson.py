@@ -99,6 +99,12 @@ def _index(options: tuple[str, ...], value: str) -> int:
     return options.index(value)
 
 
+def _higher_or_tie(first: float, second: float, within: float) -> int:
+    """The answer to "which of two recipes gives the higher SQNR, or about the same?": 0 or 1
+    for the higher, 2 when they differ by less than ``within`` dB."""
+    return 2 if abs(first - second) < within else (0 if first > second else 1)
+
+
 # --------------------------------------------------------------------------- 1 scale, zero point
 
 _S1 = ("4", "14", "10")
@@ -232,9 +238,7 @@ def same_bits_table() -> list[tuple[str, float, float]]:
             ("int4 blocked 32, float32 scales", "int4", qcore.BLOCKED, "absmax"),
             ("MXFP4", "float4e2m1", qcore.BLOCKED, "mx"),
             ("float8e4m3fn per-tensor", "float8e4m3fn", qcore.PER_TENSOR, "absmax")):
-        p = calibration.choose_params(w, target, method=method, granularity=gran, axis=1,
-                                      block_size=32)
-        w_hat = p.dequantize(p.quantize(w))
+        w_hat, p = _roundtrip(w, target, gran, axis=1, method=method)
         m = metrics.error_metrics(w, w_hat, params=p, target=target)
         rows.append((label, float(m["sqnr_db"]), float(m["bits_per_element"])))
     return rows
@@ -242,8 +246,7 @@ def same_bits_table() -> list[tuple[str, float, float]]:
 
 def _a_same_bits() -> Answer:
     (a, sa, ba), (b, sb, bb), (c, sc, bc) = same_bits_table()
-    pick = 2 if abs(sa - sb) < 0.5 else (0 if sa > sb else 1)
-    return Answer(pick,
+    return Answer(_higher_or_tie(sa, sb, 0.5),
                   f"On MiniLM's `{SAME_BITS_TENSOR}` (1536 × 384): {a} **{sa:.2f} dB** at "
                   f"**{ba:.3g} bits** per element (4 + 32 / 32 for the scales); {b} "
                   f"**{sb:.2f} dB** at **{bb:.3g} bits** (4 + 8 / 32: a power-of-two scale, "
@@ -262,8 +265,8 @@ def model_tensor_table() -> list[tuple[str, float, float]]:
     rows = []
     for name in MODEL_TENSORS:
         x = datasets.load(name)
-        p = calibration.choose_params(x, "int8", method="absmax")
-        m = metrics.error_metrics(x, p.dequantize(p.quantize(x)))
+        x_hat, _ = _roundtrip(x, "int8", qcore.PER_TENSOR)
+        m = metrics.error_metrics(x, x_hat)
         crest = float(np.abs(x).max() / x.std())
         rows.append((name, float(m["sqnr_db"]), crest))
     return rows
@@ -300,8 +303,7 @@ def _a7() -> Answer:
     i8 = sqnr("outlier_channel", "int8", qcore.PER_TENSOR)
     f8 = sqnr("outlier_channel", "float8e4m3fn", qcore.PER_TENSOR)
     i8_axis = sqnr("outlier_channel", "int8", qcore.PER_AXIS, axis=0)
-    pick = 2 if abs(i8 - f8) < 1 else (0 if i8 > f8 else 1)
-    return Answer(pick,
+    return Answer(_higher_or_tie(i8, f8, 1),
                   f"Per-tensor on a 256×256 weight with one outlier row: int8 **{i8:.1f} dB**, "
                   f"float8e4m3fn **{f8:.1f} dB**. int8's even steps are sized for the big row, "
                   f"so the small rows get only a few codes; float8 keeps its relative precision "

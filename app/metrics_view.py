@@ -95,10 +95,10 @@ def card(where: Any, label: str, value: Any, delta: Any = None, **kwargs: Any) -
     where.metric(label, value, delta, width="content", **kwargs)
 
 
-def metric_grid(m: dict[str, Any], *, per_row: int = 5) -> None:
-    """The error metrics as a row of st.metric cards, wrapping where the page is narrow
-    (`per_row` is kept for callers; the cards size to their content). When NaN/Inf in x or
-    x̂ leave elements out, the error cards say over which share they were computed."""
+def metric_grid(m: dict[str, Any]) -> None:
+    """The error metrics as a row of st.metric cards, wrapping where the page is narrow (the
+    cards size to their content). When NaN/Inf in x or x̂ leave elements out, the error cards
+    say over which share they were computed."""
     part = coverage(m)
     row = cards()
     for key, label, help_ in METRICS:

@@ -10,11 +10,12 @@ another tab, shows them without running the model again.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import threading
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
 import numpy as np
@@ -155,6 +156,19 @@ def compute(key: Hashable, fn: Callable[..., Any], *args: Any, **kwargs: Any) ->
 
 
 Progress = Callable[[int, int, str], None]
+
+
+@contextlib.contextmanager
+def progress_bar(text: str) -> Iterator[Progress]:
+    """A progress bar that shows ``text``, then each report's "done/total label"; it is removed
+    when the block ends normally (an error stops the page with the bar as it was)."""
+    bar = st.progress(0.0, text=text)
+
+    def update(done: int, total: int, label: str) -> None:
+        bar.progress(min(1.0, done / total if total else 1.0), text=f"{done}/{total} {label}")
+
+    yield update
+    bar.empty()
 
 
 def measure(case: cases.ModelCase, chosen: list[str], tensors: list[str],

@@ -156,14 +156,9 @@ c2.metric("Model runs", f"{len(tensors) * len(chosen) + len(chosen)}",
 clicked = c3.button("Run", type="primary", icon=":material/play_arrow:")
 result = model_view.stored(("sens",) + key)
 if result is None and (clicked or len(tensors) * len(chosen) <= 12):
-    bar = st.progress(0.0, text="Sensitivity: one model run per tensor × recipe…")
-
-    def progress(done: int, total: int, label: str) -> None:
-        bar.progress(min(1.0, done / total if total else 1.0), text=f"{done}/{total} {label}")
-
-    result = errors.require(model_view.compute, ("sens",) + key, model_view.measure, case,
-                            chosen, tensors, progress, runtime, what="Measuring sensitivity")
-    bar.empty()
+    with model_view.progress_bar("Sensitivity: one model run per tensor × recipe…") as progress:
+        result = errors.require(model_view.compute, ("sens",) + key, model_view.measure, case,
+                                chosen, tensors, progress, runtime, what="Measuring sensitivity")
 if result is None:
     st.info(f"{len(tensors)} tensors × {len(chosen)} recipes: press **Run**.",
             icon=":material/play_arrow:")
@@ -191,16 +186,10 @@ if act_config.mode != "none":
     st.subheader("Activations", divider="gray")
     study = model_view.stored(("act",) + case_key + (act_config.name,))
     if study is None:
-        abar = st.progress(0.0, text="Activation sites: one run per site…")
-
-        def act_progress(done: int, total: int, label: str) -> None:
-            abar.progress(min(1.0, done / total if total else 1.0),
-                          text=f"{done}/{total} {label}")
-
-        study = errors.require(model_view.compute, ("act",) + case_key + (act_config.name,),
-                               model_view.activation_study, case, act_config.name,
-                               act_progress, what="Measuring the activation sites")
-        abar.empty()
+        with model_view.progress_bar("Activation sites: one run per site…") as act_progress:
+            study = errors.require(model_view.compute, ("act",) + case_key + (act_config.name,),
+                                   model_view.activation_study, case, act_config.name,
+                                   act_progress, what="Measuring the activation sites")
     with st.spinner("Each recipe with the activations…"):
         both = errors.require(model_view.compute, ("wa",) + key + (act_config.name,),
                               model_view.with_activations, case, study, chosen, tensors,
@@ -256,15 +245,11 @@ for col, (label, value, note, why) in zip(m[3:], extra):
     col.metric(label, value, note or None, delta_color="off", border=True, help=why)
 refined = None
 if refine_runs:
-    rbar = st.progress(0.0, text="Refining on measured runs…")
-
-    def refine_progress(done: int, total: int, label: str) -> None:
-        rbar.progress(min(1.0, done / total if total else 1.0), text=f"{done}/{total} {label}")
-
-    refined = errors.require(model_view.compute, ("refine",) + plan_key + (int(refine_runs),),
-                             model_view.refine, case, sens, p, int(refine_runs),
-                             bool(allow_float), refine_progress, what="Refining")
-    rbar.empty()
+    with model_view.progress_bar("Refining on measured runs…") as refine_progress:
+        refined = errors.require(model_view.compute, ("refine",) + plan_key
+                                 + (int(refine_runs),), model_view.refine, case, sens, p,
+                                 int(refine_runs), bool(allow_float), refine_progress,
+                                 what="Refining")
     r1, r2 = st.columns(2)
     r1.metric("Output SQNR refined", f"{refined.figure:.2f} dB",
               f"{refined.plan.bits_per_element:.4f} bits per weight", delta_color="off",
