@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import QuantizationError
+from ..formats import get_format
 from ..model import require
 
 __all__ = ["TARGETS", "format_model_table", "model_rows"]
@@ -52,8 +54,9 @@ def _bits(model: Any, names: list[str]) -> int:
                     None)
         if base is None:
             continue
-        bits = {16: 4, 17: 4, 21: 4, 22: 4, 25: 2, 26: 2}.get(t.data_type)
-        if bits is None:
+        try:  # qcore's format registry knows the element types quantized weights use
+            bits = get_format(t.data_type).bits
+        except QuantizationError:  # e.g. int64 shapes: one element per itemsize
             bits = 8 * np.dtype(helper.tensor_dtype_to_np_dtype(t.data_type)).itemsize
         total += math.prod(t.dims) * bits
     return total
