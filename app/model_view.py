@@ -177,14 +177,12 @@ def measure(case: cases.ModelCase, chosen: list[str], tensors: list[str],
     """Every tensor × recipe alone, then each recipe on every chosen tensor. For
     ``onnxruntime`` the rows whose (recipe, weight shape, role) the installed onnxruntime
     cannot run are left out of what the plan chooses from
-    (:func:`qcore.model.runtime.filter_sensitivity`, as ``--runtime onnxruntime``)."""
+    (:func:`qcore.model.runtime.filter_case_sensitivity`, as ``--runtime onnxruntime``)."""
     sens = sensitivity.measure(case, chosen, tensors, progress)
     if runtime != "reference":
-        from qcore.model.runtime import filter_sensitivity
+        from qcore.model.runtime import filter_case_sensitivity
 
-        shapes = {t: tuple(case.arrays[t].shape) for t in sens.tensors}
-        roles = {t: r.axes(len(shapes[t])) for t, r in case.roles.items() if t in shapes}
-        sens = filter_sensitivity(sens, shapes, runtime, roles)
+        sens = filter_case_sensitivity(case, sens, runtime)
     return sens, sensitivity.uniform(case, chosen, tensors)
 
 

@@ -19,6 +19,7 @@ from .metrics import (  # noqa: F401 - the Pareto rule, re-exported here
     bits_sqnr_front,
     error_metrics,
     pareto_front,
+    stores_zero_point,
 )
 from .quant_params import QuantParams, as_input, scale_format, target_format
 from .reductions import group_minmax
@@ -111,7 +112,6 @@ def compare_recipes(x: Any, recipes: Any, *, saturate: bool = True,
     """
     import pandas as pd
 
-    from .metrics import stores_zero_point
     from .report.recipes import granularity_for, parse_recipes
 
     xa = as_input(x)

@@ -25,20 +25,19 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import QuantizationError
+from ..formats import get_format
 from ..model import require
 
 __all__ = ["TARGETS", "format_model_table", "model_rows"]
 
+_INT4_TARGET = "≤ 1.0× float (1 thread), SQNR ≥ MatMulNBits' at ≤ its bits/weight"
 #: The speed and fidelity targets each row is judged by (row key -> description).
 TARGETS = {
     "qcore-w8a8-dynamic": "≤ 0.8× float and ≤ 1.05× quantize_dynamic (1 thread), SQNR ≥ its + 3 dB",
     "qcore-w8a8-dynamic-smooth": "the same (SmoothQuant alpha 0.8 before quantizing)",
-    "qcore-int4-b32": "≤ 1.0× float (1 thread), SQNR ≥ MatMulNBits' at ≤ its bits/weight",
-    "qcore-int4-b32-dq": "≤ 1.0× float (1 thread), SQNR ≥ MatMulNBits' at ≤ its bits/weight",
-    "qcore-int4-b32-dq-l1": "≤ 1.0× float (1 thread), SQNR ≥ MatMulNBits' at ≤ its bits/weight",
-    "qcore-int4-b32-mse": "≤ 1.0× float (1 thread), SQNR ≥ MatMulNBits' at ≤ its bits/weight",
-    "qcore-int4-b32-fullrange-mse": "≤ 1.0× float (1 thread), SQNR ≥ MatMulNBits' at ≤ its "
-                                    "bits/weight",
+    **{k: _INT4_TARGET for k in ("qcore-int4-b32", "qcore-int4-b32-dq", "qcore-int4-b32-dq-l1",
+                                 "qcore-int4-b32-mse", "qcore-int4-b32-fullrange-mse")},
 }
 _ACCURACY_1 = {"session.qdq_matmulnbits_accuracy_level": "1"}
 #: SmoothQuant strength of the smoothed W8A8 row (docs/model.md measures alphas on MiniLM).
@@ -55,8 +54,9 @@ def _bits(model: Any, names: list[str]) -> int:
                     None)
         if base is None:
             continue
-        bits = {16: 4, 17: 4, 21: 4, 22: 4, 25: 2, 26: 2}.get(t.data_type)
-        if bits is None:
+        try:  # qcore's format registry knows the element types quantized weights use
+            bits = get_format(t.data_type).bits
+        except QuantizationError:  # e.g. int64 shapes: one element per itemsize
             bits = 8 * np.dtype(helper.tensor_dtype_to_np_dtype(t.data_type)).itemsize
         total += math.prod(t.dims) * bits
     return total

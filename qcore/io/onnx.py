@@ -94,7 +94,7 @@ def _onnx_entry(label: str, tensor: Any, onnx: Any, numpy_helper: Any) -> _Entry
 
 #: TensorProto element types a weight may have -> their name.
 WEIGHT_TYPES = {1: "float32", 10: "float16", 16: "bfloat16"}
-_GRAPH_ATTRS = (5, 10)  # AttributeProto.GRAPH, AttributeProto.GRAPHS
+_GRAPH, _GRAPHS = 5, 10  # AttributeProto.GRAPH, AttributeProto.GRAPHS
 MAIN = "main"
 
 
@@ -223,17 +223,26 @@ def _label(node: Any, index: int) -> str:
     return node.name or f"{node.op_type}_{index}"
 
 
+def _subgraphs(attr: Any) -> list[Any]:
+    """The graphs an attribute holds: its one graph (GRAPH), its graphs (GRAPHS), or none."""
+    if attr.type == _GRAPH:
+        return [attr.g]
+    return list(attr.graphs) if attr.type == _GRAPHS else []
+
+
+def _sub_path(path: str, label: str, attr: Any, index: int) -> str:
+    """A subgraph's path: ``parent/node.attr``, with ``[index]`` for one of a GRAPHS list."""
+    return f"{path}/{label}.{attr.name}" + ("" if attr.type == _GRAPH else f"[{index}]")
+
+
 def iter_graphs(graph: Any, path: str = MAIN):
     """(path, graph) of ``graph`` and every subgraph below it (If / Loop / Scan bodies, any
     depth), parents first."""
     yield path, graph
     for i, node in enumerate(graph.node):
         for a in node.attribute:
-            if a.type == 5:
-                yield from iter_graphs(a.g, f"{path}/{_label(node, i)}.{a.name}")
-            elif a.type == 10:
-                for k, g in enumerate(a.graphs):
-                    yield from iter_graphs(g, f"{path}/{_label(node, i)}.{a.name}[{k}]")
+            for k, g in enumerate(_subgraphs(a)):
+                yield from iter_graphs(g, _sub_path(path, _label(node, i), a, k))
 
 
 #: Nodes that pass a weight on with its layout unchanged: the weight's role is its readers'
@@ -255,12 +264,9 @@ def _consumers(graph: Any, path: str, name: str) -> list[Consumer]:
                 if node.op_type in PASS_THROUGH and node.output and node.output[0]:
                     out.extend(_consumers(graph, path, node.output[0]))
         for a in node.attribute:
-            subs = [a.g] if a.type == 5 else list(a.graphs) if a.type == 10 else []
-            for j, g in enumerate(subs):
-                if name in _defined(g):
-                    continue
-                sub = f"{path}/{label}.{a.name}" + ("" if a.type == 5 else f"[{j}]")
-                out.extend(_consumers(g, sub, name))
+            for j, g in enumerate(_subgraphs(a)):
+                if name not in _defined(g):
+                    out.extend(_consumers(g, _sub_path(path, label, a, j), name))
     return out
 
 
@@ -422,8 +428,7 @@ def _free_names(graph: Any) -> set[str]:
     for node in graph.node:
         used.update(i for i in node.input if i)
         for a in node.attribute:
-            subs = [a.g] if a.type == 5 else list(a.graphs) if a.type == 10 else []
-            for g in subs:
+            for g in _subgraphs(a):
                 used |= _free_names(g)
     return used - defined
 
@@ -435,8 +440,7 @@ def _sort_graph(graph: Any, outer: set[str], path: str) -> None:
     for node in nodes:
         need = {i for i in node.input if i}
         for a in node.attribute:
-            subs = [a.g] if a.type == 5 else list(a.graphs) if a.type == 10 else []
-            for g in subs:
+            for g in _subgraphs(a):
                 need |= _free_names(g)
         needs.append(need)
     produced = {o for n in nodes for o in n.output if o}
@@ -456,8 +460,7 @@ def _sort_graph(graph: Any, outer: set[str], path: str) -> None:
     graph.node.extend(order)
     for k, node in enumerate(graph.node):
         for a in node.attribute:
-            subs = [a.g] if a.type == 5 else list(a.graphs) if a.type == 10 else []
-            for g in subs:
+            for g in _subgraphs(a):
                 _sort_graph(g, avail, f"{path}/{_label(node, k)}.{a.name}")
 
 

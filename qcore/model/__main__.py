@@ -386,11 +386,9 @@ def _measure_on_dask(args: argparse.Namespace, recipes: list[str], tensors: list
 
 def _for_runtime(case, sens, runtime: str, out: TextIO):
     """The sensitivity rows ``runtime`` can run (each configuration probed once)."""
-    from .runtime import filter_sensitivity
+    from .runtime import filter_case_sensitivity
 
-    shapes = {t: tuple(case.arrays[t].shape) for t in sens.tensors}
-    roles = {t: r.axes(len(shapes[t])) for t, r in case.roles.items() if t in shapes}
-    kept = filter_sensitivity(sens, shapes, runtime, roles)
+    kept = filter_case_sensitivity(case, sens, runtime)
     dropped = sorted({r["recipe"] for r in sens.rows} - {r["recipe"] for r in kept.rows})
     if dropped:
         print(f"runtime {runtime}: the plan leaves out {', '.join(dropped)} (the installed "

@@ -20,7 +20,7 @@ from ..layout import BLOCKED
 from ..report.recipes import parse_recipe
 from . import require
 
-__all__ = ["RUNTIMES", "allowed", "check_runtime", "filter_sensitivity", "runs_in_onnxruntime",
+__all__ = ["RUNTIMES", "allowed", "check_runtime", "filter_case_sensitivity", "filter_sensitivity", "runs_in_onnxruntime",
            "stand_in_shape"]
 
 #: Runtimes a plan can be made for.
@@ -124,3 +124,11 @@ def filter_sensitivity(sens, shapes: dict[str, tuple[int, ...]], runtime: str,
         if ok(row["recipe"], shape, oa, ra):
             keep.append(row)
     return replace(sens, rows=keep, runtime=check_runtime(runtime))
+
+
+def filter_case_sensitivity(case, sens, runtime: str):
+    """:func:`filter_sensitivity` with each tensor's shape and role axes taken from ``case``
+    (the model tool and the Model Fidelity page filter the same way)."""
+    shapes = {t: tuple(case.arrays[t].shape) for t in sens.tensors}
+    roles = {t: r.axes(len(shapes[t])) for t, r in case.roles.items() if t in shapes}
+    return filter_sensitivity(sens, shapes, runtime, roles)

@@ -169,8 +169,8 @@ def _read_csv_rows(p: Path) -> pd.DataFrame:
             if len(line) != len(header):
                 continue  # interrupted while writing
             try:
-                records.append({c: _cast(k, line[idx[c]]) if c in idx else OPTIONAL_COLUMNS[c]
-                                for c, k in COLUMNS.items()})
+                # an optional column the header lacks is filled in by _frame
+                records.append({c: _cast(COLUMNS[c], line[i]) for c, i in idx.items()})
             except ValueError:
                 continue
     return _frame(records)

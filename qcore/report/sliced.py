@@ -44,7 +44,13 @@ from .. import metrics
 from ..calibration import choose_params
 from ..concurrency import numba_threads, parallel_workers
 from ..errors import QuantizationError
-from ..fullrange import FULLRANGE_METHODS, FULLRANGE_MSE, fullrange_params, positive_view
+from ..fullrange import (
+    FULLRANGE,
+    FULLRANGE_METHODS,
+    FULLRANGE_MSE,
+    fullrange_params,
+    positive_view,
+)
 from ..layout import BLOCKED, PER_AXIS, PER_TENSOR
 from ..ops import dequantize_linear, plan_dequantize, plan_quantize, quantize_linear
 from ..quant_params import QuantParams
@@ -69,7 +75,8 @@ __all__ = ["SLICE", "ArrayReader", "asks_zero_point", "axis_slices", "granularit
 
 #: Elements per slice (a multiple of the statistics CHUNK): 16 MiB of float32.
 SLICE = 1 << 22
-_RANGE_METHODS = ("minmax", "absmax")  # per-tensor methods that need only the value range
+#: Per-tensor methods that need only the value range (no read of every value at once).
+_RANGE_METHODS = ("minmax", "absmax", FULLRANGE)
 
 assert SLICE % CHUNK == 0
 

@@ -35,7 +35,15 @@ import numpy as np
 
 from ..io import DEFAULT_MAX_BYTES, TensorFileError
 from ..io.base import loads_json
-from ..io.onnx import MAIN, NoWeightsError, Role, find_weights, role_in_graph, weight_proto
+from ..io.onnx import (
+    MAIN,
+    NoWeightsError,
+    Role,
+    WeightRecord,
+    find_weights,
+    role_in_graph,
+    weight_proto,
+)
 from ..io.safetensors import header_length, parse_header
 
 __all__ = ["MODEL_EXTENSIONS", "TensorReader", "TensorRef", "list_tensors", "read_tensor",
@@ -172,12 +180,8 @@ def _list_file(file: str) -> list[TensorRef]:
                           f"{file}: tensor {t.name!r}: {t.error}" if t.error else "")
                 for t in header]
     if suffix == ".onnx":
-        model = _onnx_model(file, *_stat(file))
-        try:
-            weights = find_weights(model)
-        except ImportError:
-            raise TensorFileError(f"{file}: reading .onnx needs the optional 'onnx' package "
-                                  f"(pip install 'qcore[onnx]')") from None
+        model = _onnx_model(file, *_stat(file))  # without onnx: TensorFileError, saying so
+        weights = _onnx_weights(file, *_stat(file))
         roles = {w.name: w.role for w in weights if w.graph == MAIN}
         for t in model.graph.initializer:  # main initializers that are no weight (not
             if t.name not in roles and len(t.dims) >= 2:  # float) still have a role
@@ -409,12 +413,20 @@ def _onnx_model(file: str, mtime_ns: int, size: int) -> Any:
                               f"{exc}); the file is corrupt or truncated") from None
 
 
+@functools.lru_cache(maxsize=4)
+def _onnx_weights(file: str, mtime_ns: int, size: int) -> tuple[WeightRecord, ...]:
+    """:func:`qcore.io.onnx.find_weights` of :func:`_onnx_model`'s proto, found once per file
+    version: listing the file and reading each of its subgraph weights share it."""
+    return tuple(find_weights(_onnx_model(file, mtime_ns, size)))
+
+
 def _read_onnx(ref: TensorRef) -> _Span | np.ndarray:
     mtime, size = _stat(ref.file)
     model = _onnx_model(ref.file, mtime, size)
     tensor = next((t for t in model.graph.initializer if t.name == ref.name), None)
     if tensor is None:  # a weight in a subgraph or a Constant node, by its key
-        rec = next((w for w in find_weights(model) if w.key == ref.name), None)
+        rec = next((w for w in _onnx_weights(ref.file, mtime, size) if w.key == ref.name),
+                   None)
         tensor = weight_proto(model, rec) if rec is not None else None
     if tensor is None:
         raise TensorFileError(f"{ref.file}: no initializer named {ref.name!r}")
