@@ -175,12 +175,19 @@ class FedBackCase(ModelCase):
     def run_alone(self, tensor: str, value: np.ndarray) -> list[np.ndarray]:
         return self.run({tensor: value})
 
-    def run_model(self, model: Any) -> list[np.ndarray]:
+    def run_model(self, model: Any, deployed: bool = False) -> list[np.ndarray]:
         """Another model with the same inputs and outputs (an export) run over the steps,
-        feeding its own state; outputs in :attr:`runner`'s output order."""
-        from .graph import make_session
+        feeding its own state; outputs in :attr:`runner`'s output order. ``deployed``: in the
+        session users run (:func:`qcore.model.deployed.deployed_session`), else in the
+        unoptimized one the measurements use."""
+        if deployed:
+            from .deployed import deployed_session
 
-        session = make_session(model, self.threads)
+            session = deployed_session(model, self.threads)
+        else:
+            from .graph import make_session
+
+            session = make_session(model, self.threads)
         names = self.runner.output_names
         return _stack(self._steps_of(lambda f, _r: session.run(names, f), None))
 
