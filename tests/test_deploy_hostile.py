@@ -114,6 +114,19 @@ def mlp(seed: int = 3, k: int = 64, n: int = 64, bias: float | None = None,
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 
+def linear_bias(seed: int = 3) -> onnx.ModelProto:
+    """x (b, 64) -> MatMul w1 (weights ~1e-4) -> Add b1 (ones) -> y (b, 16)."""
+    w1 = (np.random.default_rng(seed).standard_normal((64, 16)) * 1e-4).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h0"]),
+             helper.make_node("Add", ["h0", "b1"], ["y"])]
+    g = helper.make_graph(nodes, "bias", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                        ["b", 64])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 16])],
+                          initializer=[numpy_helper.from_array(w1, "w1"),
+                                       numpy_helper.from_array(np.ones(16, np.float32), "b1")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
 def classifier(seed: int = 4) -> onnx.ModelProto:
     """x (b, 32) -> MatMul w1 -> logits (b, 20) -> ArgMax -> label (b,) int64: both outputs."""
     w1 = np.random.default_rng(seed).standard_normal((32, 20)).astype(np.float32)
@@ -187,7 +200,7 @@ def d(tmp_path_factory):
     np.savez(d / "x32.npz", x=rng.standard_normal((32, 32)).astype(np.float32))
     np.savez(d / "tiny_x.npz", x=(rng.standard_normal((32, 64)) * 1e-4).astype(np.float32))
     _save(mlp(), d / "mlp.onnx")
-    _save(mlp(bias=100.0, scale=1e-4), d / "bias.onnx")
+    _save(linear_bias(), d / "bias.onnx")
     _save(classifier(), d / "clf.onnx")
     _save(index_only(), d / "index.onnx")
     return d
@@ -202,18 +215,32 @@ def _plan(path: Path) -> dict:
     return json.loads(path.read_text())
 
 
-def _export_holds(d: Path, tmp: Path, capsys, model: str, inputs: str, *extra) -> dict:
+#: The one refusal an export may meet on a CPU without VNNI: onnxruntime's u8 x s8 kernels
+#: sum products in pairs in int16 and saturate on full-range 8-bit weights (measured here: a
+#: static int8 export states 37.88 dB and runs at 23.48 dB; with 7-bit weight codes both agree).
+SATURATES = "saturate"
+
+
+def _export_holds(d: Path, tmp: Path, capsys, model: str, inputs: str, *extra,
+                  may_refuse: str | None = None) -> dict | None:
     """Run the tool with --export and --plan; the export as deployed (checked here, in
     onnxruntime with default optimizations) equals the stated figure and deploy's figure to
-    0.05 dB. Returns the plan."""
+    0.05 dB. Returns the plan; or, where ``may_refuse`` is given, None after a refusal naming
+    it whose export is not left behind."""
     q, p = tmp / "q.onnx", tmp / "p.json"
     rc, out, err = cli([d / model, "--inputs", d / inputs, "--export", q, "--plan", p,
                         "--latency-repeats", "1", *extra], capsys)
+    if may_refuse and rc == 2:
+        last = err.strip().splitlines()[-1]
+        assert last.startswith("error: ") and "refused" in last and may_refuse in last, err
+        assert not q.exists() and not p.exists()
+        return None
     assert rc == 0, err
     plan = _plan(p)
     here = deployed_sqnr(d / model, q, _feeds(d / inputs))
-    stated = plan["output_sqnr_db"]
-    assert plan["deploy"]["output_sqnr_db"] == pytest.approx(here, abs=1e-6), plan["deploy"]
+    stated = float(plan["output_sqnr_db"])
+    assert float(plan["deploy"]["output_sqnr_db"]) == pytest.approx(here, abs=1e-6), \
+        plan["deploy"]
     if np.isfinite(stated) or np.isfinite(here):
         assert abs(here - stated) <= TOL_DB, (here, stated, out)
     return plan
@@ -239,12 +266,16 @@ def test_float8_activations_after_a_relu_deploy_at_their_stated_figure(d, tmp_pa
 
 
 def test_a_bias_beyond_int32_keeps_the_layer_honest(d, tmp_path, capsys):
-    """Scales ~1e-6 and a bias of 100: round(b / (s_a·s_w)) is far beyond 2^31 − 1. Before:
-    41.67 dB stated, -0.0 dB deployed."""
+    """Scales ~1e-6 and a bias of 1: round(b / (s_a·s_w)) is far beyond 2^31 − 1, so the
+    layer keeps its float bias (the qdq form). Before: an int32 bias clipped at 2^31 − 1,
+    41.67 dB stated, -0.0 dB deployed (on the two-layer model)."""
     plan = _export_holds(d, tmp_path, capsys, "bias.onnx", "tiny_x.npz", "--recipes",
                          "int8:per-axis", "--budget", "9", "--no-float", "--activations",
                          "static:int8")
-    assert plan["output_sqnr_db"] > 20
+    assert plan["forms"] == {"qdq": 1}
+    assert float(plan["output_sqnr_db"]) > 20
+    q = onnx.load(tmp_path / "q.onnx")
+    assert not [t for t in q.graph.initializer if t.data_type == TensorProto.INT32]
 
 
 def test_external_data_weights_export_for_onnxruntime(d, tmp_path, capsys):
@@ -266,7 +297,9 @@ def test_external_data_weights_export_for_onnxruntime(d, tmp_path, capsys):
     ["--recipes", "int8:per-axis,uint8:per-tensor,int4:blocked32", "--budget", "6"],
 ])
 def test_every_export_deploys_at_its_stated_figure(d, tmp_path, capsys, extra):
-    _export_holds(d, tmp_path, capsys, "mlp.onnx", "x64.npz", *extra)
+    w8a8 = "--activations" in extra and "static:float8e4m3fn" not in extra
+    _export_holds(d, tmp_path, capsys, "mlp.onnx", "x64.npz", *extra,
+                  may_refuse=SATURATES if w8a8 else None)
 
 
 def test_run_deployed_is_public_and_follows_fidelity(d):
@@ -377,13 +410,14 @@ def test_recurrent_biases_stay_float(tmp_path):
     assert keys == {"W", "R"}
 
 
-def test_plan_bits_are_the_bits_written(d, tmp_path, capsys):
-    """A dynamic export drops the int8 zero points the plan counted (8.043 vs 8.038 before)."""
+@pytest.mark.parametrize("recipe", ["int8:per-axis", "int4:blocked32"])
+def test_plan_bits_are_the_bits_written(d, tmp_path, capsys, recipe):
+    """An export drops zero points its kernel does not read (all-zero int8 ones, MatMulNBits'
+    implicit ones); the plan counted them (8.043 vs 8.038 bits per weight before)."""
     p, q = tmp_path / "p.json", tmp_path / "q.onnx"
-    rc, out, err = cli([d / "mlp.onnx", "--inputs", d / "x64.npz", "--recipes",
-                        "int8:per-axis", "--budget", "9", "--no-float", "--activations",
-                        "dynamic", "--plan", p, "--export", q, "--latency-repeats", "1"],
-                       capsys)
+    rc, out, err = cli([d / "mlp.onnx", "--inputs", d / "x64.npz", "--recipes", recipe,
+                        "--budget", "9", "--no-float", "--plan", p, "--export", q,
+                        "--latency-repeats", "1"], capsys)
     assert rc == 0, err
     plan = _plan(p)
     model = onnx.load(q)
@@ -394,6 +428,7 @@ def test_plan_bits_are_the_bits_written(d, tmp_path, capsys):
         if t.name.split(".")[0] in ("w1", "w2") and t.name not in ("w1", "w2"):
             written += int(np.prod(t.dims)) * get_format(t.data_type).bits
     assert plan["bits"] == written
+    assert plan["bits_per_element"] == pytest.approx(written / (64 * 64 + 64 * 16))
 
 
 def test_sensitivity_measures_only_what_can_be_exported(d, tmp_path, capsys):
@@ -541,8 +576,8 @@ def test_a_huge_block_size_is_one_error_line(tmp_path, capsys):
 
 
 def test_a_scheduler_that_never_answers_is_given_up_within_its_timeout():
+    from qcore.distributed import check_scheduler
     from qcore.errors import QuantizationError
-    from qcore.report.distributed import check_scheduler
 
     pytest.importorskip("distributed")
     server = socket.socket()

@@ -275,12 +275,16 @@ def write_export(case, plan, path: str, out: TextIO, runtime: str = "reference",
                  repeats: int = 10, float_model=None,
                  nbits_form: str = "matmulnbits-node") -> None:
     """Export the plan (for onnxruntime: in the forms it fuses, :mod:`qcore.model.deployable`),
-    save it, run it in onnxruntime where it can, compare, and (for onnxruntime) time it beside
-    the float model (``float_model``, default the case's; the unsmoothed one with --smooth)
-    into ``plan.deploy``; ``nbits_form``: :func:`qcore.model.deployable.deployable_export`'s."""
+    save it, run it in onnxruntime where it can, compare with the fake-quant evaluation, run it
+    as deployed (:mod:`qcore.model.deployed`: default optimizations, the threads asked) into
+    ``plan.deploy["deploy"]`` — refused (and removed) with the reason where its figure is not
+    the plan's to 0.05 dB — and (for onnxruntime) time it beside the float model
+    (``float_model``, default the case's; the unsmoothed one with --smooth) into
+    ``plan.deploy``; ``nbits_form``: :func:`qcore.model.deployable.deployable_export`'s."""
     import numpy as np
 
-    from .export import export_plan, unsupported_nodes
+    from .deployed import deploy_case, deploy_gap, guard_float8_relu, written_bits
+    from .export import _weights_into_model, export_plan, unsupported_nodes
     from .graph import make_session
     from .plan import planned_weights
 
@@ -290,6 +294,10 @@ def write_export(case, plan, path: str, out: TextIO, runtime: str = "reference",
         deployable = deployable_export(case.model, plan.recipes, case.arrays,
                                        {a.site: a for a in plan.activations}, nbits_form)
         model = deployable.model
+        # the plan's bits are the bits written (a form drops what its kernel does not read:
+        # all-zero zero points, MatMulNBits' implicit ones)
+        plan.bits += sum(written_bits(model, t) - q.bits for t, q in deployable.quantized.items()
+                         if deployable.forms.get(t) != "dq")
         forms: dict[str, int] = {}
         for f in deployable.forms.values():
             forms[f] = forms.get(f, 0) + 1
@@ -301,6 +309,8 @@ def write_export(case, plan, path: str, out: TextIO, runtime: str = "reference",
         from .qdq import insert_qdq
 
         model = insert_qdq(model, plan.activations)
+    _weights_into_model(model)  # weights left on disk: the export is a model of its own
+    guard_float8_relu(model)  # a Relu before a float8 quantizer: moved behind it
     save(model, path)
     if bad:
         print(f"export: {path} is valid ONNX; onnxruntime has no kernel for {len(bad)} "
@@ -327,15 +337,27 @@ def write_export(case, plan, path: str, out: TextIO, runtime: str = "reference",
                                 f"fake-quant evaluation's {[np.shape(b) for b in fake]} differ "
                                 f"in shape")
     same = all(np.array_equal(a, b) for a, b in zip(outs, fake))
-    worst = max(float(np.max(np.abs(a.astype(np.float64) - b))) for a, b in zip(outs, fake))
+    worst = max((float(np.max(np.abs(a.astype(np.float64) - b))) for a, b in zip(outs, fake)
+                 if np.size(a)), default=0.0)
+    dep = plan.deploy["deploy"] = deploy_case(case, model)
+    why = deploy_gap(plan.measured, dep, plan.deploy.get("forms"))
+    if why is not None:
+        os.remove(path)
+        raise QuantizationError(f"--export {path}: refused: {why}")
     print(f"export: {path}; onnxruntime runs it; outputs "
           + ("equal the fake-quant evaluation bit for bit" if same
-             else f"differ from the fake-quant evaluation by up to {worst:.3g}"), file=out)
+             else f"differ from the fake-quant evaluation by up to {worst:.3g}")
+          + f"; as deployed (default optimizations): output SQNR "
+            f"{_fmt(dep['output_sqnr_db'])} dB", file=out)
     if runtime == "onnxruntime":
         from .latency import model_latency
 
-        lat = model_latency(model, float_model if float_model is not None else case.model,
-                            case.batches, repeats=repeats)
+        base = float_model if float_model is not None else case.model
+        if any(t.data_location == 1 for t in base.graph.initializer):  # weights on disk
+            base = type(base)()
+            base.CopyFrom(float_model if float_model is not None else case.model)
+            _weights_into_model(base)
+        lat = model_latency(model, base, case.batches, repeats=repeats)
         plan.deploy.update(lat)
         for k, ms in lat["latency_ms"].items():
             f = lat["float_latency_ms"][k]

@@ -23,7 +23,7 @@ import numpy as np
 from . import require
 
 __all__ = ["DEPLOY_TOL_DB", "Deployed", "check_deployed", "deploy_case", "deploy_gap",
-           "deployed_session", "guard_float8_relu", "run_deployed"]
+           "deployed_session", "guard_float8_relu", "run_deployed", "written_bits"]
 
 #: The most the deployed figure and the stated one may differ, in dB (DESIGN.md §10).
 DEPLOY_TOL_DB = 0.05
@@ -122,11 +122,27 @@ def deploy_gap(stated: Mapping[str, Any], deployed: Mapping[str, Any],
     if why is None and stated.get("agreement") != deployed.get("agreement"):
         why = (f"as deployed the decisions agree {deployed.get('agreement')}, not the "
                f"{stated.get('agreement')} the plan states")
-    if why is not None and forms and forms.get("static"):
-        why += (" (onnxruntime's fused integer kernels round otherwise here: on x86 without "
-                "VNNI they sum u8 x s8 products in pairs in int16, which saturates for "
-                "full-range 8-bit weights; --activations dynamic runs as stated)")
+    if why is not None and forms and (forms.get("static") or forms.get("dynamic")):
+        why += (" (its W8A8 layers run in onnxruntime's integer kernels, which on x86 without "
+                "VNNI sum u8 x s8 products in pairs in int16: full-range 8-bit weights "
+                "saturate there; keep the activations float, or run on a CPU with VNNI)")
     return why
+
+
+def written_bits(model: Any, weight: str) -> int:
+    """The bits an export stores for ``weight``: its initializers named ``WEIGHT.*`` (codes,
+    scales, zero points, MatMulNBits blobs; a Reshape's int64 shape is no part of it), each
+    element at its type's width (the format registry's)."""
+    import math as _math
+
+    from ..formats import get_format
+
+    total = 0
+    for t in model.graph.initializer:
+        if not t.name.startswith(weight + ".") or t.data_type == 7:  # 7: int64 shapes
+            continue
+        total += _math.prod(t.dims) * get_format(t.data_type).bits
+    return total
 
 
 def check_deployed(stated: float, deployed: float, tol: float = DEPLOY_TOL_DB) -> str | None:
