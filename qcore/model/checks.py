@@ -530,8 +530,16 @@ def check_case(case: Any, tensors: Sequence[str]) -> None:
         shapes = ", ".join(f"{n} {tuple(np.shape(y))}" for n, y in zip(names, case.reference))
         raise ModelError(f"the model's outputs are empty on these inputs ({shapes}): no "
                          f"outputs to measure; give inputs with at least one row")
+    if getattr(case, "kind", "") == "logits" and not any(
+            np.asarray(y).dtype.kind in "fc" for y in case.reference):
+        kinds = ", ".join(f"{n} {np.asarray(y).dtype}" for n, y in zip(names, case.reference))
+        raise ModelError(f"--logits: the model's outputs are decisions ({kinds}), not logits; "
+                         f"--logits applies to float outputs only (integer and boolean outputs "
+                         f"are scored by agreement): leave it out")
     for n, y in zip(names, case.reference):
         y = np.asarray(y)
+        if y.dtype.kind not in "fc":
+            continue
         if getattr(case, "kind", "") == "logits" and (y.ndim == 0 or y.shape[-1] == 0):
             raise ModelError(f"--logits: output {n!r} has shape {y.shape}; logits need a last "
                              f"axis of classes (leave --logits out for this model)")

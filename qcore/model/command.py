@@ -17,11 +17,14 @@ __all__ = ["run", "save", "write_export"]
 
 
 def _extra(kind: str, m: dict) -> str:
+    """The kind's own measures, and the decisions' agreement (integer or boolean outputs)."""
+    a = m.get("agreement", math.nan)
+    agree = f"  agreement {a:.4f}" if isinstance(a, float) and math.isfinite(a) else ""
     if kind == "embedding":
-        return f"  cosine {m['cosine_mean']:.6f} spearman {m['spearman']:.6f}"
+        return f"  cosine {m['cosine_mean']:.6f} spearman {m['spearman']:.6f}" + agree
     if kind == "logits":
-        return f"  KL {m['kl']:.3g} top-1 {m['top1']:.4f}"
-    return ""
+        return f"  KL {m['kl']:.3g} top-1 {m['top1']:.4f}" + agree
+    return agree
 
 
 def _fmt(v: float, nd: int = 2) -> str:
@@ -71,11 +74,13 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     if args.workers or args.scheduler:
         sens = _measure_on_dask(args, recipes, tensors, (lo, hi))
     else:
-        sens = measure(case, recipes, tensors, Bar("sensitivity"))
+        sens = measure(case, recipes, tensors, Bar("sensitivity"),
+                       None if runtime == "reference" else _runs_in(case, runtime))
     t_sens = time.perf_counter() - t1
     if runtime != "reference":
         sens = _for_runtime(case, sens, runtime, out)
-    rows = sens.rows + act_rows + uniform(case, recipes, tensors, Bar("uniform    "))
+    rows = sens.rows + act_rows + uniform(case, _uniform_recipes(case, recipes, tensors, runtime),
+                                         tensors, Bar("uniform    "))
     corr = correlation(sens.rows)
     print(f"sensitivity: {len(sens.rows)} runs in {t_sens:.1f} s; tensor SQNR vs output SQNR: "
           f"Pearson {_fmt(corr['pearson'], 3)}, Spearman {_fmt(corr['spearman'], 3)} "
@@ -111,7 +116,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     print(f"plan at {args.budget} bits/weight ({t_plan * 1000:.0f} ms): "
           f"{plan.bits_per_element:.4f} bits/weight, output SQNR predicted "
           f"{_fmt(plan.output_sqnr_db_predicted)} dB, measured "
-          f"{_fmt(plan.measured['output_sqnr_db'])} dB", file=out)
+          f"{_fmt(plan.measured['output_sqnr_db'])} dB{_extra(case.kind, plan.measured)}", file=out)
     _print_steps(plan.measured, out)
     refined = _refine(args, case, sens, plan, out)
     if refined is not None:
@@ -179,6 +184,29 @@ def _measure_on_dask(args: argparse.Namespace, recipes: list[str], tensors: list
                     getattr(args, "feedback", None), getattr(args, "outputs", None))
     return measure_on_dask(spec, recipes, tensors, workers=args.workers,
                            scheduler=args.scheduler, progress=ProgressBar(label="sensitivity "))
+
+
+def _uniform_recipes(case, recipes: list[str], tensors, runtime: str) -> list[str]:
+    """The recipes whose uniform row can be exported: every weight in a configuration
+    ``runtime`` runs (all of them for the reference runtime)."""
+    if runtime == "reference":
+        return recipes
+    runs = _runs_in(case, runtime)
+    return [r for r in recipes if all(runs(t, r) for t in tensors or case.weights)]
+
+
+def _runs_in(case, runtime: str):
+    """``ok(tensor, recipe)``: whether ``runtime`` runs that configuration (probed once each,
+    :mod:`qcore.model.runtime`), so sensitivity measures only what can be exported."""
+    from .runtime import allowed
+
+    ok = allowed(runtime)
+
+    def runs(tensor: str, recipe: str) -> bool:
+        shape = tuple(case.arrays[tensor].shape)
+        oa, ra = case.roles[tensor].axes(len(shape))
+        return ok(recipe, shape, oa, ra)
+    return runs
 
 
 def _for_runtime(case, sens, runtime: str, out: TextIO):
