@@ -521,7 +521,8 @@ def test_an_infinite_site_value_is_refused_in_calibration(d, tmp_path, capsys):
 @pytest.mark.parametrize("scale,mode", [(0.0, "static"), (np.nan, "static"), (0.1, "nope")])
 def test_insert_qdq_refuses_a_spec_it_cannot_write(scale, mode):
     from qcore.errors import QuantizationError
-    from qcore.model.activations import ActivationSpec, insert_qdq
+    from qcore.model.qdq import insert_qdq
+    from qcore.model.sites import ActivationSpec
 
     spec = ActivationSpec("x", mode, "int8", np.float32(scale), np.int8(0))
     with pytest.raises(QuantizationError):
@@ -530,7 +531,8 @@ def test_insert_qdq_refuses_a_spec_it_cannot_write(scale, mode):
 
 def test_calibrate_with_no_batches_names_the_site():
     from qcore.errors import QuantizationError
-    from qcore.model.activations import calibrate, parse_activations
+    from qcore.model.calibrate import calibrate
+    from qcore.model.sites import parse_activations
 
     with pytest.raises(QuantizationError, match="x"):
         calibrate([], "x", parse_activations("static:int8"))

@@ -154,6 +154,12 @@ def check_args(args: argparse.Namespace
 
     if (args.plan or args.export) and args.budget is None:
         raise QuantizationError("--plan and --export need --budget BITS (bits per weight)")
+    for flag, given, plans in (("--refine", args.refine is not None, args.budget is not None),
+                               ("--float-activations", bool(args.float_activations),
+                                args.budget is not None or bool(args.budgets))):
+        if given and not plans:
+            raise QuantizationError(f"{flag} acts on a plan: give --budget BITS (bits per "
+                                    f"weight) or leave {flag} out")
     if args.budget is not None:
         checks.check_budget(args.budget)
     checks.parse_budgets(args.budgets)
@@ -174,7 +180,7 @@ def check_args(args: argparse.Namespace
         checks.check_output_path("--plan", args.plan)
     if args.export:
         checks.check_output_path("--export", args.export)
-    sources = {"MODEL": args.model, "--inputs": args.inputs}
+    sources = {"MODEL": args.model, "--inputs": args.inputs, "--calibrate": args.calibrate}
     checks.check_outputs_distinct({"--out": args.out, "--plan": args.plan,
                                    "--export": args.export},
                                   {k: v for k, v in sources.items()
