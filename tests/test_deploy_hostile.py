@@ -501,7 +501,8 @@ def test_a_feedback_state_of_a_huge_dim_is_refused(tmp_path, capsys):
     m = stateful_int8()
     for vi in list(m.graph.input) + list(m.graph.output):
         if vi.name in ("s", "s_next"):
-            vi.type.tensor_type.shape.dim[1].dim_param = "h"
+            vi.type.tensor_type.shape.dim[0].dim_param = "h"
+            vi.type.tensor_type.shape.dim[1].dim_param = "h"  # h x h int8: 1 PiB at 2^25
     path = _save(m, tmp_path / "st.onnx")
     np.savez(tmp_path / "in.npz", x=np.zeros((2, 1, 4), np.float32))
     refused([path, "--inputs", tmp_path / "in.npz", "--feedback", "s_next=s", "--dim",
