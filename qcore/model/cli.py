@@ -87,6 +87,9 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--budget", type=float, help="bits per weight element for the plan")
     g.add_argument("--budgets", help="comma-separated budgets: plan, run and print each "
                    "(a bits-vs-fidelity curve; --plan and --export take --budget)")
+    g.add_argument("--force", action="store_true",
+                   help="an already-quantized model: measure and plan only its float "
+                   "remainder (without it such a model is refused, naming its quantized nodes)")
     g.add_argument("--no-float", action="store_true",
                    help="the plan may not leave a weight in float32")
     g.add_argument("--refine", type=int, metavar="N",

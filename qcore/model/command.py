@@ -33,7 +33,7 @@ def _fmt(v: float, nd: int = 2) -> str:
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
     from .cases import load_case
-    from .checks import check_case
+    from .checks import check_case, quantized_nodes
     from .plan import make_plan, run_plan
     from .sensitivity import correlation, measure, uniform, write_table
 
@@ -55,7 +55,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
                                   outputs=outputs)
     else:
         case = load_case(args.model, args.inputs, sentences=args.sentences, seed=args.seed,
-                         int_range=(lo, hi), dim=args.dim,
+                         force=args.force, int_range=(lo, hi), dim=args.dim,
                          kind="logits" if args.logits else None, threads=args.threads,
                          outputs=outputs)
     if tensors:
@@ -66,6 +66,11 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     check_case(case, tensors or case.weights)
     for b in ([args.budget] if args.budget is not None else []) + _floats(args.budgets):
         _check_budget(case, tensors or case.weights, recipes, b, not args.no_float)
+    quantized = quantized_nodes(case.model)
+    if quantized:
+        print(f"{case.name} is already quantized ({sum(quantized.values())} quantized nodes: "
+              + ", ".join(f"{n} {op}" for op, n in quantized.items())
+              + "); --force: only its float remainder is measured and planned", file=out)
     print(f"{case.name}: {len(tensors or case.weights)} weight tensors, "
           f"{len(recipes)} recipes ({time.perf_counter() - t0:.1f} s to load)", file=out)
     float_model = case.model  # latency is measured against the model as given
