@@ -340,7 +340,7 @@ def check_feed(name: str, a: Any, dtype: np.dtype, dims: Sequence[Any],
             raise ModelError(f"input {name!r} holds values {lo}..{hi}; its type {dtype} holds "
                              f"{rng[0]}..{rng[1]} (a cast would wrap them)")
     with np.errstate(over="ignore", invalid="ignore"):
-        out = np.ascontiguousarray(a.astype(dtype, copy=False))
+        out = np.ascontiguousarray(a.astype(dtype, copy=False)).reshape(a.shape)  # 0-d stays
     if dtype.kind == "f" and out.size:
         bad = int(out.size - np.count_nonzero(np.isfinite(out)))
         if bad:

@@ -157,12 +157,6 @@ def check_args(args: argparse.Namespace
 
     if (args.plan or args.export) and args.budget is None:
         raise QuantizationError("--plan and --export need --budget BITS (bits per weight)")
-    for flag, given, plans in (("--refine", args.refine is not None, args.budget is not None),
-                               ("--float-activations", bool(args.float_activations),
-                                args.budget is not None or bool(args.budgets))):
-        if given and not plans:
-            raise QuantizationError(f"{flag} acts on a plan: give --budget BITS (bits per "
-                                    f"weight) or leave {flag} out")
     if args.budget is not None:
         checks.check_budget(args.budget)
     checks.parse_budgets(args.budgets)
@@ -193,6 +187,12 @@ def check_args(args: argparse.Namespace
             checks.check_input_file(flag, path)
     outputs = checks.parse_tensors(args.outputs, "--outputs", "output")
     _check_activation_args(args)
+    for flag, given, plans in (("--refine", args.refine is not None, args.budget is not None),
+                               ("--float-activations", bool(args.float_activations),
+                                args.budget is not None or bool(args.budgets))):
+        if given and not plans:
+            raise QuantizationError(f"{flag} acts on a plan: give --budget BITS (bits per "
+                                    f"weight) or leave {flag} out")
     return (checks.parse_tensors(args.tensors), outputs,
             checks.parse_int_range(args.int_range))
 

@@ -210,8 +210,21 @@ def _runs_in(case, runtime: str):
     def runs(tensor: str, recipe: str) -> bool:
         shape = tuple(case.arrays[tensor].shape)
         oa, ra = case.roles[tensor].axes(len(shape))
-        return ok(recipe, shape, oa, ra)
+        return ok(recipe, shape, oa, ra) and (runtime != "onnxruntime"
+                                              or not _ragged_4bit(recipe, shape, ra))
     return runs
+
+
+def _ragged_4bit(recipe: str, shape: tuple[int, ...], reduction_axis: int) -> bool:
+    """4-bit integer blocks with a short last block on a 2-D weight: no MatMulNBits node holds
+    them, and written as DequantizeLinear → MatMul onnxruntime fuses them at accuracy level 4,
+    which changes the outputs (20.65 dB stated, 20.50 run on a K = 64 weight in blocks of 128):
+    an export for onnxruntime leaves them out."""
+    from ..recipes import parse_recipe
+
+    r = parse_recipe(recipe)
+    return (len(shape) == 2 and r.target in ("int4", "uint4") and r.block_size > 0
+            and shape[reduction_axis] % r.block_size != 0)
 
 
 def _for_runtime(case, sens, runtime: str, out: TextIO):
@@ -372,16 +385,20 @@ def write_export(case, plan, path: str, out: TextIO, runtime: str = "reference",
     same = all(np.array_equal(a, b) for a, b in zip(outs, fake))
     worst = max((float(np.max(np.abs(a.astype(np.float64) - b))) for a, b in zip(outs, fake)
                  if np.size(a)), default=0.0)
+    from .fidelity import compare
+
     dep = plan.deploy["deploy"] = deploy_case(case, model)
-    why = deploy_gap(plan.measured, dep, plan.deploy.get("forms"))
-    if why is not None:
+    stated = compare(case.reference, fake, case.kind, case.runner.output_names, case.outputs)
+    why = deploy_gap(stated, dep, plan.deploy.get("forms"))
+    if why is not None and runtime == "onnxruntime":  # an export for onnxruntime must hold
         os.remove(path)
         raise QuantizationError(f"--export {path}: refused: {why}")
     print(f"export: {path}; onnxruntime runs it; outputs "
           + ("equal the fake-quant evaluation bit for bit" if same
              else f"differ from the fake-quant evaluation by up to {worst:.3g}")
           + f"; as deployed (default optimizations): output SQNR "
-            f"{_fmt(dep['output_sqnr_db'])} dB", file=out)
+            f"{_fmt(dep['output_sqnr_db'])} dB"
+          + (f" (an export for --runtime {runtime}: {why})" if why else ""), file=out)
     if runtime == "onnxruntime":
         from .latency import model_latency
 

@@ -122,6 +122,8 @@ def deploy_gap(stated: Mapping[str, Any], deployed: Mapping[str, Any],
     if why is None and stated.get("agreement") != deployed.get("agreement"):
         why = (f"as deployed the decisions agree {deployed.get('agreement')}, not the "
                f"{stated.get('agreement')} the plan states")
+    if why is not None and forms:
+        why += "; forms: " + ", ".join(f"{n} {c}" for n, c in sorted(forms.items()))
     if why is not None and forms and (forms.get("static") or forms.get("dynamic")):
         why += (" (its W8A8 layers run in onnxruntime's integer kernels, which on x86 without "
                 "VNNI sum u8 x s8 products in pairs in int16: full-range 8-bit weights "

@@ -36,6 +36,7 @@ def write(ex: Export, job: Job) -> None:
         block = nbits8_block(job.q, job.x.shape[0])
         if block and (job.use.bias is None or job.n_bias == job.x.shape[1]):
             write_nbits8(ex, job, block)
+            ex.forms[job.tensor] = "matmulnbits-node"
             return
     ex.dequantize(job.tensor, job.q, job.tensor, job.use.node)
 
