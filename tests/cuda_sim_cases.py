@@ -678,6 +678,9 @@ FAST_LAYOUTS = [
     ("one row", (1, 42), dict(axis=1, block_size=8), (1, 6)),
     ("long rows", (2, 136), dict(axis=1, block_size=8), (2, 17)),
     ("middle blocked", (3, 4, 8), dict(axis=1, block_size=2), (3, 2, 8)),
+    ("tall blocked 4", (13, 8), dict(axis=1, block_size=4), (13, 2)),
+    ("tall per-axis", (10, 16), dict(axis=1), (16,)),
+    ("middle per-axis", (3, 5, 8), dict(axis=1), (5,)),
 ]
 FAST_TARGETS = ["int8", "uint8", "int16", "uint16", "int4", "float8e4m3fn", "float8e5m2",
                 "float4e2m1"]
@@ -719,6 +722,39 @@ def test_specialised_dequantize_families(layout):
         zp = _zero_point("value", x_type, sshape, rng) if x_type != "float8e4m3fn" else None
         for out in ("float", "float16", "bfloat16"):
             both(qcore.dequantize_linear, x, scale, zp, x=x, output_dtype=out, **attrs)
+
+
+#: The layouts of FAST_LAYOUTS the batched rows walk serves (qcore.kernels.cuda_rows), by its
+#: kernel: a scale per column, or one scale per vector and row.
+BATCHED = {"last per-axis": "batch-col", "tall per-axis": "batch-col",
+           "last blocked 8": "batch-vec", "outer per-axis": "batch-vec",
+           "long rows": "batch-vec", "tall blocked 4": "batch-vec",
+           "middle per-axis": "batch-vec"}
+
+
+@pytest.mark.parametrize("walk", ["rows", "batch"])
+def test_rows_walks_give_the_cpu_codes(walk, monkeypatch):
+    """Both rows walks (the one-row walk and the batched one, which the benchmark sets side by
+    side) on every layout the batched walk serves, which it is chosen for; the others keep the
+    one-row walk."""
+    monkeypatch.setattr(ck, "ROWS_WALK", walk)
+    for name, shape, attrs, sshape in FAST_LAYOUTS:
+        if not sshape:
+            continue
+        rng = np.random.default_rng(zlib.crc32(name.encode()) + 2)
+        n = int(np.prod(shape))
+        scale = _scales(sshape, rng, np.float32)
+        with np.errstate(all="ignore"):
+            x = (_units(n, rng).reshape(shape) * _expand(scale, attrs, shape)).astype(np.float32)
+        call = qcore.ops.prepare_quantize(x, scale, backend="cuda", **attrs)
+        kernel = ck.rows_kernel(call.layout_params(), 1)[0]
+        assert kernel == (BATCHED.get(name, "rows") if walk == "batch" else "rows"), name
+        for target in ("int8", "uint8", "float8e4m3fn", "float4e2m1"):
+            zp = _zero_point("value", target, sshape, rng)
+            both(qcore.quantize_linear, x, scale, zp, x=x, output_dtype=target, **attrs)
+        codes = np.resize(get_format("int8").all_codes(), n).reshape(shape)
+        zp = _zero_point("value", "int8", sshape, rng)
+        both(qcore.dequantize_linear, codes, scale, zp, x=codes, **attrs)
 
 
 def test_specialised_minmax_of_every_kind():

@@ -178,7 +178,7 @@ def _fast_signatures():
     for (layout, family, width), kernel in cuda_quantize.QUANTIZE_KERNELS.items():
         y = t.uint8 if width == 1 else t.uint16
         sig = (arr(t.float32), arr(y), arr(t.float32), arr(t.float32), qp)
-        sig += (rp,) if layout == "rows" else ()
+        sig += (rp,) if layout != "per-tensor" else ()
         want = ["ld.global.v4.f32", "st.global.u32" if width == 1 else "st.global.u64"]
         if family == "fp8-cvt":
             want += ["cvt.rn.satfinite.e4m3x2.f32", "cvt.rn.satfinite.e5m2x2.f32"]
@@ -186,7 +186,7 @@ def _fast_signatures():
     for (layout, okind), kernel in cuda_dequantize.DEQUANTIZE_KERNELS.items():
         y = t.float32 if okind == "f32" else t.uint16
         sig = (arr(t.int8), arr(y), arr(t.float32), arr(t.float64), dp, t.int64,
-               arr(t.float64)) + ((rp,) if layout == "rows" else ())
+               arr(t.float64)) + ((rp,) if layout != "per-tensor" else ())
         want = ["ld.global.u32", "st.global.v4.f32" if okind == "f32" else "st.global.u64"]
         out.append((f"dequantize {layout} -> {okind}", kernel, sig, want))
     out.append(("minmax", cuda_minmax.minmax_kernel,

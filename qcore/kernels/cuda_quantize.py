@@ -41,6 +41,7 @@ from .cuda_device import (
     store_word,
 )
 from .cuda_kernels import _IMPORT_ERROR, bits_to_f32, cuda, device_function, f32_to_bits, rint_f32
+from .cuda_rows import batch_walk
 from .params import NanStyle
 from .scalar import encode_consts, encode_with, saturate_int
 
@@ -237,6 +238,33 @@ def _quantize_rows(consts, one, four, pack):
     return kernel
 
 
+def _quantize_batch(consts, four, pack):
+    """The batched rows kernels (:mod:`qcore.kernels.cuda_rows`): (per-column scales, one
+    scale per vector)."""
+
+    @device_function
+    def put4(y, j, xv, s0, s1, s2, s3, z0, z1, z2, z3, k):
+        v0, v1, v2, v3 = xv
+        c0, c1, c2, c3 = four(v0, v1, v2, v3, s0, s1, s2, s3, z0, z1, z2, z3, k)
+        store_word(y, j, pack(c0, c1, c2, c3))
+
+    walk_col, walk_vec = batch_walk(_blank4, load4, _reload4, put4)
+
+    @cuda.jit
+    def kernel_col(x, y, s, z, qp, rp):
+        """A scale per column, read once: each thread's rows BATCH at a time."""
+        walk_col(x, y, s, z, consts(qp), rp, int64(cuda.grid(1)), int64(cuda.gridsize(1)),
+                 int64(cuda.blockIdx.y), int64(cuda.gridDim.y))
+
+    @cuda.jit
+    def kernel_vec(x, y, s, z, qp, rp):
+        """One scale per vector and row: each thread's rows BATCH at a time, scales with them."""
+        walk_vec(x, y, s, z, consts(qp), rp, int64(cuda.grid(1)), int64(cuda.gridsize(1)),
+                 int64(cuda.blockIdx.y), int64(cuda.gridDim.y))
+
+    return kernel_col, kernel_vec
+
+
 def _build_quantize():
     kernels = {}
     for fam, (consts, one, four) in TARGET_FAMILIES.items():
@@ -245,6 +273,9 @@ def _build_quantize():
                 continue
             kernels[("per-tensor", fam, width)] = _quantize_per_tensor(consts, one, four, pack)
             kernels[("rows", fam, width)] = _quantize_rows(consts, one, four, pack)
+            col, vec = _quantize_batch(consts, four, pack)
+            kernels[("batch-col", fam, width)] = col
+            kernels[("batch-vec", fam, width)] = vec
     return kernels
 
 
