@@ -732,11 +732,11 @@ BATCHED = {"last per-axis": "batch-col", "tall per-axis": "batch-col",
            "middle per-axis": "batch-vec"}
 
 
-@pytest.mark.parametrize("walk", ["rows", "batch"])
+@pytest.mark.parametrize("walk", ["rows", "batch", "stride", "pipe"])
 def test_rows_walks_give_the_cpu_codes(walk, monkeypatch):
-    """Both rows walks (the one-row walk and the batched one, which the benchmark sets side by
-    side) on every layout the batched walk serves, which it is chosen for; the others keep the
-    one-row walk."""
+    """Every rows walk (the one-row walk and the batched ones, which the benchmark sets side by
+    side) on every layout the batched walks serve, which they are chosen for; the others keep
+    the one-row walk."""
     monkeypatch.setattr(ck, "ROWS_WALK", walk)
     for name, shape, attrs, sshape in FAST_LAYOUTS:
         if not sshape:
@@ -748,7 +748,8 @@ def test_rows_walks_give_the_cpu_codes(walk, monkeypatch):
             x = (_units(n, rng).reshape(shape) * _expand(scale, attrs, shape)).astype(np.float32)
         call = qcore.ops.prepare_quantize(x, scale, backend="cuda", **attrs)
         kernel = ck.rows_kernel(call.layout_params(), 1)[0]
-        assert kernel == (BATCHED.get(name, "rows") if walk == "batch" else "rows"), name
+        assert kernel == (BATCHED.get(name, "rows") if walk != "rows" else "rows").replace(
+            "batch", walk), name
         for target in ("int8", "uint8", "float8e4m3fn", "float4e2m1"):
             zp = _zero_point("value", target, sshape, rng)
             both(qcore.quantize_linear, x, scale, zp, x=x, output_dtype=target, **attrs)

@@ -261,9 +261,9 @@ ROWS_WALK = "batch"
 
 
 def rows_kernel(lp, z_size: int, walk: str | None = None):
-    """(kernel layout, grid, threads, row params) of a rows layout: "batch-col" / "batch-vec"
-    (the batched walk, where it serves the layout and `walk`, default :data:`ROWS_WALK`, is
-    "batch") or "rows" (the one-row walk)."""
+    """(kernel layout, grid, threads, row params) of a rows layout: "WALK-col" / "WALK-vec" (a
+    batched walk of :mod:`qcore.kernels.cuda_rows`, where it serves the layout and `walk`,
+    default :data:`ROWS_WALK`, is one of them) or "rows" (the one-row walk)."""
     return _rows_kernel(lp, z_size, ROWS_WALK if walk is None else walk)
 
 
@@ -271,10 +271,10 @@ def rows_kernel(lp, z_size: int, walk: str | None = None):
 def _rows_kernel(lp, z_size: int, walk: str):
     if walk not in cuda_rows.WALKS:
         raise ValueError(f"walk must be one of {cuda_rows.WALKS}, not {walk!r}")
-    mode = cuda_rows.batch_mode(row_params(lp, z_size)) if walk == "batch" else None
+    mode = cuda_rows.batch_mode(row_params(lp, z_size)) if walk != "rows" else None
     if mode is None:
         return ("rows",) + row_launch(lp, z_size)
-    return (f"batch-{mode}",) + row_launch(lp, z_size, cuda_rows.BATCH)
+    return (f"{walk}-{mode}",) + row_launch(lp, z_size, cuda_rows.BATCH)
 
 
 _OVERLOADS: dict = {}

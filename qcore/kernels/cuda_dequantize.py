@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import cuda_rows
 from .cuda_device import load_word, pack16, rows_walk, store4, store_word
 from .cuda_kernels import _IMPORT_ERROR, cuda, device_function, nan_f64_to_f32
 from .cuda_rows import batch_walk
@@ -133,9 +134,9 @@ def _dequantize_rows(out4, out1):
     return kernel
 
 
-def _dequantize_batch(out4):
+def _dequantize_batch(out4, walk):
     """The batched rows kernels (:mod:`qcore.kernels.cuda_rows`): (per-column scales, one
-    scale per vector)."""
+    scale per vector), of `walk` ("batch", "stride" or "pipe")."""
 
     @device_function
     def put4(y, j, word, s0, s1, s2, s3, z0, z1, z2, z3, k):
@@ -143,7 +144,7 @@ def _dequantize_batch(out4):
         v0, v1, v2, v3 = _dq_four(word, s0, s1, s2, s3, z0, z1, z2, z3, xkind, signed, tab)
         out4(y, j, v0, v1, v2, v3, okind)
 
-    walk_col, walk_vec = batch_walk(_blank_word, load_word, _reload4, put4)
+    walk_col, walk_vec = batch_walk(_blank_word, load_word, _reload4, put4, walk)
 
     @cuda.jit
     def kernel_col(x, y, s, z, dp, signed, tab, rp):
@@ -165,7 +166,9 @@ def _build_dequantize():
     for okind, (out4, out1) in (("f32", (_out_f32, _one_f32)), ("half", (_out_half, _one_half))):
         kernels[("per-tensor", okind)] = _dequantize_per_tensor(out4, out1)
         kernels[("rows", okind)] = _dequantize_rows(out4, out1)
-        kernels[("batch-col", okind)], kernels[("batch-vec", okind)] = _dequantize_batch(out4)
+        for walk in cuda_rows.BATCHED:
+            col, vec = _dequantize_batch(out4, walk)
+            kernels[(f"{walk}-col", okind)], kernels[(f"{walk}-vec", okind)] = col, vec
     return kernels
 
 

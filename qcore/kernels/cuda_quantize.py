@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import cuda_rows
 from .cuda_device import (
     cvt_e4m3x2,
     cvt_e5m2x2,
@@ -238,9 +239,9 @@ def _quantize_rows(consts, one, four, pack):
     return kernel
 
 
-def _quantize_batch(consts, four, pack):
+def _quantize_batch(consts, four, pack, walk):
     """The batched rows kernels (:mod:`qcore.kernels.cuda_rows`): (per-column scales, one
-    scale per vector)."""
+    scale per vector), of `walk` ("batch", "stride" or "pipe")."""
 
     @device_function
     def put4(y, j, xv, s0, s1, s2, s3, z0, z1, z2, z3, k):
@@ -248,7 +249,7 @@ def _quantize_batch(consts, four, pack):
         c0, c1, c2, c3 = four(v0, v1, v2, v3, s0, s1, s2, s3, z0, z1, z2, z3, k)
         store_word(y, j, pack(c0, c1, c2, c3))
 
-    walk_col, walk_vec = batch_walk(_blank4, load4, _reload4, put4)
+    walk_col, walk_vec = batch_walk(_blank4, load4, _reload4, put4, walk)
 
     @cuda.jit
     def kernel_col(x, y, s, z, qp, rp):
@@ -273,9 +274,10 @@ def _build_quantize():
                 continue
             kernels[("per-tensor", fam, width)] = _quantize_per_tensor(consts, one, four, pack)
             kernels[("rows", fam, width)] = _quantize_rows(consts, one, four, pack)
-            col, vec = _quantize_batch(consts, four, pack)
-            kernels[("batch-col", fam, width)] = col
-            kernels[("batch-vec", fam, width)] = vec
+            for walk in cuda_rows.BATCHED:
+                col, vec = _quantize_batch(consts, four, pack, walk)
+                kernels[(f"{walk}-col", fam, width)] = col
+                kernels[(f"{walk}-vec", fam, width)] = vec
     return kernels
 
 

@@ -35,8 +35,10 @@ else:  # pragma: no cover - numba without its CUDA target: nothing here runs
 #: Rows a thread converts per step, all their loads issued first.
 BATCH = 4
 
-#: The walks a rows layout can take: the one-row walk and the batched walk of this module.
-WALKS = ("rows", "batch")
+#: The walks a rows layout can take: the one-row walk, and this module's batched walks
+#: (:func:`batch_walk`: a chunk of rows per block; rows gdy apart; a chunk, pipelined).
+WALKS = ("rows", "batch", "stride", "pipe")
+BATCHED = WALKS[1:]
 
 
 def batch_mode(rp: tuple) -> str | None:
@@ -52,126 +54,196 @@ def batch_mode(rp: tuple) -> str | None:
     return None
 
 
-def batch_walk(blank, load, reload4, put4):
+def batch_walk(blank, load, reload4, put4, walk: str = "batch"):
     """The batched walk, given how one operator reads, converts and writes (the parts of
     :func:`qcore.kernels.cuda_device.rows_walk`): ``(walk_col, walk_vec)``, each called as
     ``walk(x, y, s, z, k, rp, t, tx, by, gdy)`` for a thread of index t along x (tx threads
-    along x) in block by of gdy along y. Block by takes rows [by * chunk, (by + 1) * chunk),
-    chunk = ceil(rows / gdy); a row r = p * D1 + d has its first scale pb + d * SP with
-    pb = p * pmul * SB * SP, both stepped by adds."""
+    along x) in block by of gdy along y.
+
+    `walk` "batch": block by takes the rows [by * chunk, (by + 1) * chunk), chunk =
+    ceil(rows / gdy), a thread BATCH consecutive rows at a time; "stride": block by takes the
+    rows by, by + gdy, ..., BATCH of them at a time (the blocks at one moment read neighbouring
+    rows); "pipe": as "batch", with the next batch's loads (x, scales, zero points) issued before
+    the current batch converts. A row r = p * D1 + d has its first scale pb + d * SP with
+    pb = p * pmul * SB * SP; the row step (gq, gr) = divmod(step, D1) moves both by adds."""
+    pipelined = walk == "pipe"
+    interleaved = walk == "stride"
 
     @device_function
-    def walk_col(x, y, s, z, k, rp, t, tx, by, gdy):
-        rows, L, d1, inv_d1, bb, inv_b, sb, sp, pmul, bc, inv_bc, zstep, vec = rp
+    def span(rows, by, gdy):
+        """(first row, end, step) of block by's rows."""
+        if interleaved:
+            return by, rows, gdy
         chunk = (rows + gdy - 1) // gdy  # once per thread, before any loop
         r0 = by * chunk
         r1 = r0 + chunk
         if r1 > rows:
             r1 = rows
+        return r0, r1, int64(1)
+
+    @device_function
+    def count(r, r1, rs):
+        """How many of rows r, r + rs, ..., r + (BATCH - 1) rs lie before r1."""
+        n = int64(0)
+        if r < r1:
+            n += 1
+        if r + rs < r1:
+            n += 1
+        if r + 2 * rs < r1:
+            n += 1
+        if r + 3 * rs < r1:
+            n += 1
+        return n
+
+    @device_function
+    def fetch_col(x, j, jl, left):
+        """The x vectors j, j + jl, ... of the batch's rows that exist (left of them)."""
+        x0 = x1 = x2 = x3 = blank()
+        if left > 0:
+            x0 = load(x, j)
+        if left > 1:
+            x1 = load(x, j + jl)
+        if left > 2:
+            x2 = load(x, j + 2 * jl)
+        if left > 3:
+            x3 = load(x, j + 3 * jl)
+        return x0, x1, x2, x3
+
+    @device_function
+    def put_col(y, j, jl, left, xs, s0, s1, s2, s3, z0, z1, z2, z3, k):
+        x0, x1, x2, x3 = xs
+        put4(y, j, x0, s0, s1, s2, s3, z0, z1, z2, z3, k)
+        if left > 1:
+            put4(y, j + jl, x1, s0, s1, s2, s3, z0, z1, z2, z3, k)
+        if left > 2:
+            put4(y, j + 2 * jl, x2, s0, s1, s2, s3, z0, z1, z2, z3, k)
+        if left > 3:
+            put4(y, j + 3 * jl, x3, s0, s1, s2, s3, z0, z1, z2, z3, k)
+
+    @device_function
+    def walk_col(x, y, s, z, k, rp, t, tx, by, gdy):
+        rows, L, d1, inv_d1, bb, inv_b, sb, sp, pmul, bc, inv_bc, zstep, vec = rp
+        r0, r1, rs = span(rows, by, gdy)
+        jl = (L >> 2) * rs  # from one of a thread's rows to its next, in vectors
         c = t * VEC
         while c < L:
             z0 = z1 = z2 = z3 = z[0]
             s0, s1, s2, s3, z0, z1, z2, z3 = reload4(s, z, c, zstep, z0, z1, z2, z3)
             r = r0
             j = (r * L + c) >> 2
-            jl = L >> 2  # one row, in vectors
-            while r < r1:
-                left = r1 - r
-                x0 = load(x, j)
-                x1 = x2 = x3 = blank()
-                if left > 1:
-                    x1 = load(x, j + jl)
-                if left > 2:
-                    x2 = load(x, j + 2 * jl)
-                if left > 3:
-                    x3 = load(x, j + 3 * jl)
-                put4(y, j, x0, s0, s1, s2, s3, z0, z1, z2, z3, k)
-                if left > 1:
-                    put4(y, j + jl, x1, s0, s1, s2, s3, z0, z1, z2, z3, k)
-                if left > 2:
-                    put4(y, j + 2 * jl, x2, s0, s1, s2, s3, z0, z1, z2, z3, k)
-                if left > 3:
-                    put4(y, j + 3 * jl, x3, s0, s1, s2, s3, z0, z1, z2, z3, k)
-                r += BATCH
-                j += BATCH * jl
+            if pipelined:
+                xs = fetch_col(x, j, jl, count(r, r1, rs))
+                while r < r1:
+                    left = count(r, r1, rs)
+                    following = fetch_col(x, j + BATCH * jl, jl,
+                                          count(r + BATCH * rs, r1, rs))
+                    put_col(y, j, jl, left, xs, s0, s1, s2, s3, z0, z1, z2, z3, k)
+                    xs = following
+                    r += BATCH * rs
+                    j += BATCH * jl
+            else:
+                while r < r1:
+                    left = count(r, r1, rs)
+                    xs = fetch_col(x, j, jl, left)
+                    put_col(y, j, jl, left, xs, s0, s1, s2, s3, z0, z1, z2, z3, k)
+                    r += BATCH * rs
+                    j += BATCH * jl
             c += tx * VEC
+
+    @device_function
+    def step(pb, d, d1, gqp, gr, pstep):
+        """(pb, d) of the row step rows further: d + gr, pb + gq * pstep, one carry."""
+        d += gr
+        pb += gqp
+        if d >= d1:
+            d -= d1
+            pb += pstep
+        return pb, d
+
+    @device_function
+    def fetch_vec(x, s, z, j, jl, left, pb, d, d1, sp, gqp, gr, pstep, zstep, zv, sv):
+        """fetch_col's vectors, with their rows' scales and zero points (one per row), and
+        (pb, d) stepped past the batch's rows."""
+        xs = fetch_col(x, j, jl, left)
+        i0 = pb + d * sp
+        pb, d = step(pb, d, d1, gqp, gr, pstep)
+        i1 = pb + d * sp
+        pb, d = step(pb, d, d1, gqp, gr, pstep)
+        i2 = pb + d * sp
+        pb, d = step(pb, d, d1, gqp, gr, pstep)
+        i3 = pb + d * sp
+        pb, d = step(pb, d, d1, gqp, gr, pstep)
+        s0 = s1 = s2 = s3 = sv
+        z0 = z1 = z2 = z3 = zv
+        if left > 0:
+            s0 = s[i0]
+            if zstep == 1:
+                z0 = z[i0]
+        if left > 1:
+            s1 = s[i1]
+            if zstep == 1:
+                z1 = z[i1]
+        if left > 2:
+            s2 = s[i2]
+            if zstep == 1:
+                z2 = z[i2]
+        if left > 3:
+            s3 = s[i3]
+            if zstep == 1:
+                z3 = z[i3]
+        return xs, (s0, s1, s2, s3), (z0, z1, z2, z3), pb, d
+
+    @device_function
+    def put_vec(y, j, jl, left, xs, ss, zs, k):
+        x0, x1, x2, x3 = xs
+        s0, s1, s2, s3 = ss
+        z0, z1, z2, z3 = zs
+        put4(y, j, x0, s0, s0, s0, s0, z0, z0, z0, z0, k)
+        if left > 1:
+            put4(y, j + jl, x1, s1, s1, s1, s1, z1, z1, z1, z1, k)
+        if left > 2:
+            put4(y, j + 2 * jl, x2, s2, s2, s2, s2, z2, z2, z2, z2, k)
+        if left > 3:
+            put4(y, j + 3 * jl, x3, s3, s3, s3, s3, z3, z3, z3, z3, k)
 
     @device_function
     def walk_vec(x, y, s, z, k, rp, t, tx, by, gdy):
         rows, L, d1, inv_d1, bb, inv_b, sb, sp, pmul, bc, inv_bc, zstep, vec = rp
-        chunk = (rows + gdy - 1) // gdy  # once per thread, before any loop
-        r0 = by * chunk
-        r1 = r0 + chunk
-        if r1 > rows:
-            r1 = rows
+        r0, r1, rs = span(rows, by, gdy)
         pstep = pmul * sb * sp
         p0, d0 = div_exact(r0, d1, inv_d1)
+        gq, gr = div_exact(rs, d1, inv_d1)  # the row step as (outer, axis) steps
+        gqp = gq * pstep
         zv = z[0]
+        sv = s[0]
+        jl = (L >> 2) * rs
         c = t * VEC
         while c < L:
             cb, _ = div_exact(c, bc, inv_bc)
             r = r0
-            d = d0
-            pb = p0 * pstep + cb  # the row's first scale, this column's block added
             j = (r * L + c) >> 2
-            jl = L >> 2
-            while r < r1:
-                left = r1 - r
-                x0 = load(x, j)
-                x1 = x2 = x3 = blank()
-                if left > 1:
-                    x1 = load(x, j + jl)
-                if left > 2:
-                    x2 = load(x, j + 2 * jl)
-                if left > 3:
-                    x3 = load(x, j + 3 * jl)
-                # the four rows' scale offsets, by adds: (p, d) steps to (p, d + 1) or (p + 1, 0)
-                i0 = pb + d * sp
-                d += 1
-                if d == d1:
-                    d = int64(0)
-                    pb += pstep
-                i1 = pb + d * sp
-                d += 1
-                if d == d1:
-                    d = int64(0)
-                    pb += pstep
-                i2 = pb + d * sp
-                d += 1
-                if d == d1:
-                    d = int64(0)
-                    pb += pstep
-                i3 = pb + d * sp
-                d += 1
-                if d == d1:
-                    d = int64(0)
-                    pb += pstep
-                s0 = s[i0]
-                s1 = s2 = s3 = s0
-                z0 = z1 = z2 = z3 = zv
-                if zstep == 1:
-                    z0 = z[i0]
-                if left > 1:
-                    s1 = s[i1]
-                    if zstep == 1:
-                        z1 = z[i1]
-                if left > 2:
-                    s2 = s[i2]
-                    if zstep == 1:
-                        z2 = z[i2]
-                if left > 3:
-                    s3 = s[i3]
-                    if zstep == 1:
-                        z3 = z[i3]
-                put4(y, j, x0, s0, s0, s0, s0, z0, z0, z0, z0, k)
-                if left > 1:
-                    put4(y, j + jl, x1, s1, s1, s1, s1, z1, z1, z1, z1, k)
-                if left > 2:
-                    put4(y, j + 2 * jl, x2, s2, s2, s2, s2, z2, z2, z2, z2, k)
-                if left > 3:
-                    put4(y, j + 3 * jl, x3, s3, s3, s3, s3, z3, z3, z3, z3, k)
-                r += BATCH
-                j += BATCH * jl
+            pb = p0 * pstep + cb  # a row's scales start at pb + d * SP (the column's added)
+            d = d0
+            if pipelined:
+                xs, ss, zs, pb, d = fetch_vec(x, s, z, j, jl, count(r, r1, rs), pb, d, d1, sp,
+                                              gqp, gr, pstep, zstep, zv, sv)
+                while r < r1:
+                    left = count(r, r1, rs)
+                    nxs, nss, nzs, pb, d = fetch_vec(x, s, z, j + BATCH * jl, jl,
+                                                     count(r + BATCH * rs, r1, rs), pb, d, d1,
+                                                     sp, gqp, gr, pstep, zstep, zv, sv)
+                    put_vec(y, j, jl, left, xs, ss, zs, k)
+                    xs, ss, zs = nxs, nss, nzs
+                    r += BATCH * rs
+                    j += BATCH * jl
+            else:
+                while r < r1:
+                    left = count(r, r1, rs)
+                    xs, ss, zs, pb, d = fetch_vec(x, s, z, j, jl, left, pb, d, d1, sp, gqp, gr,
+                                                  pstep, zstep, zv, sv)
+                    put_vec(y, j, jl, left, xs, ss, zs, k)
+                    r += BATCH * rs
+                    j += BATCH * jl
             c += tx * VEC
 
     return walk_col, walk_vec
