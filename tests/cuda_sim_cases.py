@@ -820,12 +820,17 @@ def test_float8_conversion_instruction_matches_the_cpu(target, saturate):
          output_dtype=target, saturate=saturate, x=m)
 
 
+@pytest.mark.parametrize("walk", ["rows", "batch", "stride", "pipe"])
 @pytest.mark.parametrize("case", ["per-tensor", "blocked 32", "blocked 128", "per-axis rows",
                                   "per-axis columns"])
-def test_large_tensors_on_the_gpu(case):
-    """Large tensors through every grid-stride loop (many blocks, several rounds each)."""
+def test_large_tensors_on_the_gpu(case, walk, monkeypatch):
+    """Large tensors through every grid-stride loop (many blocks, several rounds each), the
+    rows layouts through every rows walk."""
     if numba.config.ENABLE_CUDASIM:
         pytest.skip("a GPU-sized tensor (the simulator runs threads as Python threads)")
+    if case == "per-tensor" and walk != "rows":
+        pytest.skip("per-tensor has no rows walk")
+    monkeypatch.setattr(ck, "ROWS_WALK", walk)
     rng = np.random.default_rng(12)
     x = (rng.standard_normal((1024, 4100)) * 40).astype(np.float32)
     attrs, sshape = {

@@ -157,8 +157,14 @@ def _walks(walks: tuple, name: str, flat: np.ndarray, d_y, repeat: int, launcher
             from numba.cuda.cudadrv.driver import device_memset
 
             device_memset(d_y, 0xA5, d_y.nbytes)
-        t = _timed_operator(name, flat, d_y, launcher(w), repeat, kernel_name(w),
-                            transfers=k == 0)
+        try:
+            t = _timed_operator(name, flat, d_y, launcher(w), repeat, kernel_name(w),
+                                transfers=k == 0)
+        except Exception as exc:  # a walk that fails (to compile, say) leaves the others timed
+            if k == 0 or len(walks) == 1:
+                raise
+            print(f"error: {name}, walk {w}: {type(exc).__name__}: {exc}", flush=True)
+            continue
         if len(walks) > 1:
             got = d_y.copy_to_host()
             if first is None:
