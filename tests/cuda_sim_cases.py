@@ -732,7 +732,20 @@ BATCHED = {"last per-axis": "batch-col", "tall per-axis": "batch-col",
            "middle per-axis": "batch-vec"}
 
 
-@pytest.mark.parametrize("walk", ["rows", "batch", "stride", "pipe"])
+#: The layouts of FAST_LAYOUTS whose element i has the scale i // q (the flat walk's).
+FLAT = {"last blocked 8", "outer per-axis", "long rows", "tall blocked 4"}
+
+
+def _expected_kernel(name: str, walk: str) -> str:
+    """The kernel layout qcore.kernels.cuda.rows_kernel picks for a FAST_LAYOUTS layout."""
+    if walk == "rows" or name not in BATCHED:
+        return "rows"
+    if walk == "flat":
+        return "flat-vec" if name in FLAT else BATCHED[name]
+    return BATCHED[name].replace("batch", walk)
+
+
+@pytest.mark.parametrize("walk", ["rows", "batch", "stride", "pipe", "flat"])
 def test_rows_walks_give_the_cpu_codes(walk, monkeypatch):
     """Every rows walk (the one-row walk and the batched ones, which the benchmark sets side by
     side) on every layout the batched walks serve, which they are chosen for; the others keep
@@ -748,8 +761,7 @@ def test_rows_walks_give_the_cpu_codes(walk, monkeypatch):
             x = (_units(n, rng).reshape(shape) * _expand(scale, attrs, shape)).astype(np.float32)
         call = qcore.ops.prepare_quantize(x, scale, backend="cuda", **attrs)
         kernel = ck.rows_kernel(call.layout_params(), 1)[0]
-        assert kernel == (BATCHED.get(name, "rows") if walk != "rows" else "rows").replace(
-            "batch", walk), name
+        assert kernel == _expected_kernel(name, walk), name
         for target in ("int8", "uint8", "float8e4m3fn", "float4e2m1"):
             zp = _zero_point("value", target, sshape, rng)
             both(qcore.quantize_linear, x, scale, zp, x=x, output_dtype=target, **attrs)
@@ -820,7 +832,7 @@ def test_float8_conversion_instruction_matches_the_cpu(target, saturate):
          output_dtype=target, saturate=saturate, x=m)
 
 
-@pytest.mark.parametrize("walk", ["rows", "batch", "stride", "pipe"])
+@pytest.mark.parametrize("walk", ["rows", "batch", "stride", "pipe", "flat"])
 @pytest.mark.parametrize("case", ["per-tensor", "blocked 32", "blocked 128", "per-axis rows",
                                   "per-axis columns"])
 def test_large_tensors_on_the_gpu(case, walk, monkeypatch):

@@ -261,9 +261,11 @@ ROWS_WALK = "batch"
 
 
 def rows_kernel(lp, z_size: int, walk: str | None = None):
-    """(kernel layout, grid, threads, row params) of a rows layout: "WALK-col" / "WALK-vec" (a
-    batched walk of :mod:`qcore.kernels.cuda_rows`, where it serves the layout and `walk`,
-    default :data:`ROWS_WALK`, is one of them) or "rows" (the one-row walk)."""
+    """(kernel layout, grid, threads, params) of a rows layout: "flat-vec" (the flat walk of
+    :mod:`qcore.kernels.cuda_rows`, where it serves the layout and `walk`, default
+    :data:`ROWS_WALK`, is "flat"; params: its (q, 1/q, zstep)), "WALK-col" / "WALK-vec" (a
+    batched walk, where it serves the layout and `walk` is one of them, "flat" falling back to
+    "batch") or "rows" (the one-row walk); params otherwise the rows view."""
     return _rows_kernel(lp, z_size, ROWS_WALK if walk is None else walk)
 
 
@@ -271,7 +273,13 @@ def rows_kernel(lp, z_size: int, walk: str | None = None):
 def _rows_kernel(lp, z_size: int, walk: str):
     if walk not in cuda_rows.WALKS:
         raise ValueError(f"walk must be one of {cuda_rows.WALKS}, not {walk!r}")
-    mode = cuda_rows.batch_mode(row_params(lp, z_size)) if walk != "rows" else None
+    rp = row_params(lp, z_size)
+    if walk == "flat":
+        fp = cuda_rows.flat_params(rp)
+        if fp is not None:
+            return "flat-vec", grid(rp[0] * rp[1], 4 * THREADS), THREADS, fp
+        walk = "batch"
+    mode = cuda_rows.batch_mode(rp) if walk != "rows" else None
     if mode is None:
         return ("rows",) + row_launch(lp, z_size)
     return (f"{walk}-{mode}",) + row_launch(lp, z_size, cuda_rows.BATCH)

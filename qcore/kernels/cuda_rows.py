@@ -35,10 +35,11 @@ else:  # pragma: no cover - numba without its CUDA target: nothing here runs
 #: Rows a thread converts per step, all their loads issued first.
 BATCH = 4
 
-#: The walks a rows layout can take: the one-row walk, and this module's batched walks
-#: (:func:`batch_walk`: a chunk of rows per block; rows gdy apart; a chunk, pipelined).
-WALKS = ("rows", "batch", "stride", "pipe")
-BATCHED = WALKS[1:]
+#: The walks a rows layout can take: the one-row walk, this module's batched walks
+#: (:func:`batch_walk`: a chunk of rows per block; rows gdy apart; a chunk, pipelined), and
+#: the flat walk (:func:`flat_walk`, where :func:`flat_params` allows; "batch" elsewhere).
+WALKS = ("rows", "batch", "stride", "pipe", "flat")
+BATCHED = ("batch", "stride", "pipe")
 
 
 def batch_mode(rp: tuple) -> str | None:
@@ -247,3 +248,63 @@ def batch_walk(blank, load, reload4, put4, walk: str = "batch"):
             c += tx * VEC
 
     return walk_col, walk_vec
+
+
+def flat_params(rp: tuple) -> tuple | None:
+    """(q, 1/q, zstep) where every element i of the rows view rp has the scale i // q and four
+    elements from a multiple of four share it — blocked along the last axis by a multiple of
+    four that divides the rows (q = the block), per-axis along the first of two axes (q = the
+    row) — else None. Such layouts run as one flat sequence of four-element vectors
+    (:func:`flat_walk`)."""
+    rows, length, d1, _, b, _, sb, sp, pmul, bc, _, zstep, vec = rp
+    if vec != 1 or length % VEC or sp != 1:
+        return None
+    if d1 == 1 and pmul == 1 and bc % VEC == 0 and sb * bc == length:
+        q = bc
+    elif d1 == rows and pmul == 0 and b == 1 and bc >= length:
+        q = length
+    else:
+        return None
+    return int(q), 1.0 / q, int(zstep)
+
+
+def flat_walk(blank, load, put4):
+    """The flat walk: ``walk(x, y, s, z, k, fp, j, stride, nv)`` for a thread starting at
+    vector j of nv, stepping by stride, as the per-tensor kernels do, with each vector's scale
+    and zero point (index 4j // q, fp = :func:`flat_params`) loaded with it and the next step's
+    vector, scale and zero point loaded before the current ones convert. The scale index
+    follows by adds: (sq, sr) = divmod(4 stride, q), one carry per step."""
+
+    @device_function
+    def walk(x, y, s, z, k, fp, j, stride, nv):
+        q, inv_q, zstep = fp
+        si, rem = div_exact(j * VEC, q, inv_q)
+        sq, sr = div_exact(stride * VEC, q, inv_q)
+        v = blank()
+        sv = s[0]
+        zv = z[0]
+        if j < nv:
+            v = load(x, j)
+            sv = s[si]
+            zv = z[si * zstep]
+        while j < nv:
+            j2 = j + stride
+            si += sq
+            rem += sr
+            if rem >= q:
+                rem -= q
+                si += 1
+            w = v  # the next step's vector, scale and zero point, loaded before these convert
+            sw = sv
+            zw = zv
+            if j2 < nv:
+                w = load(x, j2)
+                sw = s[si]
+                zw = z[si * zstep]
+            put4(y, j, v, sv, sv, sv, sv, zv, zv, zv, zv, k)
+            v = w
+            sv = sw
+            zv = zw
+            j = j2
+
+    return walk

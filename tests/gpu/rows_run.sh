@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The rows family (per-axis, blocked, DequantizeLinear blocked) on a lent GPU, in at most 6
 # minutes: wheels (~10 s) -> the specialised kernels' GPU cases, every rows walk included
-# (timeout 150 s; tests.txt, tests.xml) -> python -m qcore.bench.cuda of the rows family, every
-# rows walk side by side, at 16384x16384 then 4096x4096 (timeout 200 s; bench.md, bench.json).
+# (timeout 150 s; tests.txt, tests.xml) -> python -m qcore.bench.cuda, the rows family through
+# the one-row, batched and flat walks side by side, at 16384x16384 then 4096x4096 (timeout
+# 200 s; bench.md, bench.json).
 # Run from the repository root with the wheels in .whl/ (tests/gpu/setup.sh installs them):
 #   bash tests/gpu/rows_run.sh            results under $OUT (default ./gpu_out)
 set -u
@@ -26,7 +27,7 @@ tail -n 25 "$OUT/tests.txt"
 
 elapsed "benchmark: the rows family, every rows walk"
 timeout 200 python3 -m qcore.bench.cuda --size 16384x16384,4096x4096 --repeat 10 \
-  --walks rows,batch,stride,pipe --rows-only \
+  --walks ${WALKS:-rows,batch,flat} \
   --json "$OUT/bench.json" --markdown "$OUT/bench.md" > "$OUT/bench.log" 2>&1
 echo "bench exit $? (124: cut by the 200 s limit)" >> "$OUT/bench.log"
 cat "$OUT/bench.log"
