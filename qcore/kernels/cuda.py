@@ -255,9 +255,11 @@ def row_launch(lp, z_size: int, per_block: int = 1) -> tuple[tuple[int, int], in
     return (gx, gy), threads, rp
 
 
-#: The rows walk the rows layouts take where the batched walk serves them
-#: (:mod:`qcore.kernels.cuda_rows`): "batch", or "rows" for the one-row walk.
-ROWS_WALK = "batch"
+#: The rows walk the rows layouts take by default (:mod:`qcore.kernels.cuda_rows`): "flat"
+#: where a layout's scale index is i // q, the batched walk where it serves the layout, the
+#: one-row walk elsewhere ("rows", "batch", "stride", "pipe" pick one walk instead, for the
+#: benchmark; on an H200 the flat and batched walks measured fastest, docs/cuda.md).
+ROWS_WALK = "flat"
 
 
 def rows_kernel(lp, z_size: int, walk: str | None = None):
