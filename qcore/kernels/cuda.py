@@ -35,6 +35,7 @@ from .cuda_kernels import (
     quantize_kernel,
     unpack_kernel,
 )
+from .cuda_rows import row_params  # noqa: F401 - the rows view, part of this API
 from .params import DXKind, NanStyle, PKind, TKind, XKind
 
 # ---------------------------------------------------------------------------------------------
@@ -224,37 +225,6 @@ def quantize_family(lp, qp) -> tuple[str, str, int] | None:
     return ("per-tensor" if lp.uniform == 1 else "rows"), target, width
 
 
-def row_params(lp, z_size: int, aligned: bool = True) -> tuple:
-    """The rows view of a layout for the ``rows`` kernels (see cuda_device.rows_walk):
-    x as rows of contiguous elements, where each row's scales start at one index and step
-    every Bc columns."""
-    if lp.post == 1:  # along the last axis: a row per `pre`, blocks of `block` columns
-        rows, length, d1, b, bc = lp.pre, lp.dim, 1, 1, lp.block
-    else:  # an outer axis: a row per (pre, dim); one scale per row or one per column
-        rows, length, d1, b = lp.pre * lp.dim, lp.post, lp.dim, lp.block
-        bc = 1 if lp.scale_post > 1 else length
-    vec = int(aligned and (length % 4 == 0 or rows == 1)
-              and (bc == 1 or bc % 4 == 0 or bc >= length))
-    return (int(rows), int(length), int(d1), 1.0 / d1, int(b), 1.0 / b, int(lp.scale_blocks),
-            int(lp.scale_post), int(lp.scale_pre > 1), int(bc), 1.0 / bc, int(z_size > 1), vec)
-
-
-def row_launch(lp, z_size: int, per_block: int = 1) -> tuple[tuple[int, int], int, tuple]:
-    """(grid, threads, row params) of a rows kernel: threads across a row's four-element
-    vectors in whole warps (at most THREADS), enough blocks along x to cover a row (capped),
-    then blocks along y over the rows (at least `per_block` rows each), up to the device's
-    block budget."""
-    rp = row_params(lp, z_size)
-    rows, length = rp[0], rp[1]
-    warp = 1 if SIMULATOR else 32
-    vectors = (length + 3) // 4
-    threads = max(min(THREADS, (vectors + warp - 1) // warp * warp), 1)
-    budget = _max_blocks()
-    gx = max(1, min((vectors + threads - 1) // threads, budget))
-    gy = max(1, min(-(-rows // per_block), budget // gx, 65535))
-    return (gx, gy), threads, rp
-
-
 #: The rows walk the rows layouts take by default (:mod:`qcore.kernels.cuda_rows`): "flat"
 #: where a layout's scale index is i // q, the batched walk where it serves the layout, the
 #: one-row walk elsewhere ("rows", "batch", "stride", "pipe" pick one walk instead, for the
@@ -263,28 +233,10 @@ ROWS_WALK = "flat"
 
 
 def rows_kernel(lp, z_size: int, walk: str | None = None):
-    """(kernel layout, grid, threads, params) of a rows layout: "flat-vec" (the flat walk of
-    :mod:`qcore.kernels.cuda_rows`, where it serves the layout and `walk`, default
-    :data:`ROWS_WALK`, is "flat"; params: its (q, 1/q, zstep)), "WALK-col" / "WALK-vec" (a
-    batched walk, where it serves the layout and `walk` is one of them, "flat" falling back to
-    "batch") or "rows" (the one-row walk); params otherwise the rows view."""
-    return _rows_kernel(lp, z_size, ROWS_WALK if walk is None else walk)
-
-
-@lru_cache(maxsize=512)
-def _rows_kernel(lp, z_size: int, walk: str):
-    if walk not in cuda_rows.WALKS:
-        raise ValueError(f"walk must be one of {cuda_rows.WALKS}, not {walk!r}")
-    rp = row_params(lp, z_size)
-    if walk == "flat":
-        fp = cuda_rows.flat_params(rp)
-        if fp is not None:
-            return "flat-vec", grid(rp[0] * rp[1], 4 * THREADS), THREADS, fp
-        walk = "batch"
-    mode = cuda_rows.batch_mode(rp) if walk != "rows" else None
-    if mode is None:
-        return ("rows",) + row_launch(lp, z_size)
-    return (f"{walk}-{mode}",) + row_launch(lp, z_size, cuda_rows.BATCH)
+    """(kernel layout, grid, threads, params) of a rows layout for `walk` (default
+    :data:`ROWS_WALK`): :func:`qcore.kernels.cuda_rows.rows_kernel` on this device."""
+    return cuda_rows.rows_kernel(lp, z_size, ROWS_WALK if walk is None else walk,
+                                 _max_blocks())
 
 
 _OVERLOADS: dict = {}

@@ -24,7 +24,7 @@ written here):
   packed into one 32-bit store (64-bit for 16-bit codes) on the code array itself.
 
 Grid-stride loops over a grid sized to the device (:func:`qcore.kernels.cuda.grid`,
-:func:`qcore.kernels.cuda.row_launch`).
+:func:`qcore.kernels.cuda_rows.row_launch`).
 """
 
 from __future__ import annotations

@@ -22,10 +22,12 @@ whose length is not a multiple of four or data not 16-byte aligned) take the ``"
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
 from .cuda_device import VEC, div_exact
-from .cuda_kernels import _IMPORT_ERROR, device_function
+from .cuda_kernels import _IMPORT_ERROR, SIMULATOR, THREADS, device_function
 
 if _IMPORT_ERROR is None:
     from numba import int64
@@ -42,9 +44,61 @@ WALKS = ("rows", "batch", "stride", "pipe", "flat")
 BATCHED = ("batch", "stride", "pipe")
 
 
+def row_params(lp, z_size: int, aligned: bool = True) -> tuple:
+    """The rows view of a layout (LayoutParams lp) for the rows kernels: x as rows of
+    contiguous elements, where each row's scales start at one index and step every Bc columns:
+    (rows, L, D1, 1/D1, B, 1/B, SB, SP, pmul, Bc, 1/Bc, zstep, vec); see
+    :func:`qcore.kernels.cuda_device.rows_walk`."""
+    if lp.post == 1:  # along the last axis: a row per `pre`, blocks of `block` columns
+        rows, length, d1, b, bc = lp.pre, lp.dim, 1, 1, lp.block
+    else:  # an outer axis: a row per (pre, dim); one scale per row or one per column
+        rows, length, d1, b = lp.pre * lp.dim, lp.post, lp.dim, lp.block
+        bc = 1 if lp.scale_post > 1 else length
+    vec = int(aligned and (length % 4 == 0 or rows == 1)
+              and (bc == 1 or bc % 4 == 0 or bc >= length))
+    return (int(rows), int(length), int(d1), 1.0 / d1, int(b), 1.0 / b, int(lp.scale_blocks),
+            int(lp.scale_post), int(lp.scale_pre > 1), int(bc), 1.0 / bc, int(z_size > 1), vec)
+
+
+def row_launch(rp: tuple, budget: int, per_block: int = 1) -> tuple[tuple[int, int], int]:
+    """(grid, threads) of a 2-D rows kernel over the rows view rp: threads across a row's
+    four-element vectors in whole warps (at most THREADS), enough blocks along x to cover a
+    row, then blocks along y over the rows (at least `per_block` rows each), `budget` blocks
+    at most."""
+    rows, length = rp[0], rp[1]
+    warp = 1 if SIMULATOR else 32
+    vectors = (length + 3) // 4
+    threads = max(min(THREADS, (vectors + warp - 1) // warp * warp), 1)
+    gx = max(1, min((vectors + threads - 1) // threads, budget))
+    gy = max(1, min(-(-rows // per_block), budget // gx, 65535))
+    return (gx, gy), threads
+
+
+@lru_cache(maxsize=512)
+def rows_kernel(lp, z_size: int, walk: str, budget: int):
+    """(kernel layout, grid, threads, params) of a rows layout under `walk`: "flat-vec" where
+    `walk` is "flat" and :func:`flat_params` allows (params: (q, 1/q, zstep); a 1-D grid),
+    "WALK-col" / "WALK-vec" where `walk` is a batched walk ("flat" falling back to "batch")
+    and :func:`batch_mode` allows, else "rows" (the one-row walk); params otherwise the rows
+    view. Grids of at most `budget` blocks."""
+    if walk not in WALKS:
+        raise ValueError(f"walk must be one of {WALKS}, not {walk!r}")
+    rp = row_params(lp, z_size)
+    if walk == "flat":
+        fp = flat_params(rp)
+        if fp is not None:
+            vectors = (rp[0] * rp[1] + 3) // 4
+            return "flat-vec", max(1, min(-(-vectors // THREADS), budget)), THREADS, fp
+        walk = "batch"
+    mode = batch_mode(rp) if walk != "rows" else None
+    if mode is None:
+        return ("rows",) + row_launch(rp, budget) + (rp,)
+    return (f"{walk}-{mode}",) + row_launch(rp, budget, BATCH) + (rp,)
+
+
 def batch_mode(rp: tuple) -> str | None:
     """``"col"``, ``"vec"`` or None (the one-row walk only) for the rows view rp of
-    :func:`qcore.kernels.cuda.row_params`."""
+    :func:`row_params`."""
     rows, length, d1, _, b, _, _, _, pmul, bc, _, _, vec = rp
     if vec != 1 or length % VEC:
         return None
