@@ -354,6 +354,8 @@ def test_logits_apply_only_to_float_outputs(d, tmp_path, capsys):
              "--logits"], capsys, "--logits")
 
 
+@pytest.mark.xfail(strict=True, reason="issue 45 item 2, not built yet: an output slice named "
+                   "as an output of its own (--slice)")
 def test_an_output_slice_has_its_own_figure(d, tmp_path, capsys):
     p = tmp_path / "p.json"
     rc, out, err = cli([d / "mlp.onnx", "--inputs", d / "x64.npz", "--recipes", "int4:per-axis",
@@ -364,6 +366,8 @@ def test_an_output_slice_has_its_own_figure(d, tmp_path, capsys):
     assert set(outs) >= {"y", "first", "rest"}
 
 
+@pytest.mark.xfail(strict=True, reason="issue 45 item 2, not built yet: --metric MODULE:FUNCTION "
+                   "and --min-metric X")
 def test_a_user_metric_and_its_floor(d, tmp_path, capsys):
     mod = tmp_path / "my_metric.py"
     mod.write_text("import numpy as np\n"

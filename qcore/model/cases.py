@@ -7,9 +7,10 @@ import os
 from typing import Any
 
 from ..io.onnx import NoWeightsError
-from .checks import check_initializers, check_not_quantized, check_sentences
+from .checks import check_initializers, check_sentences
 from .fidelity import ModelCase
 from .graph import ModelError, check_inputs, generate_inputs, load_model, read_inputs
+from .quantized import check_not_quantized
 
 __all__ = ["MINILM", "load_case"]
 

@@ -33,8 +33,9 @@ def _fmt(v: float, nd: int = 2) -> str:
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
     from .cases import load_case
-    from .checks import check_case, quantized_nodes
+    from .checks import check_case
     from .plan import make_plan, run_plan
+    from .quantized import quantized_nodes
     from .sensitivity import correlation, measure, uniform, write_table
 
     tensors, outputs, (lo, hi) = check_args(args)
