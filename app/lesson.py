@@ -1,11 +1,12 @@
 """The guided path: ten steps from scale and zero point to a whole model.
 
-Each :class:`Step` holds the idea (three sentences), the formula, the reason behind the rule
-(shown once the question is answered: it often gives the answer away), a prediction question
-whose answer qcore computes when asked (never a stored number), a "Try this": the page and
-settings (URL names, described in words by :func:`describe_settings`) that show the step on a
-real tensor, and the reference pages the step leans on. Pure data and qcore calls;
-``pages/learn.py`` draws it.
+Each :class:`Step` asks before it tells. Shown before the prediction: the idea (what the
+learner needs to work the question, never its answer), the formula unless it states the rule
+(``formula_after``), and the question, whose answer qcore computes when asked (never a stored
+number). Shown only after it: the rule the question tests, the reason behind it, and the
+"Try this": the page and settings (URL names, described in words by
+:func:`describe_settings`) that show the step on a real tensor. The reference pages the step
+leans on are linked throughout. Pure data and qcore calls; ``pages/learn.py`` draws it.
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ class Step:
     terms: tuple[str, ...] = ()  # glossary slugs
     preset: str = ""  # the Lab preset (app.presets.LAB) whose settings and note it uses
     refs: tuple[str, ...] = ()  # scripts of the reference pages the step leans on
+    rule: str = ""  # the rule the question tests: shown only after the prediction
+    formula_after: bool = False  # the formula states the rule: shown after the prediction
 
 
 #: Setting URL names in words (the "Try this" card says what it sets).
@@ -336,8 +339,8 @@ STEPS: tuple[Step, ...] = (
          ("scale", "zero-point", "code"), refs=("pages/home.py", GLOSSARY)),
     Step("Rounding",
          "x / scale is rarely a whole number, so it is rounded to the nearest code. The error "
-         "of one element is at most half a step, scale / 2. A tie — exactly halfway — goes to "
-         "the even neighbour.",
+         "of one element is at most half a step, scale / 2. Now and then x / scale lands "
+         "exactly halfway between two codes: a tie, and some rule must pick one of them.",
          r"y = \operatorname{round}(x / \text{scale}),\quad "
          r"|\hat{x} - x| \le \text{scale} / 2",
          glossary.WHY["half_even"],
@@ -346,12 +349,13 @@ STEPS: tuple[Step, ...] = (
          dict(target="int8", lo_x="0.5, 1.5, 2.5, 3.5, -2.5, 2.4, 2.6", lo_s=1.0, lo_zp=0),
          "The Lab's \"Step by step on your own numbers\" table: the rounded column shows every "
          "tie going to the even code.",
-         ("half-to-even",), refs=(OPERATOR_VERSIONS, GLOSSARY)),
+         ("half-to-even",), refs=(OPERATOR_VERSIONS, GLOSSARY),
+         rule="A tie goes to the **even** neighbour (round half to even): 0.5 → 0, 1.5 → 2, "
+              "2.5 → 2, 3.5 → 4."),
     Step("Saturation",
-         "The target type has a smallest and a largest code. A value whose rounded code falls "
-         "outside them is clipped to the nearest end: it saturates. Choosing the scale is a "
-         "trade: a large one never clips but rounds coarsely, a small one rounds finely but "
-         "clips the outliers.",
+         "The target type has a smallest and a largest code: int8 holds −128 … 127. A value "
+         "far enough out rounds to a code the type does not have. What the operator does "
+         "then decides how large the error of such a value can get.",
          r"y = \min\big(\max(\operatorname{round}(x / s) + z,\ q_{\min}),\ q_{\max}\big)",
          glossary.WHY["saturate"],
          "x = 127.5, scale 1, zero point 0, int8 → y = ?", _S3, _a3,
@@ -359,12 +363,17 @@ STEPS: tuple[Step, ...] = (
          dict(target="int8", lo_x="126.4, 127.5, 128, 300, -128.5, -129, 1e10", lo_s=1.0,
               lo_zp=0),
          "The own-numbers table: \"rounded\" passes 127, \"saturated = y\" stops there.",
-         ("saturate", "clipping"), refs=(NUMBER_FORMATS, OPERATOR_VERSIONS, GLOSSARY)),
+         ("saturate", "clipping"), refs=(NUMBER_FORMATS, OPERATOR_VERSIONS, GLOSSARY),
+         rule="A rounded code outside the type's codes is clipped to the nearest end: it "
+              "**saturates**. Choosing the scale is a trade: a large one never clips but rounds "
+              "coarsely, a small one rounds finely but clips the outliers.",
+         formula_after=True),
     Step("Granularity: per-axis and blocked",
-         "One scale for a whole tensor must cover its largest value, so every other value "
-         "shares that coarse step. Per-axis quantization gives each slice along one axis its "
-         "own scale — for a weight of shape (out, in), axis 0 is the output channel. Blocked "
-         "quantization goes further: every run of, say, 32 elements gets its own scale.",
+         "A tensor can share one scale (per-tensor), and with abs-max calibration that scale is "
+         "sized so its largest value lands on the largest code. Per-axis quantization gives "
+         "each slice along one axis its own scale — for a weight of shape (out, in), axis 0 is "
+         "the output channel. Blocked quantization goes further: every run of, say, 32 "
+         "elements gets its own scale.",
          r"s_c = \max_j |W_{c,j}| / 127 \quad\text{(one scale per output channel } c)",
          glossary.WHY["per_axis"] + " " + glossary.WHY["blocks"],
          "W = [[0.02, −0.05, 0.1], [12.7, −6, 3]] (2 output channels), per-tensor int8 with "
@@ -374,7 +383,11 @@ STEPS: tuple[Step, ...] = (
          "The Lab on a 256×256 weight with one outlier output channel, per-axis along axis 0. "
          "Switch Granularity to per-tensor and watch the SQNR drop.",
          ("granularity", "per-axis", "output-channel", "block"), "outlier_channel",
-         refs=(OPERATOR_VERSIONS, GLOSSARY)),
+         refs=(OPERATOR_VERSIONS, GLOSSARY),
+         rule="One scale for a whole tensor must cover its largest value, so every other value "
+              "shares that coarse step, and small values round to 0. A scale per output "
+              "channel sizes each row's step to that row.",
+         formula_after=True),
     Step("float8, float6, float4 and MX",
          "Float formats spend some bits on an exponent, so their codes are dense near zero and "
          "sparse far away: the relative error stays about the same at every magnitude. float8 "
@@ -391,10 +404,10 @@ STEPS: tuple[Step, ...] = (
          ("e4m3-e5m2", "binade", "mx", "e8m0", "ocp"), "mxfp4",
          refs=(NUMBER_FORMATS, OPERATOR_VERSIONS, GLOSSARY)),
     Step("Storage: packing sub-byte codes",
-         "A 4-bit code fills half a byte, so ONNX packs two of them in each byte (and four "
-         "2-bit codes). The first element goes in the low nibble, bits 0 to 3, the next in "
-         "the high nibble. In memory qcore keeps one code per byte and packs them when it "
-         "writes the tensor out.",
+         "A 4-bit code needs only half a byte (a nibble), and a negative int4 code is stored in "
+         "two's complement: −2 is 1110. In memory qcore keeps one code per byte; a file and "
+         "the kernel that reads it want the codes packed. Which codes share a byte, and which "
+         "nibble holds the first one, is fixed by ONNX.",
          r"\begin{aligned}\text{byte}_k &= (y_{2k} \mathbin{\&} 15) + 16 \times "
          r"(y_{2k+1} \mathbin{\&} 15) \\ \text{bytes} &= \lceil n / 2 \rceil\end{aligned}",
          "Low nibble first is how a little-endian machine stores a number's low part first: "
@@ -407,7 +420,11 @@ STEPS: tuple[Step, ...] = (
          dict(target="int4", gran=qcore.BLOCKED, block=32, axis=1, method="absmax"),
          "The Lab with int4 codes: the downloads include the packed bytes (two codes a byte); "
          "Number Formats shows each int4 code's 4 bits.",
-         ("code", "bits-per-element"), refs=(NUMBER_FORMATS, OPERATOR_VERSIONS, GLOSSARY)),
+         ("code", "bits-per-element"), refs=(NUMBER_FORMATS, OPERATOR_VERSIONS, GLOSSARY),
+         rule="ONNX packs two 4-bit codes in each byte (and four 2-bit codes), so n codes take "
+              "⌈n / 2⌉ bytes. The first element goes in the **low** nibble, bits 0 to 3, the "
+              "next in the high nibble; an odd count pads the last high nibble with 0.",
+         formula_after=True),
     Step("Formats at the same bits",
          "At about 4 bits per element there are several recipes: int4 codes with a float32 "
          "scale per block of 32, MXFP4's float4 codes with a power-of-two scale per block, "
@@ -444,8 +461,8 @@ STEPS: tuple[Step, ...] = (
          ("dynamic", "zero-point"), refs=(OPERATOR_VERSIONS, GLOSSARY)),
     Step("Choosing a format for a model",
          "No format wins everywhere: the answer depends on the tensor's shape of distribution "
-         "and on the granularity. Integers suit well-behaved, evenly spread values; floats "
-         "suit heavy tails and outliers. Compare SQNR against bits per element and keep the "
+         "and on the granularity. An integer format spaces its codes evenly; a float format "
+         "spaces them by powers of two. Compare SQNR against bits per element and keep the "
          "choices on the Pareto front.",
          r"\text{SQNR} = 10 \log_{10} \frac{\sum x^2}{\sum (\hat{x} - x)^2}\ \text{dB}",
          "About 6 dB of SQNR per bit for integers: a format that needs one more bit per element "
@@ -459,11 +476,12 @@ STEPS: tuple[Step, ...] = (
                          ("int8", "float8e4m3fn", "float8e5m2", "int4", "float4e2m1")]),
          "Format Compare on that weight: SQNR against bits per element, the Pareto front "
          "marked. Try per-axis along axis 0 too.",
-         ("sqnr", "pareto", "bits-per-element"), refs=(MODEL_REPORT, NUMBER_FORMATS, GLOSSARY)),
+         ("sqnr", "pareto", "bits-per-element"), refs=(MODEL_REPORT, NUMBER_FORMATS, GLOSSARY),
+         rule="Integers suit well-behaved, evenly spread values; floats suit heavy tails and "
+              "outliers, because their steps grow with the magnitude."),
     Step("From tensor to model",
          "A model is hundreds of tensors, and they do not all need the same bits. A tensor "
-         "whose largest values sit far from the bulk loses most to one scale; a tensor the "
-         "output barely depends on can lose much and cost nothing. The tensor's SQNR says "
+         "the output barely depends on can lose much and cost nothing. The tensor's SQNR says "
          "what quantization does to it; the model's output says what that costs.",
          r"\text{bits needed} \approx \log_2 \frac{\max |x|}{\sigma} + "
          r"\frac{\text{SQNR wanted}}{6.02\ \text{dB}}",
@@ -478,5 +496,9 @@ STEPS: tuple[Step, ...] = (
          "per-tensor and per-axis, the worst first. Then open Model Fidelity for what each "
          "tensor does to the sentence embeddings.",
          ("sqnr", "granularity", "bits-per-element"),
-         refs=(MODEL_REPORT, MODEL_FIDELITY, GLOSSARY)),
+         refs=(MODEL_REPORT, MODEL_FIDELITY, GLOSSARY),
+         rule="A tensor whose largest values sit far from the bulk (a large max|x| / σ) loses "
+              "most to one scale: the scale is sized for the outlier and the bulk gets few "
+              "codes.",
+         formula_after=True),
 )

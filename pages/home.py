@@ -60,8 +60,10 @@ with right:
         c: st.column_config.NumberColumn(format="%.4g") for c in df.columns if c != "bits"})
     st.caption("Change the scale: a large scale means coarse steps (big rounding error); a "
                "small one means the outer values no longer fit and are clipped to the largest "
-               f"code ({glossary.link('saturate', 'saturation')}). Ties like 2.5 round half "
-               f"to even — {glossary.WHY['half_even'][0].lower() + glossary.WHY['half_even'][1:]}")
+               f"code ({glossary.link('saturate', 'saturation')}). A question to try: at "
+               "scale 1, 2.5 lies exactly halfway between the codes 2 and 3 — which one does "
+               "it get, and does 3.5 go the same way? Type them and see; step 2 of the guided "
+               "path asks it and says why.")
 
 explain.intro("", explain.HOME_EXACT)
 

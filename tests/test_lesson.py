@@ -97,6 +97,8 @@ def test_choosing_a_format_answer_is_measured():
 def test_try_this_lands_on_the_promised_state(n):
     step = STEPS[n - 1]
     at = open_learn(n)
+    at.radio(key=f"learn_q{n}").set_value(step.options[0])  # "Try this" follows the prediction
+    rerun(at)
     at.button(key=f"learn_try{n}").click()
     rerun(at)
     page = step.try_page.split("/")[-1].removesuffix(".py")
@@ -118,6 +120,8 @@ def test_try_this_overrides_what_the_page_showed_before():
     assert at.segmented_control(key="gran").value == qcore.PER_TENSOR
     at.switch_page("pages/learn.py")
     at.query_params["step"] = "4"
+    rerun(at)
+    at.radio(key="learn_q4").set_value(STEPS[3].options[0])
     rerun(at)
     at.button(key="learn_try4").click()
     rerun(at)
@@ -197,3 +201,57 @@ def test_no_answer_before_the_prediction_and_answers_kept_on_the_move():
     rerun(at)
     assert at.radio(key="learn_q2").value == "2"
     assert any("Right: 2" in s.value for s in at.success)
+
+
+#: Words that give each step's answer away, written here from the ONNX rules (not taken from the
+#: lesson's text): none may be on screen before the prediction.
+LEAKS = {
+    2: ("to even", "even neighbour", "even code", "2.5 → 2"),
+    3: ("saturat", "clipped", "clips", "passes 127", "stops there", r"\min", r"\max"),
+    4: ("coarse step", "round to 0", "comes back as 0", r"\max_j"),
+    6: ("low nibble", "high nibble", "lceil", "⌈", "two of them in each byte",
+        "two codes a byte", "pads"),
+    9: ("floats suit", "suit heavy tails", "steps grow with"),
+    10: ("far from the bulk", r"\log_2", "max|x| / σ"),
+}
+
+
+def screen_text(at: AppTest) -> str:
+    """Every piece of text the page shows (the radio's own question and options left out)."""
+    parts = [e.value for kind in ("markdown", "caption", "latex", "info", "success", "error",
+                                  "warning") for e in getattr(at, kind)]
+    parts += [b.label for b in at.button]
+    return "\n".join(str(p) for p in parts)
+
+
+@pytest.mark.parametrize("n", range(1, len(STEPS) + 1))
+def test_every_step_asks_before_it_tells(n):
+    """Before a prediction: no rule, no why, no "Try this" hint or button, none of the words that
+    give the answer away; after it, all of them."""
+    step = STEPS[n - 1]
+    at = open_learn(n)
+    shown = screen_text(at)
+    assert at.radio(key=f"learn_q{n}").value is None
+    for leak in LEAKS.get(n, ()):
+        assert leak not in shown, (n, leak)
+    for hidden in (step.why, step.rule, step.try_text):
+        assert not hidden or hidden not in shown, (n, hidden[:60])
+    if step.formula_after:
+        assert step.formula not in shown, n
+    assert not [b for b in at.button if b.key == f"learn_try{n}"], n
+    at.radio(key=f"learn_q{n}").set_value(step.options[-1])
+    rerun(at)
+    shown = screen_text(at)
+    for revealed in (step.why, step.rule, step.try_text):
+        assert revealed in shown, (n, revealed[:60])
+    assert step.formula in shown
+    assert at.button(key=f"learn_try{n}")
+
+
+def test_home_asks_about_ties_before_it_tells():
+    at = AppTest.from_file(APP, default_timeout=300)
+    at.session_state["rows"], at.session_state["cols"] = 16, 16
+    check(at.run())
+    example = [c.value for c in at.caption if "2.5" in c.value]  # the example's caption
+    assert example and "which one" in example[0]
+    assert "to even" not in example[0] and "even neighbour" not in example[0]
