@@ -20,7 +20,7 @@ METHOD_LABELS = {"minmax": "min–max (asymmetric)", "absmax": "abs-max (symmetr
 SCALE_LABELS = {"float": "float32", "float16": "float16", "bfloat16": "bfloat16",
                 "float8e8m0": "float8e8m0 (powers of two)"}
 PRECISIONS = ("", "float", "float16", "bfloat16")
-PRECISION_LABELS = {"": "default (scale's type)", "float": "float32", "float16": "float16",
+PRECISION_LABELS = {"": "the scale's type", "float": "float32", "float16": "float16",
                     "bfloat16": "bfloat16"}
 GRANULARITY_LABELS = {qcore.PER_TENSOR: "per-tensor", qcore.PER_AXIS: "per-axis",
                       qcore.BLOCKED: "blocked"}
@@ -141,7 +141,7 @@ def panel(shape: tuple[int, ...], *, show_opset: bool = True, show_target: bool 
           show_precision: bool = True, prefix: str = "") -> QuantConfig:
     """The full settings panel (in a bordered container); returns the chosen configuration."""
     box = st.container(border=True)
-    first = box.columns([1.1] * show_opset + [1.1] * show_target + [1.5, 1.0])
+    first = box.columns([1.4] * show_opset + [1.1] * show_target + [1.5, 1.0])
     opset, target = qcore.LATEST_OPSET, "int8"
     if show_opset:
         opset = widgets.select("Opset", list(compute.OPSETS), prefix + "opset",
@@ -171,7 +171,7 @@ def panel(shape: tuple[int, ...], *, show_opset: bool = True, show_target: bool 
                                      help="The element type the scale is stored in; float8e8m0 "
                                           "holds powers of two only (MX). From opset 19 to 22 "
                                           "the scale must have x's type.")
-    second = box.columns([1.5, 0.6, 0.8] + [1.1] * show_precision + [0.7],
+    second = box.columns([1.9, 0.55, 0.75] + [1.35] * show_precision + [0.85],
                          vertical_alignment="bottom")
     mx_default = _mx_blocks(method, prefix)
     gran, axis, block = granularity_panel(shape, prefix=prefix, columns=second[:3],
