@@ -28,8 +28,8 @@ from qcore.report import recipes
 #: Recipes the page starts with (those the chosen runtime cannot run are left out).
 PAGE_RECIPES = ("int8:per-axis", "int4:blocked32", "mxfp8", "mxfp4")
 #: Runtimes a plan can be made for: what the installed onnxruntime runs, or any ONNX runtime.
-RUNTIMES = {"onnxruntime": "onnxruntime (what the installed one runs)",
-            "reference": "any ONNX runtime (reference: every ONNX type)"}
+#: Labels short enough to show whole in the sidebar's select (the help says the rest).
+RUNTIMES = {"onnxruntime": "onnxruntime", "reference": "any ONNX runtime"}
 CURVE_POINTS = 5  # plans drawn on the bits-vs-fidelity chart
 _STORE_ENTRIES = 24  # results kept per server (sensitivity tables, plans, curves)
 
@@ -303,8 +303,8 @@ def loads_in_onnxruntime(data: bytes) -> str:
 
 #: The activation choices the page offers (``--activations`` of ``python -m qcore.model``).
 ACTIVATIONS = {"none": "none (weights only)",
-               "dynamic": "dynamic uint8 (DynamicQuantizeLinear at run time)",
-               "static:int8": "static int8 (calibrated Q/DQ pairs)",
+               "dynamic": "dynamic uint8",
+               "static:int8": "static int8",
                "static:uint8": "static uint8",
                "static:float8e4m3fn": "static float8e4m3fn",
                "static:float8e5m2": "static float8e5m2"}

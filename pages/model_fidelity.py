@@ -14,9 +14,9 @@ from qcore.report import models, recipes
 
 frame.enter()
 
-SOURCES = {"minilm": "all-MiniLM-L6-v2 sentence encoder (optional install)",
-           "upload": "Upload an .onnx model (+ .npz inputs)",
-           "path": "An .onnx model on the server, under an allowed folder (path)"}
+#: Labels short enough to show whole in the sidebar's select (the help says the rest).
+SOURCES = {"minilm": "all-MiniLM-L6-v2", "upload": "Upload an .onnx model",
+           "path": "A path on the server"}
 
 st.title("Model Fidelity")
 st.markdown("Every weight through `QuantizeLinear → DequantizeLinear`, the model run in "
@@ -27,7 +27,10 @@ st.caption("Output SQNR = −10·log10(mean over outputs of r_o), r_o = Σ (y_o 
            "each output's noise relative to its own power, so no output dominates by its "
            "scale; with one output, 10·log10(Σ y² / Σ (y − ŷ)²).")
 
-source = sources.choose(SOURCES, "mf_source", "minilm")
+source = sources.choose(SOURCES, "mf_source", "minilm",
+                        help="all-MiniLM-L6-v2: the sentence encoder (an optional install). "
+                             "Upload: an .onnx model and, optionally, an .npz of its inputs. "
+                             "Path: an .onnx model on the server, under an allowed folder.")
 side = st.sidebar
 ref, inputs, sentences, seed, feedback = "minilm", None, 0, 0, ""
 if source == "minilm":
@@ -72,7 +75,8 @@ else:
 
 runtime = widgets.select("Runtime the plan is for", list(model_view.RUNTIMES), "mf_runtime",
                          "onnxruntime", where=side, format_func=model_view.RUNTIMES.get,
-                         help="onnxruntime: only recipes whose DequantizeLinear the installed "
+                         help="onnxruntime: what the installed one runs — only recipes whose "
+                              "DequantizeLinear the installed "
                               "onnxruntime runs, so the exported model loads there. Any ONNX "
                               "runtime: every type ONNX defines (the onnx reference evaluator "
                               "runs them all).")
@@ -94,9 +98,10 @@ filt = widgets.text("Tensors containing", "mf_filter", "", where=side,
 act_choice = widgets.select("Activations", list(model_view.ACTIVATIONS), "mf_act", "none",
                             where=side, format_func=model_view.ACTIVATIONS.get,
                             help="Also quantize the activation sites (the float inputs of the "
-                                 "nodes that consume weights: MatMul, Gemm, Conv). Dynamic: "
-                                 "DynamicQuantizeLinear at run time, uint8 per tensor. Static: "
-                                 "a QuantizeLinear → DequantizeLinear pair per site with a "
+                                 "nodes that consume weights: MatMul, Gemm, Conv). Dynamic "
+                                 "uint8: DynamicQuantizeLinear at run time, uint8 per tensor. "
+                                 "Static: calibrated Q/DQ pairs, a QuantizeLinear → "
+                                 "DequantizeLinear pair per site with a "
                                  "scale calibrated on the inputs. int8 weights with static int8 "
                                  "activations is W8A8 int8; float8e4m3fn weights with static "
                                  "float8e4m3fn activations, W8A8 float8.")
@@ -194,17 +199,16 @@ if act_config.mode != "none":
         both = errors.require(model_view.compute, ("wa",) + key + (act_config.name,),
                               model_view.with_activations, case, study, chosen, tensors,
                               what="Recipes with activations")
-    a1, a2 = st.columns([1, 2])
-    a1.metric(f"{len(study.specs)} sites quantized, weights float",
+    st.metric(f"{len(study.specs)} sites quantized, weights float",
               f"{study.activations_only['output_sqnr_db']:.2f} dB", act_config.name,
-              delta_color="off", border=True)
-    with a2:
-        st.dataframe(both, hide_index=True, column_config={
-            "output SQNR (dB)": st.column_config.NumberColumn(format="%.2f"),
-            "max |Δ|": st.column_config.NumberColumn(format="%.3g")})
-        st.caption("Each recipe on every chosen weight with every site quantized: int8 weights "
-                   "with static int8 activations is W8A8 int8; change the activations in the "
-                   "sidebar to compare W8A8 float8e4m3fn.")
+              delta_color="off", border=True, width="content")
+    # the table full width, so a long activation name (static:float8e4m3fn@…) is whole
+    st.dataframe(both, hide_index=True, column_config={
+        "output SQNR (dB)": st.column_config.NumberColumn(format="%.2f"),
+        "max |Δ|": st.column_config.NumberColumn(format="%.3g")})
+    st.caption("Each recipe on every chosen weight with every site quantized: int8 weights "
+               "with static int8 activations is W8A8 int8; change the activations in the "
+               "sidebar to compare W8A8 float8e4m3fn.")
     charts.show(model_view.site_chart(study))
     with st.expander("Every activation site alone"):
         st.dataframe(model_view.site_table(study), hide_index=True, column_config={
