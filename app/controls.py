@@ -130,8 +130,9 @@ def granularity_caption(shape: tuple[int, ...], gran: str, axis: int, block: int
         short = dim - (nblocks - 1) * block
         return (f"{nblocks:,} block(s) of {block} along axis {axis} (length {dim})"
                 + (f", the last one {short} long" if short != block else "")
-                + f"; for {nblocks:,} scales the spec accepts block sizes "
-                + (f"{lo}…{hi}." if hi is not None else f"≥ {lo}."))
+                + f". The scale holds {nblocks:,} values along this axis, and ONNX accepts "
+                  f"every block size that cuts {dim} elements into {nblocks:,} blocks: "
+                + (f"{lo} to {hi}." if hi is not None else f"{lo} or more."))
     if gran == qcore.PER_AXIS:
         return f"{dim:,} scales, one per index of axis {axis}."
     return "One scale for the whole tensor."

@@ -255,3 +255,22 @@ def test_home_asks_about_ties_before_it_tells():
     example = [c.value for c in at.caption if "2.5" in c.value]  # the example's caption
     assert example and "which one" in example[0]
     assert "to even" not in example[0] and "even neighbour" not in example[0]
+
+
+def test_same_bits_names_both_int4_methods_with_numpy_figures():
+    """The step names the method behind each int4 figure: abs-max (the Lab's, the lesson's) and
+    full range (Format Compare's and the model pages' int4:blocked32), each checked here in
+    numpy: full range takes the block's value of largest magnitude v and the scale v / −8."""
+    from qcore import datasets
+
+    w = datasets.load(lesson.SAME_BITS_TENSOR).astype(np.float32)
+    blocks = w.reshape(w.shape[0], -1, 32)
+    idx = np.abs(blocks).argmax(axis=2)[..., None]
+    v = np.take_along_axis(blocks, idx, axis=2)
+    scale = (v / np.float32(-8)).astype(np.float32)
+    scale[scale == 0] = 1
+    codes = np.clip(np.rint(blocks / scale), -8, 7)
+    full = _numpy_sqnr(w, (codes * scale).reshape(w.shape))
+    step = next(s for s in STEPS if s.title == "Formats at the same bits")
+    text = step.answer().explanation
+    assert f"{full:.2f} dB" in text and "full range" in text and "abs-max" in text
