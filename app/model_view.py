@@ -24,6 +24,8 @@ import streamlit as st
 
 from qcore import models, recipes
 from qcore.model import cases, plan, sensitivity
+from qcore.model import site_stats as _site_stats
+from qcore.model.staged import runner_for
 
 #: Recipes the page starts with (those the chosen runtime cannot run are left out).
 #: The recipes the page offers (:data:`qcore.recipes.CATALOGUE`).
@@ -32,6 +34,8 @@ PAGE_RECIPES = ("int8:per-axis", "int4:blocked32", "mxfp8", "mxfp4")
 #: Runtimes a plan can be made for: what the installed onnxruntime runs, or any ONNX runtime.
 #: Labels short enough to show whole in the sidebar's select (the help says the rest).
 RUNTIMES = {"onnxruntime": "onnxruntime", "reference": "any ONNX runtime"}
+#: A channel whose max|x| exceeds this many times the median channel's is an outlier channel.
+OUTLIER_RATIO = _site_stats.OUTLIER_RATIO
 CURVE_POINTS = 5  # plans drawn on the bits-vs-fidelity chart
 _STORE_ENTRIES = 24  # results kept per server (sensitivity tables, plans, curves)
 
@@ -405,11 +409,32 @@ def site_table(study: Any) -> pd.DataFrame:
     its own SQNR and the graph's tensor name."""
     rows = sorted(study.rows, key=lambda r: r["output_sqnr_db"])
     seen = Counter(r["label"] for r in rows)
+    stats = site_stats(study)
     return pd.DataFrame([{"site": r["label"] if seen[r["label"]] == 1
                           else f"{r['label']} ({r['tensor']})",
                           "output SQNR alone (dB)": r["output_sqnr_db"],
-                          "site SQNR (dB)": r["tensor_sqnr_db"], "tensor": r["tensor"]}
+                          "site SQNR (dB)": r["tensor_sqnr_db"],
+                          "max |x|": stats[r["tensor"]]["max_abs"],
+                          "std": stats[r["tensor"]]["std"],
+                          "max / std": stats[r["tensor"]]["max_over_std"],
+                          "excess kurtosis": stats[r["tensor"]]["excess_kurtosis"],
+                          "outlier channels": len(stats[r["tensor"]]["outlier_channels"]),
+                          "their share of the range %":
+                              100 * stats[r["tensor"]]["outlier_share"],
+                          "tensor": r["tensor"], "feeds": r.get("consumers", "")}
                          for r in rows])
+
+
+def site_reading(study: Any, tensor: str) -> str:
+    """The sentence that reads one site's range statistics."""
+    return _site_stats.reading(_site_stats.range_stats(runner_for(study.case).site_values(tensor)))
+
+
+def site_stats(study: Any) -> dict[str, dict[str, Any]]:
+    """Each site's range statistics (:func:`qcore.model.site_stats.range_stats`) on the float
+    values the study measured, by tensor name."""
+    run = runner_for(study.case)
+    return {r["tensor"]: _site_stats.range_stats(run.site_values(r["tensor"])) for r in study.rows}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ with st.container(border=True):
                  icon=":material/school:", width="stretch"):
         st.switch_page("pages/learn.py")
 
-left, right = st.columns([5, 6], gap="large")
+left, right = st.columns([5, 6], gap="medium")
 with left:
     st.subheader("What is linear quantization?")
     explain.intro(explain.HOME_INTRO)

@@ -208,10 +208,25 @@ if act_config.mode != "none":
                "with static int8 activations is W8A8 int8; change the activations in the "
                "sidebar to compare W8A8 float8e4m3fn.")
     charts.show(model_view.site_chart(study))
-    with st.expander("Every activation site alone"):
-        st.dataframe(model_view.site_table(study), hide_index=True, column_config={
-            "output SQNR alone (dB)": st.column_config.NumberColumn(format="%.2f"),
-            "site SQNR (dB)": st.column_config.NumberColumn(format="%.2f")})
+    sites = model_view.site_table(study)
+    if len(sites):
+        worst = sites.iloc[0]
+        st.markdown(f"**Why {worst['site']} hurts most:** "
+                    + model_view.site_reading(study, worst["tensor"]))
+    st.caption("Each site's range, beside its sensitivity: max |x|, its standard deviation, "
+               "their ratio, the excess kurtosis (0 for a normal distribution), and the "
+               f"outlier channels (max |x| over {model_view.OUTLIER_RATIO:g}× the median "
+               "channel's) with the share of the range only they reach. `tensor` is the "
+               "graph's name of the site, `feeds` the weights of the nodes that read it.")
+    st.dataframe(sites, hide_index=True, column_config={
+        "site": st.column_config.TextColumn("site", pinned=True),
+        "output SQNR alone (dB)": st.column_config.NumberColumn(format="%.2f"),
+        "site SQNR (dB)": st.column_config.NumberColumn(format="%.2f"),
+        "max |x|": st.column_config.NumberColumn(format="%.3g"),
+        "std": st.column_config.NumberColumn(format="%.3g"),
+        "max / std": st.column_config.NumberColumn(format="%.1f"),
+        "excess kurtosis": st.column_config.NumberColumn(format="%.1f"),
+        "their share of the range %": st.column_config.NumberColumn(format="%.0f")})
 
 # ---------------------------------------------------------------------------------------------
 # the plan

@@ -300,7 +300,7 @@ st.dataframe(worst[shown],
                  "rmse": st.column_config.NumberColumn("RMSE", format="%.3g"),
                  "max_abs_error": st.column_config.NumberColumn("max |error|", format="%.3g"),
                  "absmax": st.column_config.NumberColumn("max |x|", format="%.3g"),
-                 "clipped_fraction": st.column_config.NumberColumn("clipped", format="%.2e"),
+                 "clipped_fraction": st.column_config.NumberColumn("clipped", format="%.1e"),
                  "bits_per_element": st.column_config.NumberColumn("bits/elem", format="%.3f"),
                  "excess_kurtosis": st.column_config.NumberColumn("excess kurtosis",
                                                                   format="%.2f")})
