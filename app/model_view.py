@@ -292,8 +292,21 @@ def latency_figures(built: dict[str, Any]) -> list[tuple[str, str, str]]:
     for k, ms in built.get("latency_ms", {}).items():
         f = built["float_latency_ms"][k]
         label = "Latency, 1 thread" if k == "1" else f"Latency, {k} threads"
-        out.append((label, f"{ms:.1f} ms", f"float {f:.1f} ms · {ms / f:.2f}× float"))
+        note = f"float {f:.1f} ms · {ms / f:.2f}× float"
+        spread_q = built.get("latency_spread_ms", {}).get(k)
+        spread_f = built.get("float_latency_spread_ms", {}).get(k)
+        if spread_q and spread_f:
+            note += (f" · {spread_q[0]:.1f}–{spread_q[1]:.1f}–{spread_q[2]:.1f} ms vs "
+                     f"{spread_f[0]:.1f}–{spread_f[1]:.1f}–{spread_f[2]:.1f}"
+                     + (" · within noise" if within_noise(spread_q, spread_f) else ""))
+        out.append((label, f"{ms:.1f} ms", note))
     return out
+
+
+def within_noise(a: list[float], b: list[float]) -> bool:
+    """Whether two timings' medians differ by less than their spreads: each median lies inside
+    the other's min–max range, so repeats of the same run could swap them."""
+    return b[0] <= a[1] <= b[2] or a[0] <= b[1] <= a[2]
 
 
 def loads_in_onnxruntime(data: bytes) -> str:

@@ -325,8 +325,8 @@ if d2.button("Build the QDQ model", icon=":material/build:"):
             model_view.export, case, p, runtime, what="Exporting"))
 built = st.session_state.get("_mf_qdq")
 built = built[1] if built and built[0] == export_key else None
-deploy = {k: built[k] for k in ("forms", "latency_ms", "float_latency_ms")
-          if built and built[k]} if built else {}
+deploy = {k: built[k] for k in ("forms", "latency_ms", "float_latency_ms", "latency_spread_ms",
+                                "float_latency_spread_ms") if built.get(k)} if built else {}
 plan_json = json.dumps({**p.to_json(), "runtime": runtime, **deploy,
                         **({"refine": refined.to_json()} if refined else {})}, indent=1)
 d1.download_button("Download the plan (.json)", plan_json, "plan.json", "application/json",
@@ -352,7 +352,11 @@ if built:
         for label, value, note in timing:
             metrics_view.card(row, label, value, note, delta_color="off", delta_arrow="off",
                               help="Median of repeated passes over the inputs, the export and "
-                                   "the float model taking turns in one process.")
+                                   "the float model taking turns in one process; then each "
+                                   "one's min–median–max over the passes.")
+        st.caption("Timings on a shared machine vary from run to run: the min–median–max of "
+                   "the passes shows how much. Where each median lies inside the other's "
+                   "range, the difference is **within noise** — build again before reading it.")
         st.caption("Forms: " + ", ".join(f"{n} × {f}" for f, n in sorted(built["forms"].items()))
                    + " (matmulnbits-node is the kernel; dq-matmul, dynamic and static fuse into "
                    "integer kernels; dq and qdq "

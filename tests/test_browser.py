@@ -205,8 +205,8 @@ def test_no_metric_value_is_cut(server, browser):
 CUT_VALUES_JS = """() => { const out = []; const seen = new Set();
   const roots = [...document.querySelectorAll('[data-testid="stSidebar"], [data-testid="stMain"]')];
   for (const r of roots) for (const e of r.querySelectorAll('*')) {
-    if (e.closest('.js-plotly-plot, [data-testid="stDataFrame"], [data-testid="stCode"], pre'))
-      continue;
+    if (e.closest('.js-plotly-plot, [data-testid="stDataFrame"], [data-testid="stCode"], pre, '
+                  + '.katex-mathml')) continue;  // KaTeX's MathML copy is hidden by design
     if (!e.innerText || !e.innerText.trim() || e.getClientRects().length === 0) continue;
     const cs = getComputedStyle(e);
     const hides = cs.overflowX !== 'visible' || cs.textOverflow === 'ellipsis';
