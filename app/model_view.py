@@ -25,6 +25,7 @@ import streamlit as st
 from qcore import models, recipes
 from qcore.model import cases, plan, sensitivity
 from qcore.model import site_stats as _site_stats
+from qcore.model import sites as _sites
 from qcore.model.staged import runner_for
 
 #: Recipes the page starts with (those the chosen runtime cannot run are left out).
@@ -325,6 +326,8 @@ def loads_in_onnxruntime(data: bytes) -> str:
 # ---------------------------------------------------------------------------------------------
 # activations
 
+#: The static activations' calibration methods (``qcore.model.sites.METHODS``).
+ACTIVATION_METHODS = _sites.METHODS
 #: The activation choices the page offers (``--activations`` of ``python -m qcore.model``).
 ACTIVATIONS = {"none": "none (weights only)",
                "dynamic": "dynamic uint8",
