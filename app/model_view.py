@@ -526,6 +526,26 @@ def plan_table(p: plan.Plan, sens: sensitivity.Sensitivity) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def plan_in_words(p: plan.Plan, most: int = 4) -> str:
+    """The plan in one line: the recipe most tensors get is "the rest", every other recipe
+    lists its tensors ("int8:per-axis for: a, b; int4:blocked32 for the rest (37)")."""
+    by: dict[str, list[str]] = {}
+    for t, r in p.recipes.items():
+        by.setdefault(r if r else "float32", []).append(t)
+    if not by:
+        return ""
+    rest = max(by, key=lambda r: len(by[r]))
+    parts = []
+    for r, ts in sorted(by.items(), key=lambda kv: len(kv[1])):
+        if r == rest:
+            continue
+        shown = ", ".join(f"`{t}`" for t in ts[:most]) + (f" and {len(ts) - most} more"
+                                                          if len(ts) > most else "")
+        parts.append(f"**{r}** for: {shown}")
+    parts.append(f"**{rest}** for {'the rest' if parts else 'every tensor'} ({len(by[rest])})")
+    return "; ".join(parts) + "."
+
+
 def measured_figures(measured: dict[str, Any], kind: str) -> list[tuple[str, str, str, str]]:
     """(label, value, note, help) of the measures this model has beyond SQNR; a measure the
     model lacks (kl and top-1 without logits) is left out, never shown as "None"."""

@@ -290,6 +290,7 @@ if p.activations or p.float_activations:
                + (f"; kept in float: {', '.join(p.float_activations)}"
                   if p.float_activations else "")
                + ". Their noises, each measured alone, join the prediction.")
+st.markdown("**The plan in words:** " + model_view.plan_in_words(p))
 with st.expander("The plan: one recipe per tensor"):
     st.dataframe(model_view.plan_table(p, sens), hide_index=True)
 st.caption("The plan is exactly optimal under the additive model: it predicts the mixed "

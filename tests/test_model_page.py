@@ -314,6 +314,8 @@ def test_activation_sites_are_named_by_the_weights_that_read_them(tmp_path):
         assert col in sites, col
     np.testing.assert_allclose(sites["max / std"], sites["max |x|"] / sites["std"], rtol=1e-9)
     assert dict(zip(sites["tensor"], sites["feeds"])) == readers
+    words = [m.value for m in at.markdown if m.value.startswith("**The plan in words:**")]
+    assert words and "int8:per-axis" in words[0], words
     why = [m.value for m in at.markdown if m.value.startswith("**Why ")]
     assert why and sites["site"].iloc[0] in why[0] and "int8" in why[0], why
 
