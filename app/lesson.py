@@ -1,4 +1,4 @@
-"""The guided path: ten steps from scale and zero point to a whole model.
+"""The guided path: eleven steps from scale and zero point to a deployed model.
 
 Each :class:`Step` asks before it tells. Shown before the prediction: the idea (what the
 learner needs to work the question, never its answer), the formula unless it states the rule
@@ -329,6 +329,39 @@ def _a7() -> Answer:
                   "Measure, don't guess: Format Compare puts every format on one chart.")
 
 
+# --------------------------------------------------------------------------- 11 deployed
+
+_S_DEPLOY = ("4-bit faster at 1 row, not at 64 rows", "4-bit faster at both",
+             "4-bit faster at 64 rows only", "float faster at both")
+
+
+def _a_deploy() -> Answer:
+    from qcore import deploy_costs
+
+    with np.errstate(all="ignore"):
+        d = deploy_costs.dynamic_cost()
+        f = deploy_costs.four_bit_cost()
+    small, large = f["nbits1"] < f["float1"], f["nbits64"] < f["float64"]
+    pick = {(True, False): 0, (True, True): 1, (False, True): 2, (False, False): 3}
+    return Answer(pick[(small, large)],
+                  f"Timed now in onnxruntime, one thread (medians of short repeats on a shared "
+                  f"machine: a difference of a few % is noise). A 1024 × 1024 weight at 1 row: "
+                  f"MatMulNBits **{f['nbits1']:.0f} µs**, float MatMul **{f['float1']:.0f} µs** "
+                  f"({f['nbits1'] / f['float1']:.2f}×); at 64 rows: **{f['nbits64']:.0f} µs** "
+                  f"against **{f['float64']:.0f} µs** ({f['nbits64'] / f['float64']:.2f}×). "
+                  f"One row reads the whole weight for little arithmetic, so the kernel waits on "
+                  f"memory and reading an eighth of the bytes pays; many rows reuse each weight, "
+                  f"the arithmetic dominates and unpacking the codes costs its share. The naive "
+                  f"QDQ form (DequantizeLinear of an int8 weight, then the float MatMul) at 1 "
+                  f"row: {f['qdq']:.0f} µs beside float's {f['float1']:.0f} µs — its codes become "
+                  f"float before the MatMul, so at best it runs as fast as float (a smaller "
+                  f"file, not a faster run). "
+                  f"Dynamic activations pay DynamicQuantizeLinear on every run: **{d['dql']:.0f} "
+                  f"µs** on a 64 × 384 activation, {100 * d['share']:.0f} % of the pair with the "
+                  f"MatMulInteger it feeds ({d['matmulinteger']:.0f} µs; float MatMul "
+                  f"{d['matmul']:.0f} µs).")
+
+
 NUMBER_FORMATS = "pages/number_formats.py"
 OPERATOR_VERSIONS = "pages/operator_versions.py"
 GLOSSARY = "pages/glossary.py"
@@ -514,5 +547,29 @@ STEPS: tuple[Step, ...] = (
          rule="A tensor whose largest values sit far from the bulk (a large max|x| / σ) loses "
               "most to one scale: the scale is sized for the outlier and the bulk gets few "
               "codes.",
+         formula_after=True),
+    Step("From model to deployment",
+         "A QDQ model stores the codes, but a DequantizeLinear in front of a float MatMul "
+         "turns them back into float32 before the arithmetic. A runtime such as onnxruntime "
+         "fuses known patterns into kernels that read the codes themselves: MatMulInteger "
+         "after DynamicQuantizeLinear, QLinearMatMul, and MatMulNBits for 4-bit weights in "
+         "blocks. Whether that is faster depends on what the kernel waits for: memory or "
+         "arithmetic.",
+         r"\text{time} \approx \max\Big(\frac{\text{bytes read}}{\text{bandwidth}},\ "
+         r"\frac{2 \cdot \text{rows} \cdot k \cdot n}{\text{FLOP/s}}\Big)",
+         "A runtime fuses because a DequantizeLinear that runs on every inference costs a full "
+         "float copy of the weight in memory traffic; an integer or 4-bit kernel reads the "
+         "codes directly, which pays exactly when reading bytes is the bottleneck.",
+         "A 1024 × 1024 weight in 4 bits (onnxruntime's MatMulNBits) against the float "
+         "MatMul, timed now on this machine: where is 4-bit faster?", _S_DEPLOY, _a_deploy,
+         MODEL_FIDELITY,
+         dict(mf_runtime="onnxruntime", mf_recipes=["int8:per-axis", "int4:blocked32"]),
+         "Model Fidelity with the onnxruntime runtime: build the model and read the forms each "
+         "layer runs in and the latency spread beside float.",
+         ("dynamic", "block", "bits-per-element"), refs=(MODEL_FIDELITY, GLOSSARY),
+         rule="4-bit weights pay when the kernel waits on memory (one row: every weight "
+              "read once for little arithmetic), less when it computes (many rows reuse each "
+              "weight); DynamicQuantizeLinear costs every run, so dynamic activations pay only "
+              "when the integer MatMul saves more than the operator costs.",
          formula_after=True),
 )

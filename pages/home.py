@@ -13,10 +13,10 @@ st.caption("See what ONNX linear quantization does to real tensors — every num
            "by `qcore`, bit-exact with the ONNX operators.")
 with st.container(border=True):
     g1, g2 = st.columns([3, 1], vertical_alignment="center")
-    g1.markdown("**New to quantization?** Ten short steps — scale and zero point, rounding, "
+    g1.markdown("**New to quantization?** Eleven short steps — scale and zero point, rounding, "
                 "saturation, granularity, float8/float4 and MX, storage, formats at the same "
-                "bits, dynamic quantization, choosing a format, from tensor to model — each with "
-                "a question to answer before you see the result.")
+                "bits, dynamic quantization, choosing a format, from tensor to model, from model "
+                "to deployment — each with a question to answer before you see the result.")
     if g2.button("Start the guided path", key="h_learn", type="primary",
                  icon=":material/school:", width="stretch"):
         st.switch_page("pages/learn.py")

@@ -41,14 +41,15 @@ def independent_answers() -> list[str]:
                                      list(lesson.STORAGE_CODES)).int32_data)
     store = f"{len(packed)} bytes, first 0x{packed[0]:02X}"
     return [str(int(y1)), str(int(y2)), str(int(y3)), f"{float(x4[0, 0]):g}",
-            f"{float(y5.astype(np.float32)[0]):g}", store, None, str(int(z6)), None, None]
+            f"{float(y5.astype(np.float32)[0]):g}", store, None, str(int(z6)), None, None, None]
 
 
 def test_the_path_has_the_seven_steps_in_order():
     titles = [s.title.split(":")[0].split(",")[0] for s in STEPS]
     assert titles == ["Scale and zero point", "Rounding", "Saturation", "Granularity",
                       "float8", "Storage", "Formats at the same bits", "DynamicQuantizeLinear",
-                      "Choosing a format for a model", "From tensor to model"]
+                      "Choosing a format for a model", "From tensor to model",
+                      "From model to deployment"]
     for s in STEPS:
         assert s.idea.count(". ") + s.idea.count(": ") >= 2 and s.formula and s.why
         assert len(s.options) >= 2 and s.try_settings
@@ -174,7 +175,7 @@ def test_tensor_to_model_answer_agrees_with_numpy_int8():
         x = datasets.load(name)
         scale = np.float32(np.abs(x).max() / np.float32(127))
         sq[name] = _numpy_sqnr(x, np.clip(np.rint(x / scale), -127, 127) * scale)
-    step = STEPS[-1]
+    step = next(s for s in STEPS if s.title == "From tensor to model")
     assert step.options[step.answer().correct] == min(sq, key=sq.get)
     assert "model_fidelity" in " ".join(step.refs)
 
@@ -274,3 +275,21 @@ def test_same_bits_names_both_int4_methods_with_numpy_figures():
     step = next(s for s in STEPS if s.title == "Formats at the same bits")
     text = step.answer().explanation
     assert f"{full:.2f} dB" in text and "full range" in text and "abs-max" in text
+
+
+def test_deployment_answer_is_the_live_measurement():
+    """The deployment step's answer follows the figures qcore.deploy_costs measured (once per
+    process: the page and this test read the same), and the 4-bit kernel timed is the one that
+    computes x · W with W from its packed codes and scales (checked against numpy)."""
+    pytest.importorskip("onnxruntime")
+    from qcore import deploy_costs
+
+    step = next(s for s in STEPS if s.title == "From model to deployment")
+    a = step.answer()
+    f = deploy_costs.four_bit_cost()
+    small, large = f["nbits1"] < f["float1"], f["nbits64"] < f["float64"]
+    assert step.options[a.correct].startswith(
+        {(True, False): "4-bit faster at 1 row", (True, True): "4-bit faster at both",
+         (False, True): "4-bit faster at 64", (False, False): "float faster"}[(small, large)])
+    assert f"{f['nbits1']:.0f} µs" in a.explanation
+    assert f"{deploy_costs.dynamic_cost()['dql']:.0f} µs" in a.explanation
