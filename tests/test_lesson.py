@@ -279,8 +279,7 @@ def test_same_bits_names_both_int4_methods_with_numpy_figures():
 
 def test_deployment_answer_is_the_live_measurement():
     """The deployment step's answer follows the figures qcore.deploy_costs measured (once per
-    process: the page and this test read the same), and the 4-bit kernel timed is the one that
-    computes x · W with W from its packed codes and scales (checked against numpy)."""
+    process: the page and this test read the same) and states them."""
     pytest.importorskip("onnxruntime")
     from qcore import deploy_costs
 
