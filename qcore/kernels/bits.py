@@ -216,11 +216,10 @@ def _quotients(context, builder, xs_ty, xs_v, index, scale_v, width: int):
     return builder.fdiv(builder.load(xp, align=4), _splat(builder, scale_v, fvec))
 
 
-def _store_codes(context, builder, ys_ty, ys_v, index, codes, split: int = 0,
-                 nontemporal: bool = False):
+def _store_codes(context, builder, ys_ty, ys_v, index, codes, split: int = 0):
     """ys[index:index + lanes] = an int32 vector of codes, truncated to ys's item type: as one
-    truncation and one store, or (`split` lanes) as one truncation and store per `split` lanes
-    (see :func:`int_store_variant`); `nontemporal` marks the stores as streaming."""
+    truncation and one store, or as one truncation and store per `split` lanes (see
+    :func:`int_store_split`)."""
     item = ir.IntType(ys_ty.dtype.bitwidth)
     ydata = context.make_array(ys_ty)(context, builder, ys_v).data
     lanes = codes.type.count
@@ -236,17 +235,14 @@ def _store_codes(context, builder, ys_ty, ys_v, index, codes, split: int = 0,
             part = builder.trunc(part, ovec)
         at = builder.add(index, ir.Constant(index.type, k)) if k else index
         yp = builder.bitcast(builder.gep(ydata, [at]), ovec.as_pointer())
-        store = builder.store(part, yp, align=item.width // 8)
-        if nontemporal:
-            store.set_metadata("nontemporal",
-                               builder.module.add_metadata([ir.Constant(ir.IntType(32), 1)]))
+        builder.store(part, yp, align=item.width // 8)
 
 
-def _int_codes_intrinsic(width: int, split: int = 0, nontemporal: bool = False):
+def _int_codes_intrinsic(width: int, split: int = 0):
     """An intrinsic that writes `width` integer codes at once: ys[j + k] =
     (lrint(clamp(xs[j + k] / scale, a, b)) + zero) & mask for k < width, as one vector
     division, two compare-and-selects, one lrint, an add, an AND, a truncation to ys's item
-    and one store, with the same IEEE operations per lane as the scalar rule (so the same
+    and one store (one per `split` lanes, see :func:`int_store_split`), with the same IEEE operations per lane as the scalar rule (so the same
     bits). `a`, `b` are the clamp bounds (lo - zero point, hi - zero point); NaN fails the first
     test and becomes `a`. xs (float32) and ys (integers) are contiguous 1-D arrays and
     j + width <= their sizes (not checked)."""
@@ -276,12 +272,12 @@ def _int_codes_intrinsic(width: int, split: int = 0, nontemporal: bool = False):
                 f"llvm.lrint.v{width}i32.v{width}f32")
             codes = builder.add(builder.call(lrint, [q]), _splat(builder, zero_v, ivec))
             codes = builder.and_(codes, _splat(builder, mask_v, ivec))
-            _store_codes(context, builder, ys_ty, ys_v, index, codes, split, nontemporal)
+            _store_codes(context, builder, ys_ty, ys_v, index, codes, split)
             return context.get_dummy_value()
 
         return sig, codegen
 
-    typer.__name__ = f"int_codes_{width}{f'_split{split}' if split else ''}{'_nt' if nontemporal else ''}"
+    typer.__name__ = f"int_codes_{width}" + (f"_split{split}" if split else "")
     return intrinsic(typer)
 
 
