@@ -242,10 +242,11 @@ def _int_codes_intrinsic(width: int, split: int = 0):
     """An intrinsic that writes `width` integer codes at once: ys[j + k] =
     (lrint(clamp(xs[j + k] / scale, a, b)) + zero) & mask for k < width, as one vector
     division, two compare-and-selects, one lrint, an add, an AND, a truncation to ys's item
-    and one store (one per `split` lanes, see :func:`int_store_split`), with the same IEEE operations per lane as the scalar rule (so the same
-    bits). `a`, `b` are the clamp bounds (lo - zero point, hi - zero point); NaN fails the first
-    test and becomes `a`. xs (float32) and ys (integers) are contiguous 1-D arrays and
-    j + width <= their sizes (not checked)."""
+    and one store (one per `split` lanes, see :func:`int_store_split`), with the same IEEE
+    operations per lane as the scalar rule (so the same bits). `a`, `b` are the clamp bounds
+    (lo - zero point, hi - zero point); NaN fails the first test and becomes `a`. xs
+    (float32) and ys (integers) are contiguous 1-D arrays and j + width <= their sizes (not
+    checked)."""
 
     def typer(typingctx, xs, j, ys, scale, a, b, zero, mask):
         if not (isinstance(xs, types.Array) and xs.dtype == types.float32 and xs.ndim == 1
