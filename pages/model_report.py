@@ -302,8 +302,9 @@ st.dataframe(worst[shown],
                  "absmax": st.column_config.NumberColumn("max |x|", format="%.3g"),
                  "clipped_fraction": st.column_config.NumberColumn("clipped", format="%.1e"),
                  "bits_per_element": st.column_config.NumberColumn("bits/elem", format="%.3f"),
-                 "excess_kurtosis": st.column_config.NumberColumn("excess kurtosis",
-                                                                  format="%.2f")})
+                 "excess_kurtosis": st.column_config.NumberColumn(
+                     "kurtosis", format="%.2f", help="Excess kurtosis: 0 for a normal "
+                                                    "distribution, large for heavy tails.")})
 
 bad = summary["errors"]
 if len(bad):
