@@ -8,9 +8,10 @@ import streamlit as st
 st.set_page_config(page_title="Quantization Explorer", page_icon="🔢",
                    layout="wide", initial_sidebar_state="expanded")
 
-from app import errors, frame, nav, state, warm  # noqa: E402 - after set_page_config
+from app import errors, frame, nav, state, style, warm  # noqa: E402 - after set_page_config
 
 _t0 = time.perf_counter()
+style.apply()
 page = nav.navigation()
 nav.one_history_entry_per_move()
 state.begin_run(page.url_path)

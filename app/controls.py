@@ -20,7 +20,7 @@ METHOD_LABELS = {"minmax": "min–max (asymmetric)", "absmax": "abs-max (symmetr
 SCALE_LABELS = {"float": "float32", "float16": "float16", "bfloat16": "bfloat16",
                 "float8e8m0": "float8e8m0 (powers of two)"}
 PRECISIONS = ("", "float", "float16", "bfloat16")
-PRECISION_LABELS = {"": "default (scale's type)", "float": "float32", "float16": "float16",
+PRECISION_LABELS = {"": "the scale's type", "float": "float32", "float16": "float16",
                     "bfloat16": "bfloat16"}
 GRANULARITY_LABELS = {qcore.PER_TENSOR: "per-tensor", qcore.PER_AXIS: "per-axis",
                       qcore.BLOCKED: "blocked"}
@@ -130,8 +130,9 @@ def granularity_caption(shape: tuple[int, ...], gran: str, axis: int, block: int
         short = dim - (nblocks - 1) * block
         return (f"{nblocks:,} block(s) of {block} along axis {axis} (length {dim})"
                 + (f", the last one {short} long" if short != block else "")
-                + f"; for {nblocks:,} scales the spec accepts block sizes "
-                + (f"{lo}…{hi}." if hi is not None else f"≥ {lo}."))
+                + f". The scale holds {nblocks:,} values along this axis, and ONNX accepts "
+                  f"every block size that cuts {dim} elements into {nblocks:,} blocks: "
+                + (f"{lo} to {hi}." if hi is not None else f"{lo} or more."))
     if gran == qcore.PER_AXIS:
         return f"{dim:,} scales, one per index of axis {axis}."
     return "One scale for the whole tensor."
@@ -141,7 +142,7 @@ def panel(shape: tuple[int, ...], *, show_opset: bool = True, show_target: bool 
           show_precision: bool = True, prefix: str = "") -> QuantConfig:
     """The full settings panel (in a bordered container); returns the chosen configuration."""
     box = st.container(border=True)
-    first = box.columns([1.1] * show_opset + [1.1] * show_target + [1.5, 1.0])
+    first = box.columns([1.4] * show_opset + [1.1] * show_target + [1.5, 1.0])
     opset, target = qcore.LATEST_OPSET, "int8"
     if show_opset:
         opset = widgets.select("Opset", list(compute.OPSETS), prefix + "opset",
@@ -171,7 +172,7 @@ def panel(shape: tuple[int, ...], *, show_opset: bool = True, show_target: bool 
                                      help="The element type the scale is stored in; float8e8m0 "
                                           "holds powers of two only (MX). From opset 19 to 22 "
                                           "the scale must have x's type.")
-    second = box.columns([1.5, 0.6, 0.8] + [1.1] * show_precision + [0.7],
+    second = box.columns([1.9, 0.55, 0.75] + [1.35] * show_precision + [0.85],
                          vertical_alignment="bottom")
     mx_default = _mx_blocks(method, prefix)
     gran, axis, block = granularity_panel(shape, prefix=prefix, columns=second[:3],

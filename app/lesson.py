@@ -1,11 +1,12 @@
-"""The guided path: ten steps from scale and zero point to a whole model.
+"""The guided path: eleven steps from scale and zero point to a deployed model.
 
-Each :class:`Step` holds the idea (three sentences), the formula, the reason behind the rule
-(shown once the question is answered: it often gives the answer away), a prediction question
-whose answer qcore computes when asked (never a stored number), a "Try this": the page and
-settings (URL names, described in words by :func:`describe_settings`) that show the step on a
-real tensor, and the reference pages the step leans on. Pure data and qcore calls;
-``pages/learn.py`` draws it.
+Each :class:`Step` asks before it tells. Shown before the prediction: the idea (what the
+learner needs to work the question, never its answer), the formula unless it states the rule
+(``formula_after``), and the question, whose answer qcore computes when asked (never a stored
+number). Shown only after it: the rule the question tests, the reason behind it, and the
+"Try this": the page and settings (URL names, described in words by
+:func:`describe_settings`) that show the step on a real tensor. The reference pages the step
+leans on are linked throughout. Pure data and qcore calls; ``pages/learn.py`` draws it.
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ class Step:
     terms: tuple[str, ...] = ()  # glossary slugs
     preset: str = ""  # the Lab preset (app.presets.LAB) whose settings and note it uses
     refs: tuple[str, ...] = ()  # scripts of the reference pages the step leans on
+    rule: str = ""  # the rule the question tests: shown only after the prediction
+    formula_after: bool = False  # the formula states the rule: shown after the prediction
 
 
 #: Setting URL names in words (the "Try this" card says what it sets).
@@ -244,15 +247,29 @@ def same_bits_table() -> list[tuple[str, float, float]]:
     return rows
 
 
+def full_range_int4() -> float:
+    """SQNR (dB) of the recipe ``int4:blocked32`` as Format Compare and the model pages run it:
+    full-range codes (the block's largest magnitude → −8, :mod:`qcore.fullrange`)."""
+    from qcore import analysis
+
+    df = analysis.compare_recipes(datasets.load(SAME_BITS_TENSOR), ["int4:blocked32"])
+    return float(df["sqnr_db"].iloc[0])
+
+
 def _a_same_bits() -> Answer:
     (a, sa, ba), (b, sb, bb), (c, sc, bc) = same_bits_table()
+    full = full_range_int4()
     return Answer(_higher_or_tie(sa, sb, 0.5),
-                  f"On MiniLM's `{SAME_BITS_TENSOR}` (1536 × 384): {a} **{sa:.2f} dB** at "
+                  f"On MiniLM's `{SAME_BITS_TENSOR}` (1536 × 384): {a} (abs-max: the block's "
+                  f"largest |x| → code 7, so −8 goes unused) **{sa:.2f} dB** at "
                   f"**{ba:.3g} bits** per element (4 + 32 / 32 for the scales); {b} "
                   f"**{sb:.2f} dB** at **{bb:.3g} bits** (4 + 8 / 32: a power-of-two scale, "
                   f"the block's largest value lands anywhere in its binade, so the codes' top "
                   f"is partly unused); {c} {sc:.2f} dB at {bc:.3g} bits. A bit more per element "
-                  f"buys about 6 dB: compare SQNR per bit, not SQNR alone.")
+                  f"buys about 6 dB: compare SQNR per bit, not SQNR alone. The recipe `int4:blocked32` "
+                  f"of Format Compare and the model pages is **full range** (the largest "
+                  f"magnitude → code −8, all 16 codes used, as onnxruntime's MatMulNBits "
+                  f"quantizer does): {full:.2f} dB at the same bits, {full - sa:+.2f} dB.")
 
 
 # --------------------------------------------------------------------------- 10 tensor to model
@@ -312,6 +329,39 @@ def _a7() -> Answer:
                   "Measure, don't guess: Format Compare puts every format on one chart.")
 
 
+# --------------------------------------------------------------------------- 11 deployed
+
+_S_DEPLOY = ("4-bit faster at 1 row, not at 64 rows", "4-bit faster at both",
+             "4-bit faster at 64 rows only", "float faster at both")
+
+
+def _a_deploy() -> Answer:
+    from qcore import deploy_costs
+
+    with np.errstate(all="ignore"):
+        d = deploy_costs.dynamic_cost()
+        f = deploy_costs.four_bit_cost()
+    small, large = f["nbits1"] < f["float1"], f["nbits64"] < f["float64"]
+    pick = {(True, False): 0, (True, True): 1, (False, True): 2, (False, False): 3}
+    return Answer(pick[(small, large)],
+                  f"Timed now in onnxruntime, one thread (medians of short repeats on a shared "
+                  f"machine: a difference of a few % is noise). A 1024 × 1024 weight at 1 row: "
+                  f"MatMulNBits **{f['nbits1']:.0f} µs**, float MatMul **{f['float1']:.0f} µs** "
+                  f"({f['nbits1'] / f['float1']:.2f}×); at 64 rows: **{f['nbits64']:.0f} µs** "
+                  f"against **{f['float64']:.0f} µs** ({f['nbits64'] / f['float64']:.2f}×). "
+                  f"One row reads the whole weight for little arithmetic, so the kernel waits on "
+                  f"memory and reading an eighth of the bytes pays; many rows reuse each weight, "
+                  f"the arithmetic dominates and unpacking the codes costs its share. The naive "
+                  f"QDQ form (DequantizeLinear of an int8 weight, then the float MatMul) at 1 "
+                  f"row: {f['qdq']:.0f} µs beside float's {f['float1']:.0f} µs — its codes become "
+                  f"float before the MatMul, so at best it runs as fast as float (a smaller "
+                  f"file, not a faster run). "
+                  f"Dynamic activations pay DynamicQuantizeLinear on every run: **{d['dql']:.0f} "
+                  f"µs** on a 64 × 384 activation, {100 * d['share']:.0f} % of the pair with the "
+                  f"MatMulInteger it feeds ({d['matmulinteger']:.0f} µs; float MatMul "
+                  f"{d['matmul']:.0f} µs).")
+
+
 NUMBER_FORMATS = "pages/number_formats.py"
 OPERATOR_VERSIONS = "pages/operator_versions.py"
 GLOSSARY = "pages/glossary.py"
@@ -336,8 +386,8 @@ STEPS: tuple[Step, ...] = (
          ("scale", "zero-point", "code"), refs=("pages/home.py", GLOSSARY)),
     Step("Rounding",
          "x / scale is rarely a whole number, so it is rounded to the nearest code. The error "
-         "of one element is at most half a step, scale / 2. A tie — exactly halfway — goes to "
-         "the even neighbour.",
+         "of one element is at most half a step, scale / 2. Now and then x / scale lands "
+         "exactly halfway between two codes: a tie, and some rule must pick one of them.",
          r"y = \operatorname{round}(x / \text{scale}),\quad "
          r"|\hat{x} - x| \le \text{scale} / 2",
          glossary.WHY["half_even"],
@@ -346,12 +396,13 @@ STEPS: tuple[Step, ...] = (
          dict(target="int8", lo_x="0.5, 1.5, 2.5, 3.5, -2.5, 2.4, 2.6", lo_s=1.0, lo_zp=0),
          "The Lab's \"Step by step on your own numbers\" table: the rounded column shows every "
          "tie going to the even code.",
-         ("half-to-even",), refs=(OPERATOR_VERSIONS, GLOSSARY)),
+         ("half-to-even",), refs=(OPERATOR_VERSIONS, GLOSSARY),
+         rule="A tie goes to the **even** neighbour (round half to even): 0.5 → 0, 1.5 → 2, "
+              "2.5 → 2, 3.5 → 4."),
     Step("Saturation",
-         "The target type has a smallest and a largest code. A value whose rounded code falls "
-         "outside them is clipped to the nearest end: it saturates. Choosing the scale is a "
-         "trade: a large one never clips but rounds coarsely, a small one rounds finely but "
-         "clips the outliers.",
+         "The target type has a smallest and a largest code: int8 holds −128 … 127. A value "
+         "far enough out rounds to a code the type does not have. What the operator does "
+         "then decides how large the error of such a value can get.",
          r"y = \min\big(\max(\operatorname{round}(x / s) + z,\ q_{\min}),\ q_{\max}\big)",
          glossary.WHY["saturate"],
          "x = 127.5, scale 1, zero point 0, int8 → y = ?", _S3, _a3,
@@ -359,12 +410,17 @@ STEPS: tuple[Step, ...] = (
          dict(target="int8", lo_x="126.4, 127.5, 128, 300, -128.5, -129, 1e10", lo_s=1.0,
               lo_zp=0),
          "The own-numbers table: \"rounded\" passes 127, \"saturated = y\" stops there.",
-         ("saturate", "clipping"), refs=(NUMBER_FORMATS, OPERATOR_VERSIONS, GLOSSARY)),
+         ("saturate", "clipping"), refs=(NUMBER_FORMATS, OPERATOR_VERSIONS, GLOSSARY),
+         rule="A rounded code outside the type's codes is clipped to the nearest end: it "
+              "**saturates**. Choosing the scale is a trade: a large one never clips but rounds "
+              "coarsely, a small one rounds finely but clips the outliers.",
+         formula_after=True),
     Step("Granularity: per-axis and blocked",
-         "One scale for a whole tensor must cover its largest value, so every other value "
-         "shares that coarse step. Per-axis quantization gives each slice along one axis its "
-         "own scale — for a weight of shape (out, in), axis 0 is the output channel. Blocked "
-         "quantization goes further: every run of, say, 32 elements gets its own scale.",
+         "A tensor can share one scale (per-tensor), and with abs-max calibration that scale is "
+         "sized so its largest value lands on the largest code. Per-axis quantization gives "
+         "each slice along one axis its own scale — for a weight of shape (out, in), axis 0 is "
+         "the output channel. Blocked quantization goes further: every run of, say, 32 "
+         "elements gets its own scale.",
          r"s_c = \max_j |W_{c,j}| / 127 \quad\text{(one scale per output channel } c)",
          glossary.WHY["per_axis"] + " " + glossary.WHY["blocks"],
          "W = [[0.02, −0.05, 0.1], [12.7, −6, 3]] (2 output channels), per-tensor int8 with "
@@ -374,7 +430,11 @@ STEPS: tuple[Step, ...] = (
          "The Lab on a 256×256 weight with one outlier output channel, per-axis along axis 0. "
          "Switch Granularity to per-tensor and watch the SQNR drop.",
          ("granularity", "per-axis", "output-channel", "block"), "outlier_channel",
-         refs=(OPERATOR_VERSIONS, GLOSSARY)),
+         refs=(OPERATOR_VERSIONS, GLOSSARY),
+         rule="One scale for a whole tensor must cover its largest value, so every other value "
+              "shares that coarse step, and small values round to 0. A scale per output "
+              "channel sizes each row's step to that row.",
+         formula_after=True),
     Step("float8, float6, float4 and MX",
          "Float formats spend some bits on an exponent, so their codes are dense near zero and "
          "sparse far away: the relative error stays about the same at every magnitude. float8 "
@@ -391,10 +451,10 @@ STEPS: tuple[Step, ...] = (
          ("e4m3-e5m2", "binade", "mx", "e8m0", "ocp"), "mxfp4",
          refs=(NUMBER_FORMATS, OPERATOR_VERSIONS, GLOSSARY)),
     Step("Storage: packing sub-byte codes",
-         "A 4-bit code fills half a byte, so ONNX packs two of them in each byte (and four "
-         "2-bit codes). The first element goes in the low nibble, bits 0 to 3, the next in "
-         "the high nibble. In memory qcore keeps one code per byte and packs them when it "
-         "writes the tensor out.",
+         "A 4-bit code needs only half a byte (a nibble), and a negative int4 code is stored in "
+         "two's complement: −2 is 1110. In memory qcore keeps one code per byte; a file and "
+         "the kernel that reads it want the codes packed. Which codes share a byte, and which "
+         "nibble holds the first one, is fixed by ONNX.",
          r"\begin{aligned}\text{byte}_k &= (y_{2k} \mathbin{\&} 15) + 16 \times "
          r"(y_{2k+1} \mathbin{\&} 15) \\ \text{bytes} &= \lceil n / 2 \rceil\end{aligned}",
          "Low nibble first is how a little-endian machine stores a number's low part first: "
@@ -407,7 +467,11 @@ STEPS: tuple[Step, ...] = (
          dict(target="int4", gran=qcore.BLOCKED, block=32, axis=1, method="absmax"),
          "The Lab with int4 codes: the downloads include the packed bytes (two codes a byte); "
          "Number Formats shows each int4 code's 4 bits.",
-         ("code", "bits-per-element"), refs=(NUMBER_FORMATS, OPERATOR_VERSIONS, GLOSSARY)),
+         ("code", "bits-per-element"), refs=(NUMBER_FORMATS, OPERATOR_VERSIONS, GLOSSARY),
+         rule="ONNX packs two 4-bit codes in each byte (and four 2-bit codes), so n codes take "
+              "⌈n / 2⌉ bytes. The first element goes in the **low** nibble, bits 0 to 3, the "
+              "next in the high nibble; an odd count pads the last high nibble with 0.",
+         formula_after=True),
     Step("Formats at the same bits",
          "At about 4 bits per element there are several recipes: int4 codes with a float32 "
          "scale per block of 32, MXFP4's float4 codes with a power-of-two scale per block, "
@@ -444,8 +508,8 @@ STEPS: tuple[Step, ...] = (
          ("dynamic", "zero-point"), refs=(OPERATOR_VERSIONS, GLOSSARY)),
     Step("Choosing a format for a model",
          "No format wins everywhere: the answer depends on the tensor's shape of distribution "
-         "and on the granularity. Integers suit well-behaved, evenly spread values; floats "
-         "suit heavy tails and outliers. Compare SQNR against bits per element and keep the "
+         "and on the granularity. An integer format spaces its codes evenly; a float format "
+         "spaces them by powers of two. Compare SQNR against bits per element and keep the "
          "choices on the Pareto front.",
          r"\text{SQNR} = 10 \log_{10} \frac{\sum x^2}{\sum (\hat{x} - x)^2}\ \text{dB}",
          "About 6 dB of SQNR per bit for integers: a format that needs one more bit per element "
@@ -459,11 +523,12 @@ STEPS: tuple[Step, ...] = (
                          ("int8", "float8e4m3fn", "float8e5m2", "int4", "float4e2m1")]),
          "Format Compare on that weight: SQNR against bits per element, the Pareto front "
          "marked. Try per-axis along axis 0 too.",
-         ("sqnr", "pareto", "bits-per-element"), refs=(MODEL_REPORT, NUMBER_FORMATS, GLOSSARY)),
+         ("sqnr", "pareto", "bits-per-element"), refs=(MODEL_REPORT, NUMBER_FORMATS, GLOSSARY),
+         rule="Integers suit well-behaved, evenly spread values; floats suit heavy tails and "
+              "outliers, because their steps grow with the magnitude."),
     Step("From tensor to model",
          "A model is hundreds of tensors, and they do not all need the same bits. A tensor "
-         "whose largest values sit far from the bulk loses most to one scale; a tensor the "
-         "output barely depends on can lose much and cost nothing. The tensor's SQNR says "
+         "the output barely depends on can lose much and cost nothing. The tensor's SQNR says "
          "what quantization does to it; the model's output says what that costs.",
          r"\text{bits needed} \approx \log_2 \frac{\max |x|}{\sigma} + "
          r"\frac{\text{SQNR wanted}}{6.02\ \text{dB}}",
@@ -478,5 +543,33 @@ STEPS: tuple[Step, ...] = (
          "per-tensor and per-axis, the worst first. Then open Model Fidelity for what each "
          "tensor does to the sentence embeddings.",
          ("sqnr", "granularity", "bits-per-element"),
-         refs=(MODEL_REPORT, MODEL_FIDELITY, GLOSSARY)),
+         refs=(MODEL_REPORT, MODEL_FIDELITY, GLOSSARY),
+         rule="A tensor whose largest values sit far from the bulk (a large max|x| / σ) loses "
+              "most to one scale: the scale is sized for the outlier and the bulk gets few "
+              "codes.",
+         formula_after=True),
+    Step("From model to deployment",
+         "A QDQ model stores the codes, but a DequantizeLinear in front of a float MatMul "
+         "turns them back into float32 before the arithmetic. A runtime such as onnxruntime "
+         "fuses known patterns into kernels that read the codes themselves: MatMulInteger "
+         "after DynamicQuantizeLinear, QLinearMatMul, and MatMulNBits for 4-bit weights in "
+         "blocks. Whether that is faster depends on what the kernel waits for: memory or "
+         "arithmetic.",
+         r"\text{time} \approx \max\Big(\frac{\text{bytes read}}{\text{bandwidth}},\ "
+         r"\frac{2 \cdot \text{rows} \cdot k \cdot n}{\text{FLOP/s}}\Big)",
+         "A runtime fuses because a DequantizeLinear that runs on every inference costs a full "
+         "float copy of the weight in memory traffic; an integer or 4-bit kernel reads the "
+         "codes directly, which pays exactly when reading bytes is the bottleneck.",
+         "A 1024 × 1024 weight in 4 bits (onnxruntime's MatMulNBits) against the float "
+         "MatMul, timed now on this machine: where is 4-bit faster?", _S_DEPLOY, _a_deploy,
+         MODEL_FIDELITY,
+         dict(mf_runtime="onnxruntime", mf_recipes=["int8:per-axis", "int4:blocked32"]),
+         "Model Fidelity with the onnxruntime runtime: build the model and read the forms each "
+         "layer runs in and the latency spread beside float.",
+         ("dynamic", "block", "bits-per-element"), refs=(MODEL_FIDELITY, GLOSSARY),
+         rule="4-bit weights pay when the kernel waits on memory (one row: every weight "
+              "read once for little arithmetic), less when it computes (many rows reuse each "
+              "weight); DynamicQuantizeLinear costs every run, so dynamic activations pay only "
+              "when the integer MatMul saves more than the operator costs.",
+         formula_after=True),
 )

@@ -218,7 +218,7 @@ def walk_table(walk, target: str | None = None) -> Any:
     """The step-by-step table as shown (values as text: NaN stays 'NaN', not 'None'; x/scale
     with every float32 digit; an integer target's codes never read −0)."""
     integer = target is not None and qcore.get_format(target).is_integer
-    return text.values_table(walk, WALK_VALUES, exact=("x/scale",),
+    return text.values_table(walk, WALK_VALUES, exact=("x/scale",), short=("error",),
                              codes=("rounded", "+zero point", "saturated") if integer else ())
 
 

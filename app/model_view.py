@@ -24,14 +24,19 @@ import streamlit as st
 
 from qcore import models, recipes
 from qcore.model import cases, plan, sensitivity
+from qcore.model import site_stats as _site_stats
+from qcore.model import sites as _sites
+from qcore.model.staged import runner_for
 
 #: Recipes the page starts with (those the chosen runtime cannot run are left out).
 #: The recipes the page offers (:data:`qcore.recipes.CATALOGUE`).
 RECIPE_CATALOGUE = recipes.CATALOGUE
 PAGE_RECIPES = ("int8:per-axis", "int4:blocked32", "mxfp8", "mxfp4")
 #: Runtimes a plan can be made for: what the installed onnxruntime runs, or any ONNX runtime.
-RUNTIMES = {"onnxruntime": "onnxruntime (what the installed one runs)",
-            "reference": "any ONNX runtime (reference: every ONNX type)"}
+#: Labels short enough to show whole in the sidebar's select (the help says the rest).
+RUNTIMES = {"onnxruntime": "onnxruntime", "reference": "any ONNX runtime"}
+#: A channel whose max|x| exceeds this many times the median channel's is an outlier channel.
+OUTLIER_RATIO = _site_stats.OUTLIER_RATIO
 CURVE_POINTS = 5  # plans drawn on the bits-vs-fidelity chart
 _STORE_ENTRIES = 24  # results kept per server (sensitivity tables, plans, curves)
 
@@ -288,8 +293,21 @@ def latency_figures(built: dict[str, Any]) -> list[tuple[str, str, str]]:
     for k, ms in built.get("latency_ms", {}).items():
         f = built["float_latency_ms"][k]
         label = "Latency, 1 thread" if k == "1" else f"Latency, {k} threads"
-        out.append((label, f"{ms:.1f} ms", f"float {f:.1f} ms · {ms / f:.2f}× float"))
+        note = f"float {f:.1f} ms · {ms / f:.2f}× float"
+        spread_q = built.get("latency_spread_ms", {}).get(k)
+        spread_f = built.get("float_latency_spread_ms", {}).get(k)
+        if spread_q and spread_f:
+            note += (f" · {spread_q[0]:.1f}–{spread_q[1]:.1f}–{spread_q[2]:.1f} ms vs "
+                     f"{spread_f[0]:.1f}–{spread_f[1]:.1f}–{spread_f[2]:.1f}"
+                     + (" · within noise" if within_noise(spread_q, spread_f) else ""))
+        out.append((label, f"{ms:.1f} ms", note))
     return out
+
+
+def within_noise(a: list[float], b: list[float]) -> bool:
+    """Whether two timings' medians differ by less than their spreads: each median lies inside
+    the other's min–max range, so repeats of the same run could swap them."""
+    return b[0] <= a[1] <= b[2] or a[0] <= b[1] <= a[2]
 
 
 def loads_in_onnxruntime(data: bytes) -> str:
@@ -308,10 +326,12 @@ def loads_in_onnxruntime(data: bytes) -> str:
 # ---------------------------------------------------------------------------------------------
 # activations
 
+#: The static activations' calibration methods (``qcore.model.sites.METHODS``).
+ACTIVATION_METHODS = _sites.METHODS
 #: The activation choices the page offers (``--activations`` of ``python -m qcore.model``).
 ACTIVATIONS = {"none": "none (weights only)",
-               "dynamic": "dynamic uint8 (DynamicQuantizeLinear at run time)",
-               "static:int8": "static int8 (calibrated Q/DQ pairs)",
+               "dynamic": "dynamic uint8",
+               "static:int8": "static int8",
                "static:uint8": "static uint8",
                "static:float8e4m3fn": "static float8e4m3fn",
                "static:float8e5m2": "static float8e5m2"}
@@ -405,11 +425,32 @@ def site_table(study: Any) -> pd.DataFrame:
     its own SQNR and the graph's tensor name."""
     rows = sorted(study.rows, key=lambda r: r["output_sqnr_db"])
     seen = Counter(r["label"] for r in rows)
+    stats = site_stats(study)
     return pd.DataFrame([{"site": r["label"] if seen[r["label"]] == 1
                           else f"{r['label']} ({r['tensor']})",
                           "output SQNR alone (dB)": r["output_sqnr_db"],
-                          "site SQNR (dB)": r["tensor_sqnr_db"], "tensor": r["tensor"]}
+                          "site SQNR (dB)": r["tensor_sqnr_db"],
+                          "max |x|": stats[r["tensor"]]["max_abs"],
+                          "std": stats[r["tensor"]]["std"],
+                          "max / std": stats[r["tensor"]]["max_over_std"],
+                          "excess kurtosis": stats[r["tensor"]]["excess_kurtosis"],
+                          "outlier channels": len(stats[r["tensor"]]["outlier_channels"]),
+                          "their share of the range %":
+                              100 * stats[r["tensor"]]["outlier_share"],
+                          "tensor": r["tensor"], "feeds": r.get("consumers", "")}
                          for r in rows])
+
+
+def site_reading(study: Any, tensor: str) -> str:
+    """The sentence that reads one site's range statistics."""
+    return _site_stats.reading(_site_stats.range_stats(runner_for(study.case).site_values(tensor)))
+
+
+def site_stats(study: Any) -> dict[str, dict[str, Any]]:
+    """Each site's range statistics (:func:`qcore.model.site_stats.range_stats`) on the float
+    values the study measured, by tensor name."""
+    run = runner_for(study.case)
+    return {r["tensor"]: _site_stats.range_stats(run.site_values(r["tensor"])) for r in study.rows}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -484,6 +525,26 @@ def plan_table(p: plan.Plan, sens: sensitivity.Sensitivity) -> pd.DataFrame:
                     "bits / element": (row["bits_per_element"] if row else 32.0),
                     "output SQNR alone (dB)": (row["output_sqnr_db"] if row else math.inf)})
     return pd.DataFrame(out)
+
+
+def plan_in_words(p: plan.Plan, most: int = 4) -> str:
+    """The plan in one line: the recipe most tensors get is "the rest", every other recipe
+    lists its tensors ("int8:per-axis for: a, b; int4:blocked32 for the rest (37)")."""
+    by: dict[str, list[str]] = {}
+    for t, r in p.recipes.items():
+        by.setdefault(r if r else "float32", []).append(t)
+    if not by:
+        return ""
+    rest = max(by, key=lambda r: len(by[r]))
+    parts = []
+    for r, ts in sorted(by.items(), key=lambda kv: len(kv[1])):
+        if r == rest:
+            continue
+        shown = ", ".join(f"`{t}`" for t in ts[:most]) + (f" and {len(ts) - most} more"
+                                                          if len(ts) > most else "")
+        parts.append(f"**{r}** for: {shown}")
+    parts.append(f"**{rest}** for {'the rest' if parts else 'every tensor'} ({len(by[rest])})")
+    return "; ".join(parts) + "."
 
 
 def measured_figures(measured: dict[str, Any], kind: str) -> list[tuple[str, str, str, str]]:

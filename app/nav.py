@@ -18,7 +18,7 @@ class PageInfo:
 
 PAGES: tuple[PageInfo, ...] = (
     PageInfo("pages/learn.py", "Learn: guided path", ":material/school:",
-             "Ten steps from scale and zero point to a whole model, each with a question.",
+             "Eleven steps from scale and zero point to a deployed model, each with a question.",
              "Learn"),
     PageInfo("pages/home.py", "Home", ":material/home:",
              "What linear quantization is, with a live example.", "Explore"),

@@ -99,7 +99,27 @@ def quantize_panel(prefix: str, *, target: str | None = None, saturate: bool = T
     st.dataframe(metrics_view.walk_table(table, target).drop(columns=["position"]),
                  hide_index=True,
                  column_config=metrics_view.WALK_COLUMNS)
+    note = beyond_range_note(table, target)
+    if note:
+        st.caption(note)
     return table
+
+
+def beyond_range_note(table: pd.DataFrame, target: str) -> str:
+    """A sentence for the codes of the "+ zero point" column that the target cannot hold
+    (the column before saturation): '' when every one fits."""
+    fmt = qcore.get_format(target)
+    if not fmt.is_integer or "+zero point" not in table:
+        return ""
+    codes = pd.to_numeric(table["+zero point"], errors="coerce").to_numpy(np.float64)
+    out = codes[np.isfinite(codes) & ((codes < fmt.min) | (codes > fmt.max))]
+    if not out.size:
+        return ""
+    shown = ", ".join(f"{v:g}".replace("-", "−") for v in out[:4]) + ("…" if out.size > 4 else "")
+    lo = f"{int(fmt.min)}".replace("-", "−")
+    return (f"{shown}: beyond {target}'s codes {lo}…{int(fmt.max)}. These columns are "
+            "the steps before saturation; the next one, “saturated = y”, clips them to the "
+            "nearest end.")
 
 
 def dynamic_panel(prefix: str, *, values: str = "-1, 0, 0.5, 2, 3") -> pd.DataFrame | None:

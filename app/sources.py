@@ -34,10 +34,10 @@ _LIMIT_MIB = DEFAULT_MAX_BYTES >> 20
 UPLOAD_LIMIT = f"at most {_LIMIT_MIB} MiB"  # what an upload may be
 
 
-def choose(sources: dict[str, str], name: str, default: str) -> str:
+def choose(sources: dict[str, str], name: str, default: str, *, help: str | None = None) -> str:
     """The sidebar's choice of source (``sources`` maps each to its label)."""
     return widgets.select("Model", list(sources), name, default, where=st.sidebar,
-                          format_func=sources.get)
+                          format_func=sources.get, help=help)
 
 
 #: Longest base name an upload keeps (bytes of UTF-8; file systems allow 255): longer names

@@ -255,11 +255,12 @@ def picker(where=None) -> TensorSpec | None:
         if not names:
             where.error("No dataset tensors found: " + _datasets_problem())
             return None
-        name = widgets.select("Tensor", names, "ds", names[0], where=where,
-                              format_func=_dataset_label)
+        name = widgets.select("Tensor", names, "ds", names[0], where=where)
         info = _dataset_infos()[name]
         stats = info.get("statistics", {})
-        where.caption(f"{info.get('how', '')}  \nSource: {info.get('source', '')} "
+        # the select shows the bare name (whole in the sidebar); its kind and shape come here
+        where.caption(f"{_dataset_label(name).split('·', 1)[-1].strip().capitalize()}.  \n"
+                      f"{info.get('how', '')}  \nSource: {info.get('source', '')} "
                       f"({info.get('license', '')}).  \nrange [{stats.get('min', 0):.3g}, "
                       f"{stats.get('max', 0):.3g}], std {stats.get('std', 0):.3g}")
         return TensorSpec("dataset", dataset=name, x_type=x_type)

@@ -71,15 +71,17 @@ def percent(share: float | None, digits: int = 3) -> str:
 
 
 def values_table(df: pd.DataFrame, columns: tuple[str, ...], *,
-                 exact: tuple[str, ...] = (), codes: tuple[str, ...] = ()) -> pd.DataFrame:
+                 exact: tuple[str, ...] = (), codes: tuple[str, ...] = (),
+                 short: tuple[str, ...] = ()) -> pd.DataFrame:
     """`df` with the given numeric columns as text (NaN, ±Inf and −0 spelled out, never
     'None' or an empty cell). Columns in `exact` get 9 significant digits (a float32 quotient
-    such as 127.49999 must not read 127.5); columns in `codes` hold integer codes, which have
-    no −0 (a −0.0 there is the code 0)."""
+    such as 127.49999 must not read 127.5), columns in `short` 3 (an error's size, so the
+    table keeps every column in view), the others 6; columns in `codes` hold integer codes,
+    which have no −0 (a −0.0 there is the code 0)."""
     out = df.copy()
     for c in columns:
         if c in out.columns:
-            digits = 9 if c in exact else 6
+            digits = 9 if c in exact else 3 if c in short else 6
             out[c] = [("NaN" if _missing(v) else
                        fmt_value(float(v) + 0.0 if c in codes else float(v), digits))
                       for v in out[c]]

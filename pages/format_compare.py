@@ -74,6 +74,8 @@ with right:
 
 table = df.drop(columns=["error", "nan_out", "inf_out", "recipe", "opset_sets_bits"],
                errors="ignore").copy()
+if "recipe" in df:  # the recipe's own name: its opset has a column of its own here
+    table["format"] = df["recipe"]
 partial = bool((table["sqnr_coverage"] < 1).any())
 if not partial:
     table = table.drop(columns=["sqnr_coverage"])
@@ -86,9 +88,9 @@ for col in ("clipped_fraction", "mean_rel_error", "sqnr_coverage"):
 if partial:
     st.caption(metrics_view.partial_note(x, produced=bool((df["nonfinite_made"] > 0).any()),
                                          saturate=saturate) + " (the “SQNR covers” column)")
-st.dataframe(table, hide_index=True, column_config={
-    "format": st.column_config.TextColumn("format" if mode == "formats" else "recipe",
-                                          pinned=True),
+NAME = "format" if mode == "formats" else "recipe"
+COLUMNS = {
+    "format": st.column_config.TextColumn(NAME, pinned=True),
     "target": st.column_config.TextColumn("element type"),
     "axis": st.column_config.TextColumn("axis"),
     "block_size": st.column_config.TextColumn("block"),
@@ -101,22 +103,33 @@ st.dataframe(table, hide_index=True, column_config={
     "sqnr_coverage": st.column_config.NumberColumn("SQNR covers %", format="%.4g",
                                                    help="Share of elements with finite x "
                                                         "and x̂: the SQNR is over these."),
-    "nonfinite_made": st.column_config.NumberColumn("NaN/Inf produced",
+    "nonfinite_made": st.column_config.NumberColumn("NaN/Inf made",
                                                     help="Finite x that became NaN/±Inf."),
-    "sqnr_db": st.column_config.ProgressColumn(
-        "SQNR over finite elements (dB)" if partial else "SQNR (dB)", format="%.2f",
-        min_value=0.0,
-        max_value=float(max(1.0, table["sqnr_db"].replace(float("inf"), 0).max()))),
-    "rmse": st.column_config.NumberColumn("RMSE", format="%.4g"),
-    "max_abs_error": st.column_config.NumberColumn("max |error|", format="%.4g"),
+    "sqnr_db": st.column_config.NumberColumn(
+        "SQNR (dB)", format="%.2f",
+        help="Over the finite elements" if partial else "10·log10(Σx² / Σ(x̂ − x)²)"),
+    "rmse": st.column_config.NumberColumn("RMSE", format="%.3g"),
+    "max_abs_error": st.column_config.NumberColumn("max |error|", format="%.3g"),
     "clipped_fraction": st.column_config.NumberColumn(
         "clipped %", format="%.3g", help="Finite x beyond the outermost code (saturated, or "
                                          "NaN/Inf with saturate off), % of finite x."),
     "pareto": st.column_config.CheckboxColumn("Pareto"),
     "mse": st.column_config.NumberColumn("MSE", format="%.4g"),
-    "mean_abs_error": st.column_config.NumberColumn("mean |error|", format="%.4g"),
-    "mean_rel_error": st.column_config.NumberColumn("mean rel. error %", format="%.3g"),
-})
+    "mean_abs_error": st.column_config.NumberColumn("mean |error|", format="%.3g"),
+    "mean_rel_error": st.column_config.NumberColumn("rel. error %", format="%.3g",
+                                                    help="Mean relative error, %."),
+}
+#: Two tables, each narrow enough to show every column whole on a laptop window: the figures
+#: first, then how each row is built and the remaining error measures.
+FIGURES = ["format", "sqnr_db", "bits_per_element", "pareto", "rmse", "max_abs_error",
+           "mean_abs_error", "clipped_fraction", "sqnr_coverage", "nonfinite_made"]
+if not (table["nonfinite_made"] > 0).any():  # a column of zeros says nothing
+    table = table.drop(columns=["nonfinite_made"])
+table = table.drop(columns=["mse"])  # RMSE² (the CSV of the Quantize Lab has it)
+st.dataframe(table[[c for c in FIGURES if c in table]], hide_index=True, column_config=COLUMNS)
+BUILT = [c for c in table.columns if c not in FIGURES or c == "format"]
+st.caption(f"How each {NAME} is built, and its mean relative error:")
+st.dataframe(table[BUILT], hide_index=True, column_config=COLUMNS)
 
 if mode == "recipes":
     hists = recipe_view.error_hists(spec, tuple(chosen), bool(saturate))

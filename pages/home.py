@@ -13,15 +13,15 @@ st.caption("See what ONNX linear quantization does to real tensors — every num
            "by `qcore`, bit-exact with the ONNX operators.")
 with st.container(border=True):
     g1, g2 = st.columns([3, 1], vertical_alignment="center")
-    g1.markdown("**New to quantization?** Ten short steps — scale and zero point, rounding, "
+    g1.markdown("**New to quantization?** Eleven short steps — scale and zero point, rounding, "
                 "saturation, granularity, float8/float4 and MX, storage, formats at the same "
-                "bits, dynamic quantization, choosing a format, from tensor to model — each with "
-                "a question to answer before you see the result.")
+                "bits, dynamic quantization, choosing a format, from tensor to model, from model "
+                "to deployment — each with a question to answer before you see the result.")
     if g2.button("Start the guided path", key="h_learn", type="primary",
                  icon=":material/school:", width="stretch"):
         st.switch_page("pages/learn.py")
 
-left, right = st.columns([5, 6], gap="large")
+left, right = st.columns([5, 6], gap="medium")
 with left:
     st.subheader("What is linear quantization?")
     explain.intro(explain.HOME_INTRO)
@@ -60,8 +60,10 @@ with right:
         c: st.column_config.NumberColumn(format="%.4g") for c in df.columns if c != "bits"})
     st.caption("Change the scale: a large scale means coarse steps (big rounding error); a "
                "small one means the outer values no longer fit and are clipped to the largest "
-               f"code ({glossary.link('saturate', 'saturation')}). Ties like 2.5 round half "
-               f"to even — {glossary.WHY['half_even'][0].lower() + glossary.WHY['half_even'][1:]}")
+               f"code ({glossary.link('saturate', 'saturation')}). A question to try: at "
+               "scale 1, 2.5 lies exactly halfway between the codes 2 and 3 — which one does "
+               "it get, and does 3.5 go the same way? Type them and see; step 2 of the guided "
+               "path asks it and says why.")
 
 explain.intro("", explain.HOME_EXACT)
 

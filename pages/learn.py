@@ -27,29 +27,19 @@ step = STEPS[n - 1]
 st.progress(n / N, text=f"Step {n} of {N}")
 st.header(step.title, divider="gray")
 
+answers = st.session_state.setdefault(ANSWERS, {})
+key = f"learn_q{n}"
+if key not in st.session_state and answers.get(n) in step.options:
+    st.session_state[key] = answers[n]  # Streamlit forgot it while off screen
 left, right = st.columns([6, 5], gap="large")
-with left:
-    st.markdown(step.idea)
-    st.latex(step.formula)
-    if step.terms:
-        st.caption("Words: " + " · ".join(glossary.link(t) for t in step.terms))
-    if step.refs:
-        st.markdown("**Look it up:**")
-        with st.container(horizontal=True, gap="small"):  # each link as wide as its title
-            for script in step.refs:
-                st.page_link(script, label=TITLES.get(script, script),
-                             icon=":material/menu_book:", width="content")
-with right:
+with right:  # the question first: it is asked before anything that answers it is shown
     with st.container(border=True):
         st.markdown("##### Predict first")
-        answers = st.session_state.setdefault(ANSWERS, {})
-        key = f"learn_q{n}"
-        if key not in st.session_state and answers.get(n) in step.options:
-            st.session_state[key] = answers[n]  # Streamlit forgot it while off screen
         choice = st.radio(step.question, step.options, index=None, key=key)
         answers[n] = choice
         if choice is None:
-            st.caption("Choose an answer to see what qcore computes, and why.")
+            st.caption("Choose an answer to see what qcore computes, the rule and why, and a "
+                       "page to try it on.")
         else:
             with st.spinner("qcore computes the answer (a kernel's first use on this machine "
                             "compiles it, once)…", show_time=True):
@@ -62,8 +52,31 @@ with right:
                 st.error(f"**Not quite — it is {right_one}.** {answer.explanation}",
                          icon=":material/lightbulb:")
             st.info(f"**Why?** {step.why}", icon=":material/help:")
-    with st.container(border=True):
-        st.markdown("##### Try this")
+with left:
+    st.markdown(step.idea)
+    if not step.formula_after:
+        st.latex(step.formula)
+    if choice is not None and (step.rule or step.formula_after):
+        with st.container(border=True):
+            st.markdown("##### The rule")
+            if step.rule:
+                st.markdown(step.rule)
+            if step.formula_after:
+                st.latex(step.formula)
+    if step.terms and choice is not None:  # a term's name can be the answer (saturate)
+        st.caption("Words: " + " · ".join(glossary.link(t) for t in step.terms))
+    if step.refs:
+        st.markdown("**Look it up:**")
+        with st.container(horizontal=True, gap="small"):  # each link as wide as its title
+            for script in step.refs:
+                st.page_link(script, label=TITLES.get(script, script),
+                             icon=":material/menu_book:", width="content")
+with right, st.container(border=True):
+    st.markdown("##### Try this")
+    if choice is None:  # its text shows what to look for, often the answer itself
+        st.caption(f"After your prediction: **{TITLES.get(step.try_page, step.try_page)}** "
+                   "on a real tensor.")
+    else:
         st.markdown(step.try_text)
         st.caption(f"Opens **{TITLES.get(step.try_page, step.try_page)}** with "
                    f"{lesson.describe_settings(step.try_settings)}.")

@@ -12,9 +12,9 @@ from app import charts, errors, frame, metrics_view, model_view, sources, warm, 
 
 frame.enter()
 
-SOURCES = {"minilm": "all-MiniLM-L6-v2 sentence encoder (optional install)",
-           "upload": "Upload an .onnx model (+ .npz inputs)",
-           "path": "An .onnx model on the server, under an allowed folder (path)"}
+#: Labels short enough to show whole in the sidebar's select (the help says the rest).
+SOURCES = {"minilm": "all-MiniLM-L6-v2", "upload": "Upload an .onnx model",
+           "path": "A path on the server"}
 
 st.title("Model Fidelity")
 st.markdown("Every weight through `QuantizeLinear → DequantizeLinear`, the model run in "
@@ -25,7 +25,10 @@ st.caption("Output SQNR = −10·log10(mean over outputs of r_o), r_o = Σ (y_o 
            "each output's noise relative to its own power, so no output dominates by its "
            "scale; with one output, 10·log10(Σ y² / Σ (y − ŷ)²).")
 
-source = sources.choose(SOURCES, "mf_source", "minilm")
+source = sources.choose(SOURCES, "mf_source", "minilm",
+                        help="all-MiniLM-L6-v2: the sentence encoder (an optional install). "
+                             "Upload: an .onnx model and, optionally, an .npz of its inputs. "
+                             "Path: an .onnx model on the server, under an allowed folder.")
 side = st.sidebar
 ref, inputs, sentences, seed, feedback = "minilm", None, 0, 0, ""
 if source == "minilm":
@@ -70,7 +73,8 @@ else:
 
 runtime = widgets.select("Runtime the plan is for", list(model_view.RUNTIMES), "mf_runtime",
                          "onnxruntime", where=side, format_func=model_view.RUNTIMES.get,
-                         help="onnxruntime: only recipes whose DequantizeLinear the installed "
+                         help="onnxruntime: what the installed one runs — only recipes whose "
+                              "DequantizeLinear the installed "
                               "onnxruntime runs, so the exported model loads there. Any ONNX "
                               "runtime: every type ONNX defines (the onnx reference evaluator "
                               "runs them all).")
@@ -92,9 +96,10 @@ filt = widgets.text("Tensors containing", "mf_filter", "", where=side,
 act_choice = widgets.select("Activations", list(model_view.ACTIVATIONS), "mf_act", "none",
                             where=side, format_func=model_view.ACTIVATIONS.get,
                             help="Also quantize the activation sites (the float inputs of the "
-                                 "nodes that consume weights: MatMul, Gemm, Conv). Dynamic: "
-                                 "DynamicQuantizeLinear at run time, uint8 per tensor. Static: "
-                                 "a QuantizeLinear → DequantizeLinear pair per site with a "
+                                 "nodes that consume weights: MatMul, Gemm, Conv). Dynamic "
+                                 "uint8: DynamicQuantizeLinear at run time, uint8 per tensor. "
+                                 "Static: calibrated Q/DQ pairs, a QuantizeLinear → "
+                                 "DequantizeLinear pair per site with a "
                                  "scale calibrated on the inputs. int8 weights with static int8 "
                                  "activations is W8A8 int8; float8e4m3fn weights with static "
                                  "float8e4m3fn activations, W8A8 float8.")
@@ -192,22 +197,36 @@ if act_config.mode != "none":
         both = errors.require(model_view.compute, ("wa",) + key + (act_config.name,),
                               model_view.with_activations, case, study, chosen, tensors,
                               what="Recipes with activations")
-    a1, a2 = st.columns([1, 2])
-    a1.metric(f"{len(study.specs)} sites quantized, weights float",
+    st.metric(f"{len(study.specs)} sites quantized, weights float",
               f"{study.activations_only['output_sqnr_db']:.2f} dB", act_config.name,
-              delta_color="off", border=True)
-    with a2:
-        st.dataframe(both, hide_index=True, column_config={
-            "output SQNR (dB)": st.column_config.NumberColumn(format="%.2f"),
-            "max |Δ|": st.column_config.NumberColumn(format="%.3g")})
-        st.caption("Each recipe on every chosen weight with every site quantized: int8 weights "
-                   "with static int8 activations is W8A8 int8; change the activations in the "
-                   "sidebar to compare W8A8 float8e4m3fn.")
+              delta_color="off", border=True, width="content")
+    # the table full width, so a long activation name (static:float8e4m3fn@…) is whole
+    st.dataframe(both, hide_index=True, column_config={
+        "output SQNR (dB)": st.column_config.NumberColumn(format="%.2f"),
+        "max |Δ|": st.column_config.NumberColumn(format="%.3g")})
+    st.caption("Each recipe on every chosen weight with every site quantized: int8 weights "
+               "with static int8 activations is W8A8 int8; change the activations in the "
+               "sidebar to compare W8A8 float8e4m3fn.")
     charts.show(model_view.site_chart(study))
-    with st.expander("Every activation site alone"):
-        st.dataframe(model_view.site_table(study), hide_index=True, column_config={
-            "output SQNR alone (dB)": st.column_config.NumberColumn(format="%.2f"),
-            "site SQNR (dB)": st.column_config.NumberColumn(format="%.2f")})
+    sites = model_view.site_table(study)
+    if len(sites):
+        worst = sites.iloc[0]
+        st.markdown(f"**Why {worst['site']} hurts most:** "
+                    + model_view.site_reading(study, worst["tensor"]))
+    st.caption("Each site's range, beside its sensitivity: max |x|, its standard deviation, "
+               "their ratio, the excess kurtosis (0 for a normal distribution), and the "
+               f"outlier channels (max |x| over {model_view.OUTLIER_RATIO:g}× the median "
+               "channel's) with the share of the range only they reach. `tensor` is the "
+               "graph's name of the site, `feeds` the weights of the nodes that read it.")
+    st.dataframe(sites, hide_index=True, column_config={
+        "site": st.column_config.TextColumn("site", pinned=True),
+        "output SQNR alone (dB)": st.column_config.NumberColumn(format="%.2f"),
+        "site SQNR (dB)": st.column_config.NumberColumn(format="%.2f"),
+        "max |x|": st.column_config.NumberColumn(format="%.3g"),
+        "std": st.column_config.NumberColumn(format="%.3g"),
+        "max / std": st.column_config.NumberColumn(format="%.1f"),
+        "excess kurtosis": st.column_config.NumberColumn(format="%.1f"),
+        "their share of the range %": st.column_config.NumberColumn(format="%.0f")})
 
 # ---------------------------------------------------------------------------------------------
 # the plan
@@ -271,6 +290,7 @@ if p.activations or p.float_activations:
                + (f"; kept in float: {', '.join(p.float_activations)}"
                   if p.float_activations else "")
                + ". Their noises, each measured alone, join the prediction.")
+st.markdown("**The plan in words:** " + model_view.plan_in_words(p))
 with st.expander("The plan: one recipe per tensor"):
     st.dataframe(model_view.plan_table(p, sens), hide_index=True)
 st.caption("The plan is exactly optimal under the additive model: it predicts the mixed "
@@ -306,8 +326,8 @@ if d2.button("Build the QDQ model", icon=":material/build:"):
             model_view.export, case, p, runtime, what="Exporting"))
 built = st.session_state.get("_mf_qdq")
 built = built[1] if built and built[0] == export_key else None
-deploy = {k: built[k] for k in ("forms", "latency_ms", "float_latency_ms")
-          if built and built[k]} if built else {}
+deploy = {k: built[k] for k in ("forms", "latency_ms", "float_latency_ms", "latency_spread_ms",
+                                "float_latency_spread_ms") if built.get(k)} if built else {}
 plan_json = json.dumps({**p.to_json(), "runtime": runtime, **deploy,
                         **({"refine": refined.to_json()} if refined else {})}, indent=1)
 d1.download_button("Download the plan (.json)", plan_json, "plan.json", "application/json",
@@ -333,7 +353,11 @@ if built:
         for label, value, note in timing:
             metrics_view.card(row, label, value, note, delta_color="off", delta_arrow="off",
                               help="Median of repeated passes over the inputs, the export and "
-                                   "the float model taking turns in one process.")
+                                   "the float model taking turns in one process; then each "
+                                   "one's min–median–max over the passes.")
+        st.caption("Timings on a shared machine vary from run to run: the min–median–max of "
+                   "the passes shows how much. Where each median lies inside the other's "
+                   "range, the difference is **within noise** — build again before reading it.")
         st.caption("Forms: " + ", ".join(f"{n} × {f}" for f, n in sorted(built["forms"].items()))
                    + " (matmulnbits-node is the kernel; dq-matmul, dynamic and static fuse into "
                    "integer kernels; dq and qdq "

@@ -247,32 +247,32 @@ with right:
     if not per.empty:
         charts.show(pareto(per))
     st.caption(compute.PARETO_RULE.format(noun="recipe"))
-    table = per.copy()
-    table["MiB"] = table["bytes"] / 2**20
-    opsets = ok.groupby("recipe", sort=False)["opset"].min() if "opset" in ok else None
-    columns = ["recipe", "sqnr_db_weighted", "bits_per_element", "pareto", "sqnr_db_model",
-               "min_sqnr_db", "MiB"]
-    if opsets is not None:
-        table["opset"] = table["recipe"].map(opsets).astype("Int64")
-        columns.insert(3, "opset")
-    # SQNR beside the recipe: the narrow column scrolls, the figures that matter stay in view
-    st.dataframe(table[columns], hide_index=True,
-                 column_config={
-                     "opset": st.column_config.NumberColumn(
-                         "opset", format="%d", help="The oldest opset whose operators express "
-                                                    "the recipe: the report runs it there."),
-                     "recipe": st.column_config.TextColumn("recipe", pinned=True),
-                     "bits_per_element": st.column_config.NumberColumn("bits/elem", format="%.3f"),
-                     "MiB": st.column_config.NumberColumn("MiB", format="%.2f"),
-                     "sqnr_db_weighted": st.column_config.NumberColumn("SQNR dB",
-                                                                       format="%.2f",
-                                                                       help="Element-weighted "
-                                                                            "mean over the "
-                                                                            "tensors."),
-                     "sqnr_db_model": st.column_config.NumberColumn("SQNR dB (model)",
-                                                                    format="%.2f"),
-                     "min_sqnr_db": st.column_config.NumberColumn("worst dB", format="%.2f"),
-                     "pareto": st.column_config.CheckboxColumn("Pareto")})
+# the recipe table below both, full width: every column in view
+table = per.copy()
+table["MiB"] = table["bytes"] / 2**20
+opsets = ok.groupby("recipe", sort=False)["opset"].min() if "opset" in ok else None
+columns = ["recipe", "sqnr_db_weighted", "bits_per_element", "pareto", "sqnr_db_model",
+           "min_sqnr_db", "MiB"]
+if opsets is not None:
+    table["opset"] = table["recipe"].map(opsets).astype("Int64")
+    columns.insert(3, "opset")
+st.dataframe(table[columns], hide_index=True,
+             column_config={
+                 "opset": st.column_config.NumberColumn(
+                     "opset", format="%d", help="The oldest opset whose operators express "
+                                                "the recipe: the report runs it there."),
+                 "recipe": st.column_config.TextColumn("recipe", pinned=True),
+                 "bits_per_element": st.column_config.NumberColumn("bits/elem", format="%.3f"),
+                 "MiB": st.column_config.NumberColumn("MiB", format="%.2f"),
+                 "sqnr_db_weighted": st.column_config.NumberColumn("SQNR dB",
+                                                                   format="%.2f",
+                                                                   help="Element-weighted "
+                                                                        "mean over the "
+                                                                        "tensors."),
+                 "sqnr_db_model": st.column_config.NumberColumn("SQNR dB (model)",
+                                                                format="%.2f"),
+                 "min_sqnr_db": st.column_config.NumberColumn("worst dB", format="%.2f"),
+                 "pareto": st.column_config.CheckboxColumn("Pareto")})
 
 if opsets is not None and bool((opsets < 21).any()):
     st.caption("Each recipe runs at the oldest opset that expresses it (the opset column). "
@@ -287,15 +287,24 @@ recipe_pick = widgets.select("Recipe", ["all recipes"] + list(dict.fromkeys(ok["
                              "mr_worst_recipe", "all recipes")
 pool = ok if recipe_pick == "all recipes" else ok[ok["recipe"] == recipe_pick]
 worst = pool.replace([math.inf], np.nan).nsmallest(int(n_worst), "sqnr_db")
-st.dataframe(worst[["label", "recipe", "shape", "dtype", "sqnr_db", "rmse", "max_abs_error",
-                    "clipped_fraction", "bits_per_element", "absmax", "excess_kurtosis"]],
+shown = ["label", "recipe", "shape", "dtype", "sqnr_db", "rmse", "max_abs_error",
+         "clipped_fraction", "bits_per_element", "absmax", "excess_kurtosis"]
+dtypes = worst["dtype"].unique() if "dtype" in worst else []
+if len(dtypes) == 1:  # one type for every row: said once, the table keeps its width for values
+    shown.remove("dtype")
+    st.caption(f"Every tensor below is {dtypes[0]}.")
+st.dataframe(worst[shown],
              hide_index=True, column_config={
                  "label": st.column_config.TextColumn("tensor", pinned=True),
                  "sqnr_db": st.column_config.NumberColumn("SQNR dB", format="%.2f"),
-                 "clipped_fraction": st.column_config.NumberColumn("clipped", format="%.2e"),
+                 "rmse": st.column_config.NumberColumn("RMSE", format="%.3g"),
+                 "max_abs_error": st.column_config.NumberColumn("max |error|", format="%.3g"),
+                 "absmax": st.column_config.NumberColumn("max |x|", format="%.3g"),
+                 "clipped_fraction": st.column_config.NumberColumn("clipped", format="%.1e"),
                  "bits_per_element": st.column_config.NumberColumn("bits/elem", format="%.3f"),
-                 "excess_kurtosis": st.column_config.NumberColumn("excess kurtosis",
-                                                                  format="%.2f")})
+                 "excess_kurtosis": st.column_config.NumberColumn(
+                     "kurtosis", format="%.2f", help="Excess kurtosis: 0 for a normal "
+                                                    "distribution, large for heavy tails.")})
 
 bad = summary["errors"]
 if len(bad):

@@ -718,6 +718,16 @@ def test_lab_your_numbers_table_is_quantize_linear():
     assert [float(v) for v in table["rounded"]] == np.rint(x / np.float32(0.5)).tolist()
 
 
+def test_lab_your_numbers_say_saturation_comes_after_the_rounded_column():
+    at = open_page("quantize_lab", {"target": "int4", "lo_x": "0.5, 1024, 98304, 3",
+                                    "lo_s": 1.0, "lo_zp": 0})
+    table = at.dataframe[-1].value
+    assert [float(v) for v in table["rounded"]][1:3] == [1024, 98304]  # before saturation
+    assert [float(v) for v in table["saturated"]] == [0, 7, 7, 3]
+    note = [c.value for c in at.caption if "beyond int4" in c.value]
+    assert note and "1024, 98304" in note[0] and "saturated = y" in note[0], note
+
+
 def test_lab_your_numbers_float_target_has_no_zero_point():
     at = open_page("quantize_lab", {"target": "float8e4m3fn", "lo_x": "300, 0.1", "lo_s": 1.0})
     table = at.dataframe[-1].value

@@ -363,14 +363,16 @@ def test_format_compare_compares_recipes_each_with_its_own_settings():
     from qcore.report.sliced import run_recipe
 
     at = open_app_page("pages/format_compare.py", RECIPE_LINK)
-    table = at.dataframe[0].value.set_index("format")
-    assert list(table.index) == ["int4:blocked32@absmax", "mxfp4", "int8:per-axis · opset 13",
-                                 "float8e4m3fn:per-tensor · opset 19"]
+    # the figures, then how each recipe is built: two tables, one row per recipe in each
+    table = at.dataframe[0].value.set_index("format").join(
+        at.dataframe[1].value.set_index("format"))
+    assert list(table.index) == ["int4:blocked32@absmax", "mxfp4", "int8:per-axis",
+                                 "float8e4m3fn:per-tensor"]  # the opset: its own column
     assert table.loc["int4:blocked32@absmax", "scale_type"] == "float32"
     assert table.loc["int4:blocked32@absmax", "method"] == "absmax"
     assert table.loc["mxfp4", "scale_type"] == "float8e8m0"
     assert table.loc["mxfp4", "block_size"] == "32" and table.loc["mxfp4", "target"] == "float4e2m1"
-    assert table.loc["int8:per-axis · opset 13", "block_size"] == ""  # no block, no "None"
+    assert table.loc["int8:per-axis", "block_size"] == ""  # no block, no "None"
     x = datasets.load("layer0.ffn.out.weight")
     for label, recipe in zip(table.index, ["int4:blocked32@absmax", "mxfp4", "int8:per-axis",
                                            "float8e4m3fn:per-tensor"]):

@@ -197,6 +197,68 @@ def test_no_metric_value_is_cut(server, browser):
     assert not cut, cut
 
 
+#: Any value cut on screen: a text element (label, chip, button, metric, caption) whose content
+#: is wider than its box and which hides the rest or ends it with "…"; a field (a selectbox
+#: shows its choice in an <input>) whose text is wider than the field; a table whose columns
+#: run past its frame (Streamlit's tables draw on a canvas: a hidden column is one that scrolls).
+#: Formulas may overflow their box by a pixel or two of KaTeX's margins.
+CUT_VALUES_JS = """() => { const out = []; const seen = new Set();
+  const roots = [...document.querySelectorAll('[data-testid="stSidebar"], [data-testid="stMain"]')];
+  for (const r of roots) for (const e of r.querySelectorAll('*')) {
+    if (e.closest('.js-plotly-plot, [data-testid="stDataFrame"], [data-testid="stCode"], pre, '
+                  + '.katex-mathml')) continue;  // KaTeX's MathML copy is hidden by design
+    if (!e.innerText || !e.innerText.trim() || e.getClientRects().length === 0) continue;
+    const cs = getComputedStyle(e);
+    const hides = cs.overflowX !== 'visible' || cs.textOverflow === 'ellipsis';
+    const slack = e.closest('.katex-display') ? 3 : 1;
+    if (hides && e.scrollWidth > e.clientWidth + slack) {
+      const t = e.innerText.trim().replace(/\\s+/g, ' ').slice(0, 80);
+      if (!seen.has(t)) { seen.add(t); out.push('text: ' + t); } } }
+  for (const r of roots) for (const e of r.querySelectorAll('input')) {
+    if (['file', 'hidden', 'checkbox', 'radio', 'range'].includes(e.type)) continue;
+    if (e.getClientRects().length && e.scrollWidth > e.clientWidth + 1)
+      out.push('field: ' + e.value.slice(0, 80)); }
+  for (const d of document.querySelectorAll('[data-testid="stDataFrame"]')) {
+    const s = d.querySelector('.dvn-scroller');
+    if (s && s.scrollWidth > s.clientWidth + 1) {
+      const head = [...d.querySelectorAll('[role="columnheader"]')].map(h => h.innerText);
+      out.push('table: ' + s.scrollWidth + ' px of columns in ' + s.clientWidth + ' px ' +
+               head.join(', ').slice(0, 80)); } }
+  return out; }"""
+
+#: The views the issue found cut (sidebar labels and chips, Format Compare's recipes, Model
+#: Report's recipe table), and every page's default view.
+WHOLE_VIEWS = [
+    "", "learn?step=6", "quantize_lab?src=dataset&ds=layer5.ffn.residual&target=int4"
+    "&gran=blocked&axis=1&block=32", "format_compare",
+    "format_compare?c_mode=recipes&src=dataset&ds=layer0.ffn.out.weight",
+    "round_trip_sweeps", "dynamic_quantization",
+    "model_report?mr_source=datasets&mr_recipes=int8:per-axis,uint8:per-tensor,int4:blocked32,"
+    "int4:blocked128,float8e4m3fn:per-tensor,float8e4m3fn:per-axis,mxfp8,mxfp4",
+    "model_fidelity?mf_act=dynamic", "number_formats", "operator_versions", "conformance",
+]
+
+
+@pytest.mark.parametrize("width", [1280, 1600])
+def test_no_value_is_cut(server, browser, shots, width):
+    """At 1280 px and wider (the sidebar open) no label, chip, field, metric or table column is
+    cut: each shows its whole text (the full text on hover is not enough for a number)."""
+    page = browser.new_page(viewport={"width": width, "height": 900})
+    cut = {}
+    try:
+        for path in WHOLE_VIEWS:
+            page.goto(f"{server}/{path}", timeout=120_000)
+            wait_idle(page, charts=False)
+            page.wait_for_timeout(1500)  # tables and charts lay out after the run
+            found = page.evaluate(CUT_VALUES_JS)
+            if found:
+                cut[path] = found
+                screenshot(page, f"cut_{width}_{path.split('?')[0] or 'home'}", shots)
+    finally:
+        page.close()
+    assert not cut, cut
+
+
 def test_settings_travel_in_the_url(server, browser):
     """Change a setting: the URL records it; opening that URL restores it."""
     page = browser.new_page(viewport={"width": 1440, "height": 900})

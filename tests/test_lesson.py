@@ -41,14 +41,15 @@ def independent_answers() -> list[str]:
                                      list(lesson.STORAGE_CODES)).int32_data)
     store = f"{len(packed)} bytes, first 0x{packed[0]:02X}"
     return [str(int(y1)), str(int(y2)), str(int(y3)), f"{float(x4[0, 0]):g}",
-            f"{float(y5.astype(np.float32)[0]):g}", store, None, str(int(z6)), None, None]
+            f"{float(y5.astype(np.float32)[0]):g}", store, None, str(int(z6)), None, None, None]
 
 
 def test_the_path_has_the_seven_steps_in_order():
     titles = [s.title.split(":")[0].split(",")[0] for s in STEPS]
     assert titles == ["Scale and zero point", "Rounding", "Saturation", "Granularity",
                       "float8", "Storage", "Formats at the same bits", "DynamicQuantizeLinear",
-                      "Choosing a format for a model", "From tensor to model"]
+                      "Choosing a format for a model", "From tensor to model",
+                      "From model to deployment"]
     for s in STEPS:
         assert s.idea.count(". ") + s.idea.count(": ") >= 2 and s.formula and s.why
         assert len(s.options) >= 2 and s.try_settings
@@ -97,6 +98,8 @@ def test_choosing_a_format_answer_is_measured():
 def test_try_this_lands_on_the_promised_state(n):
     step = STEPS[n - 1]
     at = open_learn(n)
+    at.radio(key=f"learn_q{n}").set_value(step.options[0])  # "Try this" follows the prediction
+    rerun(at)
     at.button(key=f"learn_try{n}").click()
     rerun(at)
     page = step.try_page.split("/")[-1].removesuffix(".py")
@@ -118,6 +121,8 @@ def test_try_this_overrides_what_the_page_showed_before():
     assert at.segmented_control(key="gran").value == qcore.PER_TENSOR
     at.switch_page("pages/learn.py")
     at.query_params["step"] = "4"
+    rerun(at)
+    at.radio(key="learn_q4").set_value(STEPS[3].options[0])
     rerun(at)
     at.button(key="learn_try4").click()
     rerun(at)
@@ -170,7 +175,7 @@ def test_tensor_to_model_answer_agrees_with_numpy_int8():
         x = datasets.load(name)
         scale = np.float32(np.abs(x).max() / np.float32(127))
         sq[name] = _numpy_sqnr(x, np.clip(np.rint(x / scale), -127, 127) * scale)
-    step = STEPS[-1]
+    step = next(s for s in STEPS if s.title == "From tensor to model")
     assert step.options[step.answer().correct] == min(sq, key=sq.get)
     assert "model_fidelity" in " ".join(step.refs)
 
@@ -197,3 +202,93 @@ def test_no_answer_before_the_prediction_and_answers_kept_on_the_move():
     rerun(at)
     assert at.radio(key="learn_q2").value == "2"
     assert any("Right: 2" in s.value for s in at.success)
+
+
+#: Words that give each step's answer away, written here from the ONNX rules (not taken from the
+#: lesson's text): none may be on screen before the prediction.
+LEAKS = {
+    2: ("to even", "even neighbour", "even code", "2.5 → 2"),
+    3: ("saturat", "clipped", "clips", "passes 127", "stops there", r"\min", r"\max"),
+    4: ("coarse step", "round to 0", "comes back as 0", r"\max_j"),
+    6: ("low nibble", "high nibble", "lceil", "⌈", "two of them in each byte",
+        "two codes a byte", "pads"),
+    9: ("floats suit", "suit heavy tails", "steps grow with"),
+    10: ("far from the bulk", r"\log_2", "max|x| / σ"),
+}
+
+
+def screen_text(at: AppTest) -> str:
+    """Every piece of text the page shows (the radio's own question and options left out)."""
+    parts = [e.value for kind in ("markdown", "caption", "latex", "info", "success", "error",
+                                  "warning") for e in getattr(at, kind)]
+    parts += [b.label for b in at.button]
+    return "\n".join(str(p) for p in parts)
+
+
+@pytest.mark.parametrize("n", range(1, len(STEPS) + 1))
+def test_every_step_asks_before_it_tells(n):
+    """Before a prediction: no rule, no why, no "Try this" hint or button, none of the words that
+    give the answer away; after it, all of them."""
+    step = STEPS[n - 1]
+    at = open_learn(n)
+    shown = screen_text(at)
+    assert at.radio(key=f"learn_q{n}").value is None
+    for leak in LEAKS.get(n, ()):
+        assert leak not in shown, (n, leak)
+    for hidden in (step.why, step.rule, step.try_text):
+        assert not hidden or hidden not in shown, (n, hidden[:60])
+    if step.formula_after:
+        assert step.formula not in shown, n
+    assert not [b for b in at.button if b.key == f"learn_try{n}"], n
+    at.radio(key=f"learn_q{n}").set_value(step.options[-1])
+    rerun(at)
+    shown = screen_text(at)
+    for revealed in (step.why, step.rule, step.try_text):
+        assert revealed in shown, (n, revealed[:60])
+    assert step.formula in shown
+    assert at.button(key=f"learn_try{n}")
+
+
+def test_home_asks_about_ties_before_it_tells():
+    at = AppTest.from_file(APP, default_timeout=300)
+    at.session_state["rows"], at.session_state["cols"] = 16, 16
+    check(at.run())
+    example = [c.value for c in at.caption if "2.5" in c.value]  # the example's caption
+    assert example and "which one" in example[0]
+    assert "to even" not in example[0] and "even neighbour" not in example[0]
+
+
+def test_same_bits_names_both_int4_methods_with_numpy_figures():
+    """The step names the method behind each int4 figure: abs-max (the Lab's, the lesson's) and
+    full range (Format Compare's and the model pages' int4:blocked32), each checked here in
+    numpy: full range takes the block's value of largest magnitude v and the scale v / −8."""
+    from qcore import datasets
+
+    w = datasets.load(lesson.SAME_BITS_TENSOR).astype(np.float32)
+    blocks = w.reshape(w.shape[0], -1, 32)
+    idx = np.abs(blocks).argmax(axis=2)[..., None]
+    v = np.take_along_axis(blocks, idx, axis=2)
+    scale = (v / np.float32(-8)).astype(np.float32)
+    scale[scale == 0] = 1
+    codes = np.clip(np.rint(blocks / scale), -8, 7)
+    full = _numpy_sqnr(w, (codes * scale).reshape(w.shape))
+    step = next(s for s in STEPS if s.title == "Formats at the same bits")
+    text = step.answer().explanation
+    assert f"{full:.2f} dB" in text and "full range" in text and "abs-max" in text
+
+
+def test_deployment_answer_is_the_live_measurement():
+    """The deployment step's answer follows the figures qcore.deploy_costs measured (once per
+    process: the page and this test read the same) and states them."""
+    pytest.importorskip("onnxruntime")
+    from qcore import deploy_costs
+
+    step = next(s for s in STEPS if s.title == "From model to deployment")
+    a = step.answer()
+    f = deploy_costs.four_bit_cost()
+    small, large = f["nbits1"] < f["float1"], f["nbits64"] < f["float64"]
+    assert step.options[a.correct].startswith(
+        {(True, False): "4-bit faster at 1 row", (True, True): "4-bit faster at both",
+         (False, True): "4-bit faster at 64", (False, False): "float faster"}[(small, large)])
+    assert f"{f['nbits1']:.0f} µs" in a.explanation
+    assert f"{deploy_costs.dynamic_cost()['dql']:.0f} µs" in a.explanation

@@ -307,6 +307,17 @@ def test_activation_sites_are_named_by_the_weights_that_read_them(tmp_path):
         t: f"input of {w}" for t, w in readers.items()}
     bars = at.get("plotly_chart")[2].proto.spec
     assert all(f"input of {w}" in bars for w in readers.values())
+    # beside each site's sensitivity, its range statistics, the weights it feeds, and a
+    # sentence for the most sensitive one
+    for col in ("max |x|", "std", "max / std", "excess kurtosis", "outlier channels",
+                "their share of the range %", "feeds"):
+        assert col in sites, col
+    np.testing.assert_allclose(sites["max / std"], sites["max |x|"] / sites["std"], rtol=1e-9)
+    assert dict(zip(sites["tensor"], sites["feeds"])) == readers
+    words = [m.value for m in at.markdown if m.value.startswith("**The plan in words:**")]
+    assert words and "int8:per-axis" in words[0], words
+    why = [m.value for m in at.markdown if m.value.startswith("**Why ")]
+    assert why and sites["site"].iloc[0] in why[0] and "int8" in why[0], why
 
 
 def test_state_fed_back_shows_sqnr_per_step(tmp_path):

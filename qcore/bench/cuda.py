@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from qcore import ops
+from qcore.bench.cuda_events import LAUNCHES, event_rounds
 from qcore.kernels import cuda as ck
 from qcore.kernels.cuda import cuda
 
@@ -61,10 +62,6 @@ class Timing:
         return self.h2d_s + self.kernel_s + self.d2h_s
 
 
-#: Launches timed back to back between one pair of CUDA events.
-LAUNCHES = 20
-
-
 def _time_events(fn, repeat: int, warmup: int = 1, launches: int = LAUNCHES) -> float:
     """Median seconds of one fn() on the GPU: CUDA events around `launches` back-to-back
     calls, divided by `launches`, over `repeat` rounds (wall clock under the simulator).
@@ -84,25 +81,8 @@ def _time_events(fn, repeat: int, warmup: int = 1, launches: int = LAUNCHES) -> 
             times.append(time.perf_counter() - t0)
         return statistics.median(times)
     spin = max(1e-3, 2 * launches * _time_launch(fn, 3))
-    return _event_rounds(fn, repeat, launches, lambda: cuda.event(timing=True),
+    return event_rounds(fn, repeat, launches, lambda: cuda.event(timing=True),
                          lambda: ck.launch_spin(spin))
-
-
-def _event_rounds(fn, repeat: int, launches: int, event, spin) -> float:
-    """Median seconds of one fn() over `repeat` rounds of `launches` back-to-back calls
-    between two CUDA events (``event()`` makes one: numba's or torch's, whose elapsed_time is
-    in ms), each round after ``spin()`` has queued work that keeps the GPU busy."""
-    times = []
-    for _ in range(max(1, repeat)):
-        start, end = event(), event()
-        spin()
-        start.record()
-        for _ in range(launches):
-            fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3 / launches)
-    return statistics.median(times)
 
 
 def _time_wall(fn, repeat: int) -> float:

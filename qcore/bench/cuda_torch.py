@@ -1,11 +1,11 @@
 """torch on the same GPU, for ``python -m qcore.bench.cuda``: the same cases' rates, timed as
-qcore's kernels are (:func:`qcore.bench.cuda._event_rounds`)."""
+qcore's kernels are (:func:`qcore.bench.cuda.event_rounds`)."""
 
 from __future__ import annotations
 
 import time
 
-from qcore.bench.cuda import LAUNCHES, _event_rounds
+from qcore.bench.cuda_events import LAUNCHES, event_rounds
 
 
 def torch_rates(shape: tuple[int, int], *, repeat: int = 10,
@@ -89,7 +89,7 @@ def torch_rates(shape: tuple[int, int], *, repeat: int = 10,
         torch.cuda.synchronize()
         cycles = int(max(1e-3, 2 * LAUNCHES * host) * 2e9)
         spin = (lambda c=cycles: sleep(c)) if sleep is not None else (lambda: None)
-        rates[name] = n / _event_rounds(fn, repeat, LAUNCHES,
+        rates[name] = n / event_rounds(fn, repeat, LAUNCHES,
                                         lambda: torch.cuda.Event(enable_timing=True), spin)
     fns.clear()
     torch.cuda.empty_cache()

@@ -20,7 +20,8 @@ import numpy as np
 
 from . import require
 
-__all__ = ["THREADS", "deploy_session", "latency_ms", "model_latency", "thread_label"]
+__all__ = ["THREADS", "deploy_session", "latency_ms", "latency_runs_ms", "model_latency",
+           "spread", "thread_label"]
 
 #: The thread counts every latency figure is given for (0: onnxruntime's default, all cores).
 THREADS = (1, 0)
@@ -53,6 +54,21 @@ def latency_ms(models: Mapping[str, Any], batches: Sequence[Mapping[str, np.ndar
                configs: Mapping[str, Mapping[str, str]] | None = None) -> dict[str, float]:
     """Median milliseconds of one pass over ``batches`` per model (module doc), the models
     taking turns; ``configs``: session config entries by model key."""
+    runs = latency_runs_ms(models, batches, threads, repeats, warmup, configs)
+    return {k: float(statistics.median(v)) for k, v in runs.items()}
+
+
+def spread(runs: Sequence[float]) -> list[float]:
+    """[min, median, max] of a model's passes (ms): the repeats' spread says how much of a
+    difference between two models is noise."""
+    return [float(min(runs)), float(statistics.median(runs)), float(max(runs))]
+
+
+def latency_runs_ms(models: Mapping[str, Any], batches: Sequence[Mapping[str, np.ndarray]],
+                    threads: int = 1, repeats: int = 10, warmup: int = 2,
+                    configs: Mapping[str, Mapping[str, str]] | None = None
+                    ) -> dict[str, list[float]]:
+    """Milliseconds of every timed pass per model, as :func:`latency_ms` times them."""
     configs = configs or {}
     sessions = {k: deploy_session(m, threads, configs.get(k)) for k, m in models.items()}
     times: dict[str, list[float]] = {k: [] for k in sessions}
@@ -66,18 +82,24 @@ def latency_ms(models: Mapping[str, Any], batches: Sequence[Mapping[str, np.ndar
             for b in batches:
                 s.run(None, dict(b))
             times[k].append((time.perf_counter() - t0) * 1000.0)
-    return {k: float(statistics.median(v)) for k, v in times.items()}
+    return times
 
 
 def model_latency(model: Any, float_model: Any, batches: Sequence[Mapping[str, np.ndarray]],
                   threads: Sequence[int] = THREADS, repeats: int = 10, warmup: int = 2
                   ) -> dict[str, dict[str, float]]:
     """``{"latency_ms": {threads: ms}, "float_latency_ms": {threads: ms}}`` of an export and
-    its float model, timed together (module doc); the keys of the inner dicts are
-    :func:`thread_label`\\ s. The page and the plan JSON use this."""
-    out: dict[str, dict[str, float]] = {"latency_ms": {}, "float_latency_ms": {}}
+    its float model, timed together (module doc), with ``latency_spread_ms`` and
+    ``float_latency_spread_ms``: [min, median, max] of the passes (:func:`spread`); the keys of
+    the inner dicts are :func:`thread_label`\\ s. The page and the plan JSON use this."""
+    out: dict[str, dict[str, Any]] = {"latency_ms": {}, "float_latency_ms": {},
+                                      "latency_spread_ms": {}, "float_latency_spread_ms": {}}
     for t in threads:
-        ms = latency_ms({"export": model, "float": float_model}, batches, t, repeats, warmup)
-        out["latency_ms"][thread_label(t)] = ms["export"]
-        out["float_latency_ms"][thread_label(t)] = ms["float"]
+        runs = latency_runs_ms({"export": model, "float": float_model}, batches, t, repeats,
+                               warmup)
+        key = thread_label(t)
+        out["latency_spread_ms"][key] = spread(runs["export"])
+        out["float_latency_spread_ms"][key] = spread(runs["float"])
+        out["latency_ms"][key] = out["latency_spread_ms"][key][1]
+        out["float_latency_ms"][key] = out["float_latency_spread_ms"][key][1]
     return out
