@@ -494,8 +494,9 @@ def outputs_table(measured: dict[str, Any]) -> pd.DataFrame | None:
     per = measured.get("outputs") or {}
     if len(per) < 2:
         return None
-    return pd.DataFrame([{"output": k, "SQNR (dB)": v["sqnr_db"], "max |Δ|": v["max_abs"]}
-                         for k, v in per.items()])
+    return pd.DataFrame([{"output": k, "SQNR (dB)": v.get("sqnr_db", math.nan),
+                          "max |Δ|": v.get("max_abs", math.nan),
+                          "agreement": v.get("agreement", math.nan)} for k, v in per.items()])
 
 
 def output_names(case: cases.ModelCase) -> list[str]:

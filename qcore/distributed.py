@@ -34,9 +34,11 @@ SCHEDULER_TIMEOUT = 10.0  # seconds to reach a scheduler before the run is refus
 
 
 def check_scheduler(address: str, timeout: float = SCHEDULER_TIMEOUT) -> None:
-    """Refuse a scheduler address that does not answer a TCP connection within ``timeout``
-    seconds (checked before anything is computed)."""
+    """Refuse a scheduler address where no Dask scheduler answers (a TCP connection, then its
+    ``identity`` request) within ``timeout`` seconds in all, checked before anything is
+    computed."""
     import socket
+    import time
     from urllib.parse import urlsplit
 
     text = str(address)
@@ -47,11 +49,44 @@ def check_scheduler(address: str, timeout: float = SCHEDULER_TIMEOUT) -> None:
         host = port = None
     if not host or port is None or "\x00" in text:
         raise QuantizationError(f"--scheduler {text!r}: not an address; give tcp://HOST:PORT")
+    distributed = _import_distributed()  # before the clock starts: the import is not the wait
+    start = time.monotonic()
     try:
         socket.create_connection((host, port), timeout=timeout).close()
     except OSError as exc:
         raise QuantizationError(f"--scheduler {text}: no Dask scheduler answers there within "
                                 f"{timeout:g} s ({exc.strerror or exc})") from None
+    _check_answers(distributed, f"tcp://{host}:{port}" if "://" not in text else text, text,
+                   timeout, max(0.1, timeout - (time.monotonic() - start)))
+
+
+def _check_answers(distributed: Any, address: str, text: str, timeout: float, left: float
+                   ) -> None:
+    """A Dask scheduler answers its ``identity`` request within what is ``left`` of the
+    ``timeout`` (handshake included): a port that accepts a connection and never answers
+    would otherwise hold ``distributed.Client`` for minutes, past its own timeout."""
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    async def identity() -> Any:
+        comm = await distributed.comm.connect(address, timeout=left)
+        try:
+            await comm.write({"op": "identity"})
+            return await comm.read()
+        finally:
+            await comm.close()
+
+    try:
+        with ThreadPoolExecutor(1) as pool:  # its own event loop, whatever runs this one
+            reply = pool.submit(asyncio.run, asyncio.wait_for(identity(), left)).result()
+    except (OSError, asyncio.TimeoutError, ValueError, TypeError) as exc:
+        why = "no answer" if isinstance(exc, asyncio.TimeoutError) else \
+            (str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        raise QuantizationError(f"--scheduler {text}: no Dask scheduler answers there within "
+                                f"{timeout:g} s ({why})") from None
+    if not isinstance(reply, dict) or reply.get("type") != "Scheduler":
+        raise QuantizationError(f"--scheduler {text}: what answers there is not a Dask "
+                                f"scheduler; give tcp://HOST:PORT of one")
 
 
 @contextmanager

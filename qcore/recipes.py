@@ -93,6 +93,11 @@ CALIBRATION_METHODS = tuple(m for m in METHODS if m != "manual")
 #: Methods a recipe may name: the calibration methods and ``fullrange`` (:mod:`qcore.fullrange`:
 #: symmetric integer codes whose largest magnitude maps to the most negative code).
 RECIPE_METHODS = CALIBRATION_METHODS + FULLRANGE_METHODS
+#: The largest block size a recipe names (a block spans at most an int32 count of elements;
+#: a larger one raised OverflowError deep in NumPy).
+MAX_BLOCK = 2**31 - 1
+#: The largest axis a recipe names (ONNX tensors have at most a few dozen dimensions).
+MAX_AXIS = 63
 _GRAN = re.compile(r"^(per-tensor|per-axis|blocked(\d+))(?:/(\d+))?$")
 
 
@@ -154,12 +159,19 @@ def parse_recipe(spec: str) -> Recipe:
     if method in FULLRANGE_METHODS and not (fmt.kind == INT and fmt.signed):
         raise QuantizationError(f"recipe {spec!r}: @{method} is for signed integer "
                                 f"targets (int2, int4, int8, ...); {target} is not one")
+    if m.group(3) is not None and len(m.group(3)) > 2:
+        raise QuantizationError(f"recipe {spec[:40]!r}: the axis must be 0 to {MAX_AXIS}")
     axis = int(m.group(3)) if m.group(3) is not None else None
     if axis is not None and m.group(1) == "per-tensor":
         raise QuantizationError(f"recipe {spec!r}: per-tensor has no axis; {valid}")
+    if m.group(2) is not None and len(m.group(2)) > 10:  # int() of 4300+ digits raises too
+        raise QuantizationError(f"recipe {spec[:40]!r}...: the block size must be 1 to "
+                                f"{MAX_BLOCK}")
     block = int(m.group(2)) if m.group(2) else 0
-    if m.group(2) is not None and block < 1:
-        raise QuantizationError(f"recipe {spec!r}: the block size must be >= 1")
+    if m.group(2) is not None and not 1 <= block <= MAX_BLOCK:
+        raise QuantizationError(f"recipe {spec!r}: the block size must be 1 to {MAX_BLOCK}")
+    if axis is not None and axis > MAX_AXIS:
+        raise QuantizationError(f"recipe {spec[:40]!r}: the axis must be 0 to {MAX_AXIS}")
     granularity = BLOCKED if block else (PER_AXIS if m.group(1) == "per-axis" else PER_TENSOR)
     name = f"{target}:{gran}" + ("" if method == default else f"@{method}")
     scale = "float8e8m0" if method == "mx" else "float"

@@ -377,7 +377,9 @@ def test_cli_activations_float_activations_and_export(tmp_path, capsys):
     assert "--activations" in error([str(model), "--activations", "static:int3"])
     assert "need --activations" in error([str(model), "--float-activations", "2"])
     assert "3 activation sites" in error([str(model), "--activations", "dynamic",
-                                          "--float-activations", "4"])
+                                          "--float-activations", "4", "--budget", "9"])
+    assert "--budget" in error([str(model), "--activations", "dynamic",
+                                "--float-activations", "1"])
     assert "alpha" in error([str(model), "--activations", "dynamic", "--smooth", "2"])
 
 

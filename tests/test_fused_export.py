@@ -76,10 +76,13 @@ def _sqnr(ref, out):
 def test_weight_only_fuses_into_matmulnbits(op, trans_b, recipe, nbits_form):
     m = _linear_model(op, trans_b)
     d = deployable_export(m, {t: recipe for t in weight_uses(m)}, nbits_form=nbits_form)
-    # int4/uint4 blocks that divide K (64, then 48) are written as the node when asked
+    # int4/uint4 blocks that divide K (64, then 48) are written as the node when asked; 8-bit
+    # codes always (K 64 and 48 hold blocks of 64 and 16: the level-4 fusion of DQ -> MatMul
+    # would change the outputs)
     node = nbits_form == "matmulnbits-node" and "blocked" in recipe
-    want = {"l0.weight": "matmulnbits-node" if node else "dq-matmul",
-            "l1.weight": "matmulnbits-node" if node and 48 % int(recipe[-2:]) == 0
+    eight = recipe.startswith("int8")
+    want = {"l0.weight": "matmulnbits-node" if node or eight else "dq-matmul",
+            "l1.weight": "matmulnbits-node" if node and 48 % int(recipe[-2:]) == 0 or eight
             else "dq-matmul"}
     assert d.forms == want
     written = [n.op_type for n in d.model.graph.node]
@@ -303,10 +306,13 @@ def test_runtime_name_is_checked():
         check_runtime("tensorrt")
 
 
-@pytest.mark.parametrize("budget", [4.7, 5.0, 6.0])
+@pytest.mark.parametrize("budget", [6.25, 7.0, 8.0])
 def test_every_default_plan_loads_in_onnxruntime(tmp_path, budget):
     """Default recipes, a plan for onnxruntime at each budget: the CLI's export loads and
-    runs in onnxruntime, and the plan JSON names the runtime and carries the latency."""
+    runs in onnxruntime, and the plan JSON names the runtime and carries the latency. (On
+    these K = 64 / 48 layers a 4-bit block of 128, or of 32 on K = 48, leaves a short last
+    block, which onnxruntime would run otherwise than stated: left out, so the cheapest plan
+    is 6.0 bits per weight.)"""
     import json
 
     from qcore.model.__main__ import main

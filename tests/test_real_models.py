@@ -140,3 +140,27 @@ def test_minilm_in_matmul_form_is_quantized_as_its_gemm_form():
         for r in ("int8:per-axis", "int4:blocked32"):
             a, b = gemm.quantize(t, r), matmul.quantize(t, r)
             assert a.bits == b.bits and np.array_equal(a.x_hat.T, b.x_hat), (t, r)
+
+
+@pytest.mark.parametrize("runtime", ["onnxruntime", "reference"])
+def test_every_export_deploys_at_its_stated_figure(real, runtime):
+    """The 5-bit plan's export, run as users run it (onnxruntime with default optimizations,
+    :func:`qcore.model.deployed.deploy_case`), has the plan's measured figure to 0.05 dB
+    (DESIGN.md §10): the forms for onnxruntime, and the plain QDQ export."""
+    from qcore.model.deployable import deployable_export
+    from qcore.model.deployed import DEPLOY_TOL_DB, deploy_case, guard_float8_relu
+    from qcore.model.runtime import filter_case_sensitivity
+
+    key, _, case, sens = real
+    if runtime == "onnxruntime":
+        plan = make_plan(filter_case_sensitivity(case, sens, runtime), 5.0)
+        export = deployable_export(case.model, plan.recipes, case.arrays).model
+    else:
+        plan = make_plan(sens, 5.0)
+        export = export_plan(case.model, plan, case.arrays)
+    if unsupported_nodes(export):
+        pytest.skip("onnxruntime has no kernel for some node")
+    stated = run_plan(case, plan)["output_sqnr_db"]
+    deployed = deploy_case(case, guard_float8_relu(export))["output_sqnr_db"]
+    print(f"{key} {runtime}: stated {stated:.3f} dB, deployed {deployed:.3f} dB")
+    assert stated == deployed or abs(stated - deployed) <= DEPLOY_TOL_DB, (stated, deployed)

@@ -30,6 +30,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict
+from pathlib import Path
 
 import ml_dtypes
 import numpy as np
@@ -118,6 +119,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cold-child", default=None, help=argparse.SUPPRESS)
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
+    problem = _check_args(args)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
 
     if args.cold_child is not None:  # the timed process of --cold: one JSON line on stdout
         shape = _parse_size(args.size or "1024x1024")
@@ -208,6 +213,47 @@ def main(argv: list[str] | None = None) -> int:
                        "cases": [asdict(c) | {"targets": target_verdicts(c, cases)}
                                  for c in cases], "sweep": sweep}, f, indent=1)
     return 0
+
+
+#: The most timed passes --models takes per model and thread count (as the model tool's
+#: --latency-repeats: the bound keeps a typo from timing for days).
+MAX_REPEATS = 1000
+
+
+def _check_args(args) -> str | None:
+    """What is wrong with the arguments, checked before anything is loaded or timed (one
+    ``error:`` line, exit 2), else None: --repeats and --sentences in range (--models), and
+    every file the run will write (--json, --markdown FILE) writable now, not after the whole
+    benchmark has run."""
+    from qcore.errors import QuantizationError
+    from qcore.paths import check_writable_file
+
+    if args.models:
+        if isinstance(args.repeats, bool) or not 1 <= args.repeats <= MAX_REPEATS:
+            return (f"--repeats {args.repeats}: give 1 to {MAX_REPEATS} timed passes per model "
+                    f"(the latency is their median)")
+        shipped = _shipped_sentences()
+        if not 0 <= args.sentences <= shipped:
+            return (f"--sentences {args.sentences}: give 0 (all the shipped sentences) or 1 to "
+                    f"{shipped}")
+    for flag, path in (("--json", args.json), ("--markdown", args.markdown)):
+        if path is None or path == "-":
+            continue
+        if not path or "\x00" in path:
+            return f"{flag} {path!r}: give a file name"
+        try:
+            check_writable_file(Path(path).expanduser(), f"{flag} {path}")
+        except QuantizationError as exc:
+            return str(exc)
+    return None
+
+
+def _shipped_sentences() -> int:
+    """How many sentences ``datasets/sentences.txt`` ships (read from the text file: no model
+    is loaded)."""
+    from qcore.model.minilm import load_sentences
+
+    return len(load_sentences())
 
 
 def _main_models(args, argv: list[str]) -> int:

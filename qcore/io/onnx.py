@@ -23,6 +23,7 @@ onnx is optional: it is imported when a model is read, and its absence raises a
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -275,6 +276,17 @@ def _defined(graph: Any) -> set[str]:
     return names | {o for n in graph.node for o in n.output}
 
 
+#: (op_type, input index) of the bias inputs: a tensor read only there stays float however
+#: many dimensions it has (a recurrent bias is [dirs, 8·hidden]; Gemm's C may be [M, N]), as
+#: biases do everywhere else.
+BIAS_INPUTS = frozenset({("LSTM", 3), ("GRU", 3), ("RNN", 3), ("DynamicQuantizeLSTM", 3),
+                         ("Gemm", 2), ("Conv", 2), ("ConvTranspose", 2)})
+
+
+def _only_a_bias(consumers: Sequence[Consumer]) -> bool:
+    return bool(consumers) and all((c.op_type, c.index) in BIAS_INPUTS for c in consumers)
+
+
 def find_weights(model: Any, min_rank: int = 2) -> list[WeightRecord]:
     """Every float32 / float16 / bfloat16 tensor of rank >= ``min_rank`` the model holds as a
     parameter: initializers of the main graph (those also listed as graph inputs included,
@@ -291,9 +303,12 @@ def find_weights(model: Any, min_rank: int = 2) -> list[WeightRecord]:
             listed = t.name in inputs
             if (t.data_type in WEIGHT_TYPES and len(t.dims) >= min_rank
                     and (path == MAIN or not listed)):
+                consumers = tuple(_consumers(graph, path, t.name))
+                if _only_a_bias(consumers):
+                    continue
                 found.append(WeightRecord(
                     t.name, t.name, path, "initializer", WEIGHT_TYPES[t.data_type],
-                    tuple(int(d) for d in t.dims), tuple(_consumers(graph, path, t.name)),
+                    tuple(int(d) for d in t.dims), consumers,
                     t.name in outputs, external=t.data_location == 1, is_input=listed,
                     overridable=listed and overridable))
         for i, node in enumerate(graph.node):
@@ -303,9 +318,12 @@ def find_weights(model: Any, min_rank: int = 2) -> list[WeightRecord]:
             if t is None or t.data_type not in WEIGHT_TYPES or len(t.dims) < min_rank:
                 continue
             name = node.output[0]
+            consumers = tuple(_consumers(graph, path, name))
+            if _only_a_bias(consumers):
+                continue
             found.append(WeightRecord(
                 name, name, path, "constant", WEIGHT_TYPES[t.data_type],
-                tuple(int(d) for d in t.dims), tuple(_consumers(graph, path, name)),
+                tuple(int(d) for d in t.dims), consumers,
                 name in outputs, node=_label(node, i), external=t.data_location == 1))
     if not found:
         raise NoWeightsError(describe_search(model, min_rank))

@@ -100,10 +100,17 @@ def calibrate(values: Sequence[np.ndarray], site: str, config: ActivationConfig,
     if config.mode != "static":
         raise QuantizationError(f"activations {config.mode!r} have no spec to calibrate")
     fmt = get_format(config.dtype)
+    if not len(values):
+        raise QuantizationError(f"activation site {site!r}: no calibration batches; give at "
+                                f"least one batch of the site's values")
     flat = np.concatenate([np.ascontiguousarray(v, np.float32).reshape(-1) for v in values])
     finite = flat[np.isfinite(flat)]
+    if finite.size != flat.size:  # dropped, they would leave the range blind to them
+        raise QuantizationError(f"activation site {site!r} holds {flat.size - finite.size} NaN "
+                                f"or +-Inf values on the calibration inputs: no scale covers "
+                                f"them; give inputs on which the model stays finite")
     if finite.size == 0:
-        raise QuantizationError(f"activation site {site!r} has no finite calibration values")
+        raise QuantizationError(f"activation site {site!r} has no calibration values")
     lo, hi = np.float32(finite.min()), np.float32(finite.max())
     sfmt = get_format("float")
     method = config.method

@@ -339,7 +339,7 @@ def check_feed(name: str, a: Any, dtype: np.dtype, dims: Sequence[Any],
             raise ModelError(f"input {name!r} holds values {lo}..{hi}; its type {dtype} holds "
                              f"{rng[0]}..{rng[1]} (a cast would wrap them)")
     with np.errstate(over="ignore", invalid="ignore"):
-        out = np.ascontiguousarray(a.astype(dtype, copy=False))
+        out = np.ascontiguousarray(a.astype(dtype, copy=False)).reshape(a.shape)  # 0-d stays
     if dtype.kind == "f" and out.size:
         bad = int(out.size - np.count_nonzero(np.isfinite(out)))
         if bad:
@@ -354,7 +354,7 @@ def generated_bytes(expected: Sequence[tuple[str, np.dtype, Sequence[Any]]], dim
     input's name (Python integers: no overflow)."""
     total, worst, worst_bytes = 0, "", -1
     for name, dtype, dims in expected:
-        n = math.prod(d if isinstance(d, int) and d > 0 else dim for d in dims)
+        n = math.prod(d if isinstance(d, int) and d > 0 else dim for d in dims)  # exact ints
         b = n * np.dtype(dtype).itemsize
         total += b
         if b > worst_bytes:
@@ -364,10 +364,13 @@ def generated_bytes(expected: Sequence[tuple[str, np.dtype, Sequence[Any]]], dim
 
 def read_npz(path: str | os.PathLike,
              expected: Sequence[tuple[str, np.dtype, Sequence[Any]]],
-             max_bytes: int = MAX_INPUT_BYTES, flag: str = "--inputs") -> dict[str, np.ndarray]:
+             max_bytes: int = MAX_INPUT_BYTES, flag: str = "--inputs", steps: bool = False,
+             optional: Sequence[str] = ()) -> dict[str, np.ndarray]:
     """Inputs from an ``.npz``, checked from its zip directory and each member's ``.npy``
     header (names, dtypes, shapes, sizes) before any array is read; each array is then read
-    for exactly the bytes its header declares and checked by :func:`check_feed`."""
+    for exactly the bytes its header declares and checked by :func:`check_feed`. ``steps``:
+    an array may hold a leading step axis (``--feedback``); ``optional``: inputs that may be
+    left out (fed-back states start from zeros)."""
     text, p = _inputs_file(flag, path)
     try:
         with open(p, "rb") as fh:
@@ -387,7 +390,7 @@ def read_npz(path: str | os.PathLike,
                 raise ModelError(f"{flag} {text}: holds {key!r} twice")
             members[key] = info
         unknown = [k for k in members if k not in want]
-        missing = [k for k in want if k not in members]
+        missing = [k for k in want if k not in members and k not in optional]
         if unknown or missing:
             raise ModelError(f"{flag} {text}: inputs do not match the model: "
                              f"missing {missing}, unknown {unknown}; the model's inputs are "
@@ -398,7 +401,7 @@ def read_npz(path: str | os.PathLike,
         for key, info in members.items():
             shape, dtype = _npy_header(zf, info, f"{flag} {text}", key)
             _check_dtype(key, dtype, want[key][0])
-            _check_shape(key, shape, want[key][1], symbols)
+            _check_shape(key, shape, _stepped(want[key][1], shape, steps), symbols)
             total += math.prod(shape) * dtype.itemsize
             if total > max_bytes:
                 raise ModelError(f"{flag} {text}: the arrays take over {_gib(max_bytes)} "
@@ -413,8 +416,14 @@ def read_npz(path: str | os.PathLike,
                 raise ModelError(f"{flag} {text}: array {key!r} cannot be read "
                                  f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
                                  ) from None
-            out[key] = check_feed(key, a, want[key][0], want[key][1])
+            out[key] = check_feed(key, a, want[key][0], _stepped(want[key][1], a.shape, steps))
     return out
+
+
+def _stepped(dims: Sequence[Any], shape: Sequence[int], steps: bool) -> list[Any]:
+    """The dims an array is checked against: with ``steps``, an array of one rank more holds a
+    leading step axis of any length (0: free)."""
+    return [0, *dims] if steps and len(shape) == len(dims) + 1 else list(dims)
 
 
 def _npy_header(zf: zipfile.ZipFile, info: zipfile.ZipInfo, text: str, key: str
@@ -466,8 +475,14 @@ def check_initializers(model: Any, where: str = "model") -> None:
 
     from ..io.onnx import iter_graphs
 
-    for _, g in iter_graphs(model.graph):
+    for path, g in iter_graphs(model.graph):
+        seen: set[str] = set()
         for t in g.initializer:
+            if t.name in seen:
+                raise ModelError(f"{where}: two initializers are named {t.name!r}"
+                                 f"{'' if path == 'main' else ' in ' + path}; onnxruntime "
+                                 f"would use one of them: give each a name of its own")
+            seen.add(t.name)
             _check_tensor(onnx, t, f"initializer {t.name!r}", where)
         for n in g.node:
             if n.op_type == "Constant":
@@ -530,8 +545,16 @@ def check_case(case: Any, tensors: Sequence[str]) -> None:
         shapes = ", ".join(f"{n} {tuple(np.shape(y))}" for n, y in zip(names, case.reference))
         raise ModelError(f"the model's outputs are empty on these inputs ({shapes}): no "
                          f"outputs to measure; give inputs with at least one row")
+    if getattr(case, "kind", "") == "logits" and not any(
+            np.asarray(y).dtype.kind in "fc" for y in case.reference):
+        kinds = ", ".join(f"{n} {np.asarray(y).dtype}" for n, y in zip(names, case.reference))
+        raise ModelError(f"--logits: the model's outputs are decisions ({kinds}), not logits; "
+                         f"--logits applies to float outputs only (integer and boolean outputs "
+                         f"are scored by agreement): leave it out")
     for n, y in zip(names, case.reference):
         y = np.asarray(y)
+        if y.dtype.kind not in "fc":
+            continue
         if getattr(case, "kind", "") == "logits" and (y.ndim == 0 or y.shape[-1] == 0):
             raise ModelError(f"--logits: output {n!r} has shape {y.shape}; logits need a last "
                              f"axis of classes (leave --logits out for this model)")
@@ -540,3 +563,4 @@ def check_case(case: Any, tensors: Sequence[str]) -> None:
             raise ModelError(f"the float model's output {n!r} holds {k} NaN or +-Inf values on "
                              f"these inputs: no SQNR can be measured; check the inputs and "
                              f"the weights")
+

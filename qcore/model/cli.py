@@ -87,6 +87,9 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--budget", type=float, help="bits per weight element for the plan")
     g.add_argument("--budgets", help="comma-separated budgets: plan, run and print each "
                    "(a bits-vs-fidelity curve; --plan and --export take --budget)")
+    g.add_argument("--force", action="store_true",
+                   help="an already-quantized model: measure and plan only its float "
+                   "remainder (without it such a model is refused, naming its quantized nodes)")
     g.add_argument("--no-float", action="store_true",
                    help="the plan may not leave a weight in float32")
     g.add_argument("--refine", type=int, metavar="N",
@@ -174,7 +177,7 @@ def check_args(args: argparse.Namespace
         checks.check_output_path("--plan", args.plan)
     if args.export:
         checks.check_output_path("--export", args.export)
-    sources = {"MODEL": args.model, "--inputs": args.inputs}
+    sources = {"MODEL": args.model, "--inputs": args.inputs, "--calibrate": args.calibrate}
     checks.check_outputs_distinct({"--out": args.out, "--plan": args.plan,
                                    "--export": args.export},
                                   {k: v for k, v in sources.items()
@@ -184,6 +187,12 @@ def check_args(args: argparse.Namespace
             checks.check_input_file(flag, path)
     outputs = checks.parse_tensors(args.outputs, "--outputs", "output")
     _check_activation_args(args)
+    for flag, given, plans in (("--refine", args.refine is not None, args.budget is not None),
+                               ("--float-activations", bool(args.float_activations),
+                                args.budget is not None or bool(args.budgets))):
+        if given and not plans:
+            raise QuantizationError(f"{flag} acts on a plan: give --budget BITS (bits per "
+                                    f"weight) or leave {flag} out")
     return (checks.parse_tensors(args.tensors), outputs,
             checks.parse_int_range(args.int_range))
 

@@ -141,6 +141,7 @@ def deployable_export(model: Any, recipes: Mapping[str, str],
         if transpose:  # the Gemm reads the [K, N] weight: transB=0
             ex.attr_changes.setdefault(use.node, {})["transB"] = 0
         form.write(ex, Job(t, xk, q, use, node, site, spec, n_bias))
+        forms[t] = ex.forms.get(t, forms[t])  # e.g. static with a bias past int32: qdq
 
     # activation sites of nodes whose weight stays float (or is not planned): plain QDQ
     done_sites = {by_id[uses[t].node].input[0] for t in planned if t in uses}

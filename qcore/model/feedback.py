@@ -22,12 +22,13 @@ import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from . import require
 from .cases import MINILM_NAMES
+from .checks import MAX_INPUT_BYTES, check_feed, generated_bytes, read_npz
 from .fidelity import ModelCase, compare
 from .graph import ModelError, graph_inputs, load_model
 
@@ -58,10 +59,26 @@ def parse_feedback(text: str, model: Any) -> list[tuple[str, str]]:
         pairs.append((out, inp))
     if not pairs:
         raise ModelError(f"--feedback {text!r}: name at least one OUT=IN pair")
+    _check_state_types(model, pairs)
     fed = [i for _, i in pairs]
     if len(set(fed)) != len(fed):
         raise ModelError(f"--feedback {text!r}: an input is fed twice")
     return pairs
+
+
+def _check_state_types(model: Any, pairs: list[tuple[str, str]]) -> None:
+    """Each fed-back output has its input's element type: a cast would wrap an int8 state
+    (300 -> 44) or truncate a float one."""
+    types = {o.name: o.type.tensor_type.elem_type for o in model.graph.output}
+    ins = {i.name: i.type.tensor_type.elem_type for i in model.graph.input}
+    helper = require("onnx.helper")
+    for out, inp in pairs:
+        if types.get(out) and ins.get(inp) and types[out] != ins[inp]:
+            name = [np.dtype(helper.tensor_dtype_to_np_dtype(types[out])).name,
+                    np.dtype(helper.tensor_dtype_to_np_dtype(ins[inp])).name]
+            raise ModelError(f"--feedback {out}={inp}: output {out!r} is {name[0]}, input "
+                             f"{inp!r} is {name[1]}; a state keeps its type (a cast would "
+                             f"wrap or truncate it): feed an output of the input's type")
 
 
 def split_steps(model: Any, feeds: Mapping[str, np.ndarray], pairs: list[tuple[str, str]],
@@ -78,15 +95,20 @@ def split_steps(model: Any, feeds: Mapping[str, np.ndarray], pairs: list[tuple[s
     per_step: dict[str, np.ndarray] = {}
     fixed: dict[str, np.ndarray] = {}
     initial: dict[str, np.ndarray] = {}
+    left_out = [(n, dt, dims) for n, (dt, dims) in expected.items() if n not in feeds]
+    size, worst = generated_bytes(left_out, dim)
+    if size > MAX_INPUT_BYTES:
+        raise ModelError(f"--dim {dim}: the states left out of the inputs would take "
+                         f"{size / 2**30:.3g} GiB (state {worst!r}); the most is "
+                         f"{MAX_INPUT_BYTES / 2**30:.3g} GiB: give a smaller --dim or the "
+                         f"state in the inputs")
     for name, (dtype, dims) in expected.items():
         if name not in feeds:
             shape = tuple(d if isinstance(d, int) and d > 0 else dim for d in dims)
             initial[name] = np.zeros(shape, dtype)
             continue
-        a = np.asarray(feeds[name])
-        if (a.dtype.kind == "f") != (dtype.kind == "f"):
-            raise ModelError(f"input {name!r} is {a.dtype}; the model wants {dtype}")
-        a = a.astype(dtype, copy=False)
+        raw = np.asarray(feeds[name])
+        a = check_feed(name, raw, dtype, [0, *dims] if raw.ndim == len(dims) + 1 else dims)
         if a.ndim == len(dims) + 1:
             (initial if name in states else per_step)[name] = a[0] if name in states else a
         elif a.ndim == len(dims):
@@ -175,12 +197,19 @@ class FedBackCase(ModelCase):
     def run_alone(self, tensor: str, value: np.ndarray) -> list[np.ndarray]:
         return self.run({tensor: value})
 
-    def run_model(self, model: Any) -> list[np.ndarray]:
+    def run_model(self, model: Any, deployed: bool = False) -> list[np.ndarray]:
         """Another model with the same inputs and outputs (an export) run over the steps,
-        feeding its own state; outputs in :attr:`runner`'s output order."""
-        from .graph import make_session
+        feeding its own state; outputs in :attr:`runner`'s output order. ``deployed``: in the
+        session users run (:func:`qcore.model.deployed.deployed_session`), else in the
+        unoptimized one the measurements use."""
+        if deployed:
+            from .deployed import deployed_session
 
-        session = make_session(model, self.threads)
+            session = deployed_session(model, self.threads)
+        else:
+            from .graph import make_session
+
+            session = make_session(model, self.threads)
         names = self.runner.output_names
         return _stack(self._steps_of(lambda f, _r: session.run(names, f), None))
 
@@ -214,15 +243,12 @@ def load_fed_back_case(model: str | os.PathLike | Any, inputs: str | os.PathLike
     if inputs is None:
         raise ModelError("--feedback needs --inputs: an .npz whose per-step inputs have a "
                          "leading step axis")
+    pairs = parse_feedback(feedback, proto)
     if isinstance(inputs, Mapping):
         feeds = dict(inputs)
-    else:
-        try:
-            with np.load(Path(inputs).expanduser(), allow_pickle=False) as z:
-                feeds = {k: z[k] for k in z.files}
-        except (OSError, ValueError) as exc:
-            raise ModelError(f"inputs {str(inputs)!r} are not a readable .npz: {exc}") from None
-    pairs = parse_feedback(feedback, proto)
+    else:  # the header checks of --inputs (nothing inflates before it is known to fit)
+        feeds = read_npz(inputs, graph_inputs(proto), steps=True,
+                         optional=[i for _, i in pairs])
     steps, initial = split_steps(proto, feeds, pairs, dim)
     first = dict(steps[0])
     first.update(initial)

@@ -41,7 +41,8 @@ from ..recipes import (
 )
 from .graph import Runner
 
-__all__ = ["FLOAT", "ModelCase", "Quantized", "apply_recipe", "compare", "qdq", "recipe_weights",
+__all__ = ["FLOAT", "ModelCase", "Quantized", "agreement", "apply_recipe", "compare",
+           "is_decision", "qdq", "recipe_weights",
            "spearman", "weight_layout"]
 
 #: The plan's name for a weight left in float32.
@@ -157,6 +158,21 @@ def _cosines(e: np.ndarray) -> np.ndarray:
     return n @ n.T
 
 
+def is_decision(y: Any) -> bool:
+    """An integer or boolean output: a decision (a class index, a mask), compared by agreement,
+    never by SQNR (DESIGN.md §10)."""
+    return np.asarray(y).dtype.kind in "iub"
+
+
+def agreement(y: Any, yh: Any) -> float:
+    """The share of equal elements of two decision outputs (0 where the shapes differ; 1 for
+    two empty ones)."""
+    a, b = np.asarray(y), np.asarray(yh)
+    if a.shape != b.shape:
+        return 0.0
+    return float(np.mean(a == b)) if a.size else 1.0
+
+
 def compare(ref: list[np.ndarray], out: list[np.ndarray], kind: str = "generic",
             names: list[str] | None = None, outputs: list[str] | None = None
             ) -> dict[str, Any]:
@@ -164,8 +180,12 @@ def compare(ref: list[np.ndarray], out: list[np.ndarray], kind: str = "generic",
     ``names``: the outputs' names (default ``output0``, ...); ``outputs``: the outputs the model
     figure averages over (default all).
 
-    Per output o: r_o = Σ (y_o − ŷ_o)² / Σ y_o², its SQNR −10·log10(r_o) and max |Δ|. The model
-    figure ``output_sqnr_db`` = −10·log10(mean_o r_o) over the chosen outputs, so no output
+    Per float output o: r_o = Σ (y_o − ŷ_o)² / Σ y_o², its SQNR −10·log10(r_o) and max |Δ|;
+    per integer or boolean output (a decision): ``agreement``, the share of equal elements,
+    never an SQNR and never in the model figure (``agreement`` at the top: the least over the
+    chosen decisions; with decisions only, the figure is NaN and ``noise_power`` the share that
+    changed, which plans minimise). The model
+    figure ``output_sqnr_db`` = −10·log10(mean_o r_o) over the chosen float outputs, so no output
     dominates by its scale; with one output it is 10·log10(Σ y² / Σ (y − ŷ)²). An output with
     Σ y² = 0 has no ratio: it is left out of the mean (listed in ``silent_outputs``); when
     every chosen output is silent the figure is inf if nothing changed, else -inf.
@@ -182,7 +202,13 @@ def compare(ref: list[np.ndarray], out: list[np.ndarray], kind: str = "generic",
     per: dict[str, dict[str, float]] = {}
     sig = max_abs = 0.0
     ratios, silent, silent_noise = [], [], 0.0
+    decisions: list[float] = []
     for name, y, yh in zip(names, ref, out):
+        if is_decision(y):  # integer / boolean: a decision, compared by agreement
+            per[name] = {"agreement": agreement(y, yh)}
+            if name in chosen:
+                decisions.append(per[name]["agreement"])
+            continue
         y64, yh64 = np.asarray(y, np.float64), np.asarray(yh, np.float64)
         d = y64 - yh64
         s_o, e_o = float(np.sum(y64 * y64)), float(np.sum(d * d))
@@ -201,13 +227,20 @@ def compare(ref: list[np.ndarray], out: list[np.ndarray], kind: str = "generic",
         mean_r = sum(ratios) / len(ratios)
         sqnr = math.inf if mean_r == 0 else -10 * math.log10(mean_r)
         err = mean_r * sig
-    else:
+    elif silent:
         sqnr = math.inf if silent_noise == 0 else -math.inf
         err = silent_noise
+    elif decisions:  # decisions only: no SQNR; the plan minimises the share that changed
+        sqnr, sig = math.nan, 1.0
+        err = 1.0 - sum(decisions) / len(decisions)
+    else:
+        sqnr, err = math.inf, 0.0
     res: dict[str, Any] = {"output_sqnr_db": sqnr, "max_abs": max_abs, "noise_power": err,
                            "signal_power": sig, "outputs": per}
     if silent:
         res["silent_outputs"] = silent
+    if decisions:
+        res["agreement"] = min(decisions)
     if kind == "embedding":
         y = np.asarray(ref[0], np.float64).reshape(len(ref[0]), -1)
         yh = np.asarray(out[0], np.float64).reshape(len(out[0]), -1)
@@ -218,7 +251,7 @@ def compare(ref: list[np.ndarray], out: list[np.ndarray], kind: str = "generic",
                    spearman=spearman(_cosines(y)[iu], _cosines(yh)[iu]))
     elif kind == "logits":
         kls, agree, rows = 0.0, 0, 0
-        for y, yh in zip(ref, out):
+        for y, yh in ((y, yh) for y, yh in zip(ref, out) if not is_decision(y)):
             a = np.asarray(y, np.float64).reshape(-1, np.shape(y)[-1])
             b = np.asarray(yh, np.float64).reshape(-1, np.shape(yh)[-1])
             la = a - a.max(axis=1, keepdims=True)

@@ -94,7 +94,7 @@ class Plan:
                 "activation_mode": self.activation_mode,
                 "activations": [a.to_json() for a in self.activations],
                 "float_activations": list(self.float_activations),
-                "smoothing": dict(self.smoothing), **self.deploy}
+                "smoothing": dict(self.smoothing), **num(self.deploy)}
 
 
 def _cap(budget: float, elements: int) -> int:

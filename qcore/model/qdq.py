@@ -15,7 +15,7 @@ from ..errors import QuantizationError
 from . import require
 from .sites import ActivationSpec, find_sites, qdq_name, rewire
 
-__all__ = ["insert_qdq"]
+__all__ = ["check_spec", "insert_qdq"]
 
 
 def insert_qdq(model: Any, specs: Sequence[ActivationSpec]) -> Any:
@@ -31,6 +31,8 @@ def insert_qdq(model: Any, specs: Sequence[ActivationSpec]) -> Any:
     from ..io.onnx import topologically_sorted
     from .graph import fresh_name, graph_names, model_opset, set_opset
 
+    for sp in specs:
+        check_spec(sp)
     out = topologically_sorted(model)
     g = out.graph
     sites = {s.name: s for s in find_sites(out)}
@@ -70,6 +72,33 @@ def insert_qdq(model: Any, specs: Sequence[ActivationSpec]) -> Any:
     g.node.extend(ordered)
     set_opset(out, max([model_opset(out)] + [sp.opset for sp in specs]))
     return out
+
+
+def check_spec(sp: ActivationSpec) -> ActivationSpec:
+    """A spec a Q/DQ pair can express: mode ``dynamic`` (uint8) or ``static`` of a static
+    type, with a finite scale > 0 (a zero or NaN scale has no codes) and a zero point within
+    the type; else :class:`QuantizationError` naming the site and what is valid."""
+    from .sites import ACTIVATION_TYPES as STATIC_TYPES
+
+    if sp.mode == "dynamic":
+        return sp
+    if sp.mode != "static":
+        raise QuantizationError(f"activation site {sp.site!r}: mode {sp.mode!r}; valid: "
+                                f"dynamic, static")
+    if sp.dtype not in STATIC_TYPES:
+        raise QuantizationError(f"activation site {sp.site!r}: type {sp.dtype!r}; valid: "
+                                f"{', '.join(STATIC_TYPES)}")
+    scale = np.asarray(sp.scale if sp.scale is not None else np.nan, np.float64)
+    if scale.size != 1 or not (np.isfinite(scale).all() and float(scale.reshape(())) > 0):
+        raise QuantizationError(f"activation site {sp.site!r}: scale {sp.scale!r}; give one "
+                                f"finite scale > 0 (calibrate it)")
+    if sp.zero_point is not None and not sp.dtype.startswith("float8"):
+        info = np.iinfo(np.dtype(sp.zero_point_codes().dtype))
+        z = np.asarray(sp.zero_point, np.float64)
+        if z.size != 1 or not info.min <= float(z.reshape(())) <= info.max:
+            raise QuantizationError(f"activation site {sp.site!r}: zero point {sp.zero_point!r}"
+                                    f" is not one {sp.dtype} value ({info.min}..{info.max})")
+    return sp
 
 
 def _zero_point_proto(sp: ActivationSpec, name: str) -> Any:

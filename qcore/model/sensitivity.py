@@ -27,7 +27,7 @@ __all__ = ["COLUMNS", "Sensitivity", "correlation", "measure", "sensitivity_of",
 #: (:func:`qcore.model.activations.activation_rows`).
 COLUMNS = ("tensor", "recipe", "bits_per_element", "tensor_sqnr_db", "output_sqnr_db",
            "max_abs", "bits", "elements", "noise_power", "opset", "cosine_mean", "spearman",
-           "kl", "top1", "axis", "view", "kind")
+           "kl", "top1", "agreement", "axis", "view", "kind")
 
 Progress = Callable[[int, int, str], None]
 
@@ -59,24 +59,30 @@ def _row(tensor: str, q, fid: dict) -> dict:
             "noise_power": fid["noise_power"], "opset": q.opset,
             "cosine_mean": fid.get("cosine_mean", math.nan),
             "spearman": fid.get("spearman", math.nan), "kl": fid.get("kl", math.nan),
-            "top1": fid.get("top1", math.nan),
+            "top1": fid.get("top1", math.nan), "agreement": fid.get("agreement", math.nan),
             "axis": q.axis if q.granularity != "per-tensor" else -1,
             "view": "x".join(map(str, q.view)) if q.view else "", **_per_output(fid)}
 
 
 def _per_output(fid: dict) -> dict:
-    """``sqnr_db[NAME]`` and ``max_abs[NAME]`` of each output (docs/semantics.md)."""
+    """``sqnr_db[NAME]`` and ``max_abs[NAME]`` of each float output, ``agreement[NAME]`` of
+    each integer or boolean one (a decision: docs/model.md)."""
     out = {}
     for name, m in fid.get("outputs", {}).items():
+        if "agreement" in m:
+            out[f"agreement[{name}]"] = m["agreement"]
+            continue
         out[f"sqnr_db[{name}]"] = m["sqnr_db"]
         out[f"max_abs[{name}]"] = m["max_abs"]
     return out
 
 
 def measure(case: ModelCase, recipes: Sequence[str] | str, tensors: Sequence[str] | None = None,
-            progress: Progress | None = None) -> Sensitivity:
+            progress: Progress | None = None,
+            allowed: Callable[[str, str], bool] | None = None) -> Sensitivity:
     """Every tensor × every recipe alone: one model run each (a recipe that cannot express a
-    tensor is left out for it)."""
+    tensor is left out for it). ``allowed(tensor, recipe)``: only those pairs are measured
+    (what the export's runtime runs); the progress counts the pairs measured."""
     names = [r.name for r in parse_recipes(recipes)]
     chosen = list(case.weights if tensors is None else tensors)
     unknown = [t for t in chosen if t not in case.arrays]
@@ -85,13 +91,13 @@ def measure(case: ModelCase, recipes: Sequence[str] | str, tensors: Sequence[str
         raise ModelError(f"tensors {unknown} are not weights of the model; its weights: "
                          + ", ".join(case.weights))
     rows = []
-    total, done = len(chosen) * len(names), 0
-    for t in chosen:
-        for r in names:
-            if progress:
-                progress(done, total, f"{t} × {r}")
-            rows.extend(tensor_rows(case, t, [r]))
-            done += 1
+    pairs = [(t, r) for t in chosen for r in names if allowed is None or allowed(t, r)]
+    total, done = len(pairs), 0
+    for t, r in pairs:
+        if progress:
+            progress(done, total, f"{t} × {r}")
+        rows.extend(tensor_rows(case, t, [r]))
+        done += 1
     if progress:
         progress(total, total, "done")
     return sensitivity_of(case, chosen, names, rows)
@@ -157,7 +163,8 @@ def uniform(case: ModelCase, recipes: Sequence[str] | str,
                     "noise_power": fid["noise_power"], "opset": "",
                     "cosine_mean": fid.get("cosine_mean", math.nan),
                     "spearman": fid.get("spearman", math.nan), "kl": fid.get("kl", math.nan),
-                    "top1": fid.get("top1", math.nan), "axis": "", "view": "",
+                    "top1": fid.get("top1", math.nan),
+                    "agreement": fid.get("agreement", math.nan), "axis": "", "view": "",
                     **_per_output(fid)})
     if progress:
         progress(len(names), len(names), "done")

@@ -151,6 +151,7 @@ class Export:
         self.dynamic_sites: dict[str, tuple[str, str, str]] = {}
         self.uses_ms = False
         self.opset_needs: list[int] = []
+        self.forms: dict[str, str] = {}  # weight -> the form its writer fell back to
 
     def dequantize(self, name: str, q: Quantized, out: str, before: str) -> None:
         """The weight's codes, scale and zero point as initializers and its DequantizeLinear."""

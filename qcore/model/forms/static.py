@@ -6,7 +6,7 @@ int8/uint8 and the weight int8/uint8 per-tensor or per output channel.
   scale a_scale × w_scale through a ``DequantizeLinear`` — what ``quantize_static`` writes. With a
   float bias onnxruntime first folds MatMul + Add into a float Gemm and nothing fuses; with the
   int32 bias the group fuses into ``QGemm`` (``MatMulIntegerToFloat`` / ``QLinearMatMul``
-  without a bias).
+  without a bias). A bias whose codes would pass int32 stays float (the ``qdq`` form).
 - On a Conv — the same form for a Conv weight (O, I/g, k…) read as input W of a Conv whose
   output is quantized next: activation ``QuantizeLinear`` → ``DequantizeLinear`` on X, the
   weight's int8/uint8 codes per output channel (``DequantizeLinear(axis=0)``), the bias as int32
@@ -32,7 +32,12 @@ from ...recipes import Recipe
 from .base import Export, Form, Job, static_params
 from .uses import EIGHT_BIT, requantized_output, static_8bit
 
-__all__ = ["STATIC", "integer_weight"]
+__all__ = ["INT32_MAX", "STATIC", "integer_weight"]
+
+#: The largest int32 bias code: where |round(b / (a_scale · w_scale))| passes it the bias would
+#: clip (a bias of 100 at scales 1e-6 ran at 0 dB), so that layer keeps its float bias and
+#: takes the ``qdq`` form.
+INT32_MAX = 2**31 - 1
 
 
 def integer_weight(r: Recipe) -> bool:
@@ -73,7 +78,12 @@ def write(ex: Export, job: Job) -> None:
         bscale = (np.float32(a_scale) * np.asarray(q.scale, np.float32)).astype(
             np.float32)
         bscale = np.broadcast_to(bscale.reshape(-1), b.shape).astype(np.float32)
-        bq = np.clip(np.rint(b / bscale), -2**31, 2**31 - 1).astype(np.int32)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            codes = np.rint(b / bscale)
+        if not np.all(np.isfinite(codes) & (np.abs(codes) <= INT32_MAX)):
+            ex.forms[t] = "qdq"  # the bias stays float (it would clip): nothing fuses
+            return
+        bq = codes.astype(np.int32)
         bname = w.name(f"{use.bias}.int32")
         ins = [w.init(bname + ".codes", bq), w.init(bname + ".scale", bscale)]
         target = use.add if use.add is not None else use.node

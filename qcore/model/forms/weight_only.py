@@ -6,15 +6,20 @@
   [K, N] and ``DequantizeLinear(axis=1)`` or ``DequantizeLinear(axis=0, block_size)`` feeding
   MatMul (or Gemm with ``transB=0``). A Gemm with ``transB=1`` gets the transposed codes
   and ``transB=0``: onnxruntime fuses DQ → Gemm only without the transpose. Fused into
-  ``MatMulNBits`` (at the session's QDQ accuracy level).
+  ``MatMulNBits`` (at the session's QDQ accuracy level). 8-bit codes are written as that
+  ``MatMulNBits`` node (``bits=8``) at the unset accuracy level instead, whose outputs equal
+  DequantizeLinear → MatMul: the level-4 fusion quantizes the activations and changes them.
 - ``dq`` — any other weight-only recipe: the plain DequantizeLinear, written by the plain export
   (:func:`qcore.model.export.export_plan`) where the weight lives; nothing fuses.
 """
 
 from __future__ import annotations
 
+import numpy as np
+
 from .base import Export, Form, Job, any_weight, no_site
-from .nbits import nbits
+from .nbits import nbits, nbits8_block, write_nbits8
+from .uses import EIGHT_BIT
 
 __all__ = ["DQ", "DQ_MATMUL"]
 
@@ -24,7 +29,15 @@ def _weights(r, nbits_form: str) -> bool:
 
 
 def write(ex: Export, job: Job) -> None:
-    """The [K, N] codes' DequantizeLinear feeding the node."""
+    """The [K, N] codes' DequantizeLinear feeding the node; 8-bit codes a MatMulNBits block
+    holds as that node, at the accuracy level that keeps the outputs
+    (:func:`~qcore.model.forms.nbits.write_nbits8`)."""
+    if np.dtype(job.q.y.dtype).name in EIGHT_BIT:
+        block = nbits8_block(job.q, job.x.shape[0])
+        if block and (job.use.bias is None or job.n_bias == job.x.shape[1]):
+            write_nbits8(ex, job, block)
+            ex.forms[job.tensor] = "matmulnbits-node"
+            return
     ex.dequantize(job.tensor, job.q, job.tensor, job.use.node)
 
 
