@@ -12,10 +12,10 @@ planner works on measurements only:
    SmoothQuant (alpha 0.5, folded into the previous LayerNormalization or weights only — no
    node added) is kept when it raises the start's measured SQNR. SQNR here is always the
    export as onnxruntime runs it with default optimizations (the deployed figure).
-3. **Moves**: a layer back to float. Each quantized layer's gain is measured (the start with
-   that layer alone in float) and its cost is its float time minus its form's; moves are taken
-   in the order of dB gained per millisecond added, each one measured and kept only when the
-   measured SQNR rises. ``--min-sqnr`` stops at the first plan at or above DB (the fastest
+3. **Moves**: a layer back to float. In each round (at most :data:`ROUNDS`) every quantized
+   layer's gain is measured (the current plan with that layer alone in float) and its cost is
+   its float time minus its form's; moves are taken in the order of dB gained per millisecond
+   added, each one measured and kept only when the measured SQNR rises. ``--min-sqnr`` stops at the first plan at or above DB (the fastest
    reached); ``--max-latency`` takes moves while the predicted latency (the start's, measured,
    plus the costs) stays at or under R × float, then measures the whole export and undoes the
    last moves until the measurement holds. With ``--budget`` no move may take the weights over
@@ -47,6 +47,8 @@ __all__ = ["METHODS", "SpeedCase", "SpeedPlan", "check_objectives", "plan_for_sp
 METHODS = ("minmax", "percentile", "mse")
 #: A form must measure at most this share of the float time to count as paying.
 PAYS = 0.97
+#: Rounds of moves (each measures every quantized layer's gain from the current plan).
+ROUNDS = 3
 SMOOTH_ALPHA = 0.5
 
 
@@ -232,15 +234,19 @@ def _bits(layers: Sequence[Layer], forms: Mapping[str, str]) -> tuple[int, int]:
 
 def plan_for_speed(case: SpeedCase, *, min_sqnr: float | None = None,
                    max_latency: float | None = None, budget: float | None = None,
-                   repeats: int = 15, log: Callable[[str], None] = lambda s: None) -> SpeedPlan:
+                   repeats: int = 15, log: Callable[[str], None] = lambda s: None,
+                   costs: Mapping[str, Mapping[str, float]] | None = None) -> SpeedPlan:
     """The plan for one objective (module doc); exactly one of ``min_sqnr`` / ``max_latency``
-    (``budget`` may join either)."""
+    (``budget`` may join either). ``costs``: ``{layer: {form: ms}}`` to use instead of timing
+    each layer (tests)."""
     check_objectives(min_sqnr, max_latency)
     if (min_sqnr is None) == (max_latency is None):
         raise QuantizationError("give one objective: --min-sqnr DB or --max-latency R")
     p = _Planner(case, log)
-    log(f"{len(p.layers)} layers; timing each form alone at the input shapes")
-    costs = layer_costs(p.model, p.layers, p.shapes, case.threads, repeats=repeats)
+    if costs is None:
+        log(f"{len(p.layers)} layers; timing each form alone at the input shapes")
+        costs = layer_costs(p.model, p.layers, p.shapes, case.threads, repeats=repeats)
+    costs = {k: dict(v) for k, v in costs.items()}
     forms: dict[str, str] = {}
     why: dict[str, str] = {}
     for x in p.layers:
@@ -255,24 +261,16 @@ def plan_for_speed(case: SpeedCase, *, min_sqnr: float | None = None,
     moves: list[dict[str, Any]] = []
     start = {"forms": dict(forms), "output_sqnr_db": s0, "method": method, "smooth": p.smooth}
     cur = s0
-    quantized = [x for x in p.layers if forms[x.name] != "float"]
-    if (min_sqnr is not None and cur < min_sqnr) or max_latency is not None:
-        gains = {}
-        for x in quantized:
-            trial = dict(forms, **{x.name: "float"})
-            gains[x.name] = p.sqnr(trial, method) - cur
-        log(f"gains measured for {len(gains)} layers")
-
-        def score(x: Layer) -> float:
-            added = max(costs[x.name]["float"] - costs[x.name][forms[x.name]], 1e-4)
-            return gains[x.name] / added
-        order = sorted((x for x in quantized if gains[x.name] > 0), key=score, reverse=True)
-        float_ms = sum(c["float"] for c in costs.values()) or 1.0
-        if max_latency is not None:
-            whole = _measure(p, forms, method, repeats)
-            predicted = whole["ratio"]
-            float_ms = whole["float_ms"]
-        for x in order:
+    predicted = float_ms = 0.0
+    if max_latency is not None:
+        whole = _measure(p, forms, method, repeats)
+        predicted, float_ms = whole["ratio"], whole["float_ms"]
+    for _ in range(ROUNDS):
+        if min_sqnr is not None and cur >= min_sqnr:
+            break
+        state = _Round(p, forms, costs, cur, method)
+        taken = 0
+        for x, gain in state.order():
             if min_sqnr is not None and cur >= min_sqnr:
                 break
             added = costs[x.name]["float"] - costs[x.name][forms[x.name]]
@@ -286,12 +284,16 @@ def plan_for_speed(case: SpeedCase, *, min_sqnr: float | None = None,
             s = p.sqnr(trial, method)
             if s > cur:
                 forms, cur = trial, s
-                why[x.name] = (f"kept float for fidelity: +{gains[x.name]:.2f} dB alone for "
+                taken += 1
+                why[x.name] = (f"kept float for fidelity: +{gain:.2f} dB alone for "
                                f"+{added:.3f} ms")
                 moves.append({"layer": x.name, "to": "float", "output_sqnr_db": s,
                               "added_ms": added})
                 if max_latency is not None:
                     predicted += added / float_ms
+        log(f"round: {taken} moves kept, {_db(cur)} dB")
+        if not taken:
+            break
     result = _measure(p, forms, method, repeats)
     if max_latency is not None:
         while result["ratio"] > max_latency and moves:
@@ -311,6 +313,31 @@ def plan_for_speed(case: SpeedCase, *, min_sqnr: float | None = None,
             "bits_per_weight": b / n if n else 0.0}
     return SpeedPlan(objective, forms, why, p.layers, method, p.smooth, cur, costs, moves,
                      start, result, size, met, exported)
+
+
+class _Round:
+    """One round of moves: each quantized layer's gain measured from the current plan (that
+    layer alone to float), ranked by dB gained per millisecond added."""
+
+    def __init__(self, p: _Planner, forms: Mapping[str, str],
+                 costs: Mapping[str, Mapping[str, float]], cur: float, method: str) -> None:
+        self.items: list[tuple[float, Layer, float]] = []
+        for x in p.layers:
+            f = forms.get(x.name, "float")
+            if f == "float":
+                continue
+            gain = p.sqnr(dict(forms, **{x.name: "float"}), method) - cur
+            if gain > 0:
+                added = max(costs[x.name]["float"] - costs[x.name][f], 1e-4)
+                self.items.append((gain / added, x, gain))
+        self.items.sort(key=lambda t: -t[0])
+
+    def order(self) -> list[tuple[Layer, float]]:
+        return [(x, g) for _, x, g in self.items]
+
+
+def _db(v: float) -> str:
+    return f"{v:.2f}" if math.isfinite(v) else str(v)
 
 
 def _start(p: _Planner, forms: dict[str, str], log: Callable[[str], None]) -> tuple[str, float]:
