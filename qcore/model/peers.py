@@ -35,7 +35,7 @@ import numpy as np
 
 from . import require
 
-__all__ = ["PEERS", "Peer", "measure", "peer_models", "quantize_dynamic_peer",
+__all__ = ["PEERS", "Peer", "measure", "peer_models", "peer_points", "quantize_dynamic_peer",
            "quantize_static_peer"]
 
 #: The peers' keys and what each is (the Pareto table's and the bench's row names).
@@ -55,6 +55,7 @@ class Peer:
     file_bytes: int = 0
     error: str | None = None
     seconds: float = 0.0  # how long onnxruntime's quantizer took
+    note: str | None = None  # what was done first, e.g. the opset raised to 13
 
     @property
     def ok(self) -> bool:
@@ -113,6 +114,39 @@ def _run_quantizer(key: str, model: Any, quantize) -> Peer:
     return Peer(key, q, size, seconds=time.perf_counter() - t0)
 
 
+#: The opset per-channel QDQ needs (DequantizeLinear's ``axis``); onnxruntime's quantizer
+#: writes it into older models and fails, so such a model is converted first (as onnxruntime's
+#: own advice line says) and the row says so.
+PER_CHANNEL_OPSET = 13
+
+
+def _default_opset(model: Any) -> int:
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+
+
+def _with_upgrade(key: str, model: Any, quantize) -> Peer:
+    """:func:`_run_quantizer`; where it fails on a model older than :data:`PER_CHANNEL_OPSET`,
+    again on the model converted by ``onnx.version_converter`` (``note`` says so)."""
+    peer = _run_quantizer(key, model, quantize)
+    old = _default_opset(model)
+    if peer.ok or not 0 < old < PER_CHANNEL_OPSET:
+        return peer
+    require("onnx")
+    try:
+        from onnx import version_converter
+
+        newer = version_converter.convert_version(model, PER_CHANNEL_OPSET)
+    except Exception as exc:  # noqa: BLE001 - the first refusal stands, with this one added
+        peer.error = f"{peer.error}; converting opset {old} to {PER_CHANNEL_OPSET}: {_one_line(exc)}"
+        return peer
+    again = _run_quantizer(key, newer, quantize)
+    if not again.ok:
+        again.error = f"{peer.error}; after converting opset {old} to {PER_CHANNEL_OPSET}: {again.error}"
+        return again
+    again.note = f"opset {old} converted to {PER_CHANNEL_OPSET} first ({peer.error})"
+    return again
+
+
 def quantize_static_peer(model: Any, calibration: Sequence[Mapping[str, np.ndarray]]) -> Peer:
     """``quantize_static``: QDQ, QUInt8 activations, QInt8 per-channel weights, MinMax over
     ``calibration`` (a list of feeds)."""
@@ -131,7 +165,7 @@ def quantize_static_peer(model: Any, calibration: Sequence[Mapping[str, np.ndarr
                         activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
                         per_channel=True, calibrate_method=CalibrationMethod.MinMax)
 
-    return _run_quantizer("ort-static", model, q)
+    return _with_upgrade("ort-static", model, q)
 
 
 def quantize_dynamic_peer(model: Any) -> Peer:
@@ -142,7 +176,7 @@ def quantize_dynamic_peer(model: Any) -> Peer:
 
         quantize_dynamic(src, dst, per_channel=True, weight_type=QuantType.QUInt8)
 
-    return _run_quantizer("ort-dynamic", model, q)
+    return _with_upgrade("ort-dynamic", model, q)
 
 
 def peer_models(model: Any, calibration: Sequence[Mapping[str, np.ndarray]]
@@ -206,3 +240,40 @@ def measure(models: Mapping[str, Any], batches: Sequence[Mapping[str, np.ndarray
                   "output_sqnr_db": fid["output_sqnr_db"], "outputs": fid["outputs"],
                   "file_bytes": int(size), "threads": threads, "repeats": len(t)}
     return res
+
+
+def peer_points(float_model: Any, batches: Sequence[Mapping[str, np.ndarray]],
+                exports: Mapping[str, Any] | None = None,
+                calibration: Sequence[Mapping[str, np.ndarray]] | None = None,
+                threads: int = 1, repeats: int = 10, warmup: int = 2, peers: bool = True,
+                forms: Mapping[str, Mapping[str, int]] | None = None,
+                configs: Mapping[str, Mapping[str, str]] | None = None
+                ) -> list[dict[str, Any]]:
+    """The points of the Pareto table (:func:`qcore.model.pareto.pareto_rows`): the float
+    model (``float``), ``exports`` (qcore's, name → ModelProto; ``forms``: name → form counts)
+    and, with ``peers``, onnxruntime's two quantizers calibrated on ``calibration`` (default
+    ``batches``), all measured together by :func:`measure` on ``batches``. A peer the
+    quantizer refused is a point with ``error``."""
+    exports = dict(exports or {})
+    made = peer_models(float_model, calibration or batches) if peers else {}
+    models = {"float": float_model, **exports,
+              **{k: p.model for k, p in made.items() if p.ok}}
+    sizes = {k: p.file_bytes for k, p in made.items() if p.ok}
+    res = measure(models, batches, "float", threads, repeats, warmup, configs, sizes)
+    points = []
+    for k, m in res.items():
+        kind = "float" if k == "float" else ("peer" if k in made else "qcore")
+        pt = {"name": k, "kind": kind, **{f: m[f] for f in (
+            "latency_ms", "q1_ms", "q3_ms", "min_ms", "output_sqnr_db", "file_bytes",
+            "threads", "repeats")}}
+        if k in made:
+            pt["what"] = PEERS[k]
+            if made[k].note:
+                pt["note"] = made[k].note
+        if forms and k in forms:
+            pt["forms"] = dict(forms[k])
+        points.append(pt)
+    for k, p in made.items():
+        if not p.ok:
+            points.append({"name": k, "kind": "peer", "what": PEERS[k], "error": p.error})
+    return points
