@@ -49,6 +49,8 @@ METHODS = ("minmax", "percentile", "mse")
 PAYS = 0.97
 #: Rounds of moves (each measures every quantized layer's gain from the current plan).
 ROUNDS = 3
+#: A weight-only lookup may add this share of the float layers' time (its gain is the file).
+FREE = 0.01
 SMOOTH_ALPHA = 0.5
 
 
@@ -214,8 +216,16 @@ def chain_specs_subset(model: Any, inside: set[str], tensors: Sequence[str],
     return {t: base[t] for t in tensors if t in base}
 
 
-def _fastest(costs: Mapping[str, float], forms: Sequence[str]) -> tuple[str, str]:
-    """(form, why) of a layer: its fastest integer form if it pays (module doc), else float."""
+def _fastest(costs: Mapping[str, float], forms: Sequence[str], total_ms: float
+             ) -> tuple[str, str]:
+    """(form, why) of a layer: its fastest integer form if it pays (module doc), else float.
+    ``weight-only`` (a table lookup: only the file shrinks) is taken when it adds at most
+    :data:`FREE` of the float layers' total time."""
+    if "weight-only" in forms and "weight-only" in costs:
+        added = costs["weight-only"] - costs.get("float", 0.0)
+        if added <= FREE * total_ms:
+            return "weight-only", f"weight-only adds {added:.3f} ms (the file shrinks)"
+        return "float", f"weight-only would add {added:.3f} ms"
     quant = [f for f in forms if f != "float" and f in costs]
     if not quant:
         return "float", "no integer form for this op"
@@ -249,8 +259,9 @@ def plan_for_speed(case: SpeedCase, *, min_sqnr: float | None = None,
     costs = {k: dict(v) for k, v in costs.items()}
     forms: dict[str, str] = {}
     why: dict[str, str] = {}
+    total = sum(c.get("float", 0.0) for c in costs.values())
     for x in p.layers:
-        forms[x.name], why[x.name] = _fastest(costs[x.name], x.forms)
+        forms[x.name], why[x.name] = _fastest(costs[x.name], x.forms, total)
     if budget is not None:
         b, n = _bits(p.layers, forms)
         if b > budget * n:
