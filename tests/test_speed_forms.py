@@ -17,7 +17,8 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 from qcore.errors import QuantizationError  # noqa: E402
 from qcore.model.costs import layer_costs, layer_model  # noqa: E402
-from qcore.model.forms.layers import LAYER_FORMS, layers_of, prepare  # noqa: E402
+from qcore.model.forms.layered import LAYER_FORMS, export_forms  # noqa: E402
+from qcore.model.forms.layers import int8_per_axis, layers_of, prepare  # noqa: E402
 from qcore.model.forms.qlinear import (  # noqa: E402
     chain_nodes,
     chain_specs,
@@ -25,7 +26,6 @@ from qcore.model.forms.qlinear import (  # noqa: E402
     u8s8_saturates,
     weight_qmax,
 )
-from qcore.model.forms.write import export_forms, int8_per_axis  # noqa: E402
 from qcore.model.objectives import SpeedCase, check_objectives, plan_for_speed  # noqa: E402
 
 
@@ -307,3 +307,51 @@ def test_max_latency_out_of_reach_is_reported_not_met():
     p = plan_for_speed(case, max_latency=1e-6, repeats=2, costs=_paying_costs(case))
     assert not p.met and not p.moves
     assert p.latency["ratio"] > 1e-6 and p.latency["float_ms"] > 0
+
+
+def _cli(argv, capsys):
+    from qcore.model.__main__ import main
+
+    code = main(argv)
+    got = capsys.readouterr()
+    return code, got.out, got.err
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--min-sqnr", "nan"], "--min-sqnr"),
+    (["--min-sqnr", "inf"], "--min-sqnr"),
+    (["--max-latency", "0"], "--max-latency"),
+    (["--max-latency", "-2"], "--max-latency"),
+    (["--min-sqnr", "20", "--max-latency", "0.9"], "one objective"),
+    (["--min-sqnr", "20", "--budgets", "4,5"], "--budgets"),
+    (["--min-sqnr", "20", "--activations", "dynamic"], "--activations"),
+    (["--min-sqnr", "20", "--runtime", "reference"], "--runtime"),
+])
+def test_cli_refuses_bad_objectives_in_one_line(tmp_path, capsys, argv, words):
+    path = tmp_path / "m.onnx"
+    onnx.save(_conv_net(), str(path))
+    code, out, err = _cli([str(path)] + argv, capsys)
+    assert code == 2 and err.startswith("error: ") and words in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_cli_min_sqnr_writes_the_plan_the_table_and_the_export(tmp_path, capsys):
+    import json
+
+    path = tmp_path / "m.onnx"
+    onnx.save(_conv_net(size=32), str(path))
+    plan, export = tmp_path / "plan.json", tmp_path / "q.onnx"
+    code, out, err = _cli([str(path), "--min-sqnr", "10", "--threads", "1", "--plan", str(plan),
+                           "--export", str(export), "--latency-repeats", "3"], capsys)
+    assert code == 0, err
+    assert "layer" in out and "conv0" in out and "output SQNR as deployed" in out
+    js = json.loads(plan.read_text())
+    assert js["objective"] == {"min_sqnr_db": 10.0}
+    assert [r["layer"] for r in js["layers"]] == ["conv0", "conv1", "conv2"]
+    assert js["host"]["onnxruntime"] == ort.__version__
+    for k in ("ms", "float_ms", "ratio", "p10", "p90", "load"):
+        assert k in js["latency"]
+    m = onnx.load(str(export))
+    f = _feeds(m, 1, 7)[0]
+    case = SpeedCase(_conv_net(size=32), [f], [f], threads=1)
+    assert js["met"] == (case.deployed_sqnr(m) >= 10.0)

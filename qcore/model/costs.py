@@ -79,8 +79,8 @@ def layer_model(prepared: Any, layer: Any, input_shape: Sequence[int], form: str
     where a spec is missing), so the one-layer model times the fused kernel, not the
     quantizers at the chain's ends."""
     onnx = require("onnx")
-    from .activations import ActivationSpec
-    from .forms.write import export_forms
+    from .forms.layered import export_forms
+    from .sites import ActivationSpec
 
     g = prepared.graph
     node = next(n for n in g.node if n.name == layer.name)

@@ -36,9 +36,9 @@ import numpy as np
 from ..errors import QuantizationError
 from . import require
 from .costs import layer_costs, timed
+from .forms.layered import export_forms
 from .forms.layers import Layer, layers_of, prepare
 from .forms.qlinear import chain_nodes, chain_specs, chain_tensors, tensor_types, weight_qmax
-from .forms.write import export_forms
 from .latency import deploy_session
 
 __all__ = ["METHODS", "SpeedCase", "SpeedPlan", "check_objectives", "plan_for_speed"]
@@ -379,7 +379,8 @@ def _start(p: _Planner, forms: dict[str, str], log: Callable[[str], None]) -> tu
 def _smoothed(p: _Planner) -> Any:
     """The prepared model with SmoothQuant folded (no node added), or None where no site
     folds."""
-    from .activations import find_sites, smooth_model
+    from .sites import find_sites
+    from .smooth import smooth_model
 
     sites = [s.name for s in find_sites(p.model)
              if all(c[2] in ("MatMul", "Gemm") for c in s.consumers)]

@@ -88,7 +88,6 @@ def run_speed(args: argparse.Namespace, out: TextIO, outputs: list[str] | None =
     from . import require
     from .objectives import SpeedCase, plan_for_speed
 
-    check_arguments(args)
     model, batches, calibration = _load(args, outputs, int_range)
     threads = int(args.threads or 0)
     case = SpeedCase(model, batches, calibration, threads, outputs)
@@ -119,7 +118,7 @@ def run_speed(args: argparse.Namespace, out: TextIO, outputs: list[str] | None =
         with open(args.plan, "w", encoding="utf-8") as f:
             json.dump(js, f, indent=1)
     if args.export:
-        from .__main__ import save
+        from .command import save
 
         save(plan.export, args.export)
     return 0

@@ -22,10 +22,10 @@ from typing import Any
 import numpy as np
 
 from ...ops import quantize_linear
-from .layers import Layer
+from .layers import Layer, LayerForm, int8_per_axis
 from .qlinear import u8s8_saturates
 
-__all__ = ["dynamic_nodes", "uint8_per_axis"]
+__all__ = ["CONV_INTEGER", "DYNAMIC", "dynamic_nodes", "uint8_per_axis"]
 
 
 def uint8_per_axis(w: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -41,11 +41,11 @@ def uint8_per_axis(w: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray, np
     return np.asarray(quantize_linear(w, scale, zp, axis=axis), np.uint8), scale, zp
 
 
-def dynamic_nodes(out: Any, layer: Layer, node: Any, w: np.ndarray, bias: np.ndarray | None,
-                  qmax: int) -> list[Any]:
+def dynamic_nodes(out: Any, layer: Layer, node: Any, arrays: Any, qmax: int,
+                  specs: Any = None) -> list[Any]:
     """The nodes of ``layer`` in its dynamic form (module doc); constants go to ``out``."""
-    from .write import int8_per_axis
-
+    w = arrays[layer.weight]
+    bias = arrays[layer.bias] if layer.bias else None
     h = out.onnx.helper
     p, wn, x = layer.name, layer.weight, node.input[0]
     y = node.output[0]
@@ -86,3 +86,9 @@ def dynamic_nodes(out: Any, layer: Layer, node: Any, w: np.ndarray, bias: np.nda
         out.const(np.asarray(b, np.float32), layer.bias + ".float")
         nodes.append(h.make_node("Add", [scaled, layer.bias + ".float"], [y], name=p + ".bias"))
     return nodes
+
+
+#: The registry's entries (:mod:`.layered`).
+CONV_INTEGER = LayerForm("conv-integer", ("Conv",), frozenset({"ConvInteger"}), dynamic_nodes)
+DYNAMIC = LayerForm("dynamic", ("MatMul", "Gemm"),
+                    frozenset({"DynamicQuantizeMatMul", "MatMulIntegerToFloat"}), dynamic_nodes)

@@ -3,7 +3,8 @@
 A **layer** is one weight-consuming node of the prepared float model (:func:`prepare`): a
 ``Conv``, a ``MatMul`` or a ``Gemm`` (``transA=0``) whose weight is a float32 initializer of
 rank ≥ 2, or a ``Gather`` whose table is one (an embedding). Its **forms** are the ways the
-export can run it (:data:`LAYER_FORMS`; docs/model.md, "Forms per layer"):
+export can run it, each a :class:`LayerForm` in the registry
+(:data:`qcore.model.forms.layered.LAYER_REGISTRY`; docs/model.md, "Forms per layer"):
 
 - ``float`` — unchanged;
 - ``qlinear`` — static integer: uint8 activations × int8 per-channel weights through
@@ -26,29 +27,71 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from .. import require
 
-__all__ = ["LAYER_FORMS", "Layer", "form_ops", "layers_of", "prepare"]
+__all__ = ["Layer", "LayerForm", "Out", "by_name", "int8_per_axis", "layers_of", "prepare"]
 
-#: Form → the onnxruntime kernels its layer becomes in the optimized model (tests prove each).
-LAYER_FORMS: dict[str, frozenset[str]] = {
-    "float": frozenset(),
-    "qlinear": frozenset({"QLinearConv", "QLinearMatMul", "QGemm"}),
-    "conv-integer": frozenset({"ConvInteger"}),
-    "dynamic": frozenset({"DynamicQuantizeMatMul", "MatMulIntegerToFloat"}),
-    "weight-only": frozenset(),
-}
-#: Forms each op type can take.
-OP_FORMS: dict[str, tuple[str, ...]] = {
-    "Conv": ("float", "qlinear", "conv-integer"),
-    "MatMul": ("float", "qlinear", "dynamic"),
-    "Gemm": ("float", "qlinear", "dynamic"),
-    "Gather": ("float", "weight-only"),
-}
+#: Layer op types and where their weight and data are (input indices).
+LAYER_OPS = {"Conv": (1, 0), "MatMul": (1, 0), "Gemm": (1, 0), "Gather": (0, 1)}
+
+
+@dataclass(frozen=True)
+class LayerForm:
+    """One way a layer runs (the registry, :data:`qcore.model.forms.layered.LAYER_REGISTRY`,
+    holds them): its ``name``, the layer ``ops`` it takes, the onnxruntime kernels it ``fuses``
+    into (each asserted by a test in the model onnxruntime optimizes), whether it reads the
+    chain's uint8 pairs (``chain``), whether a layer writing a graph output may take it
+    (``at_output``), and ``write(out, layer, node, arrays, qmax)``: adds its constants to
+    ``out`` (:class:`Out`) and returns the nodes that replace ``node`` (None: ``node`` stays,
+    rewired in place; ``write`` None: unchanged)."""
+
+    name: str
+    ops: tuple[str, ...]
+    fuses: frozenset[str]
+    write: Callable[..., list[Any] | None] | None
+    chain: bool = False
+    at_output: bool = True
+
+
+class Out:
+    """The constants and nodes an export adds (:mod:`.layered`)."""
+
+    def __init__(self, onnx: Any) -> None:
+        self.onnx = onnx
+        self.helper = onnx.helper
+        self.inits: list[Any] = []
+        self.nodes: list[Any] = []
+
+    def const(self, array: Any, name: str) -> str:
+        """Add an initializer; returns its name."""
+        self.inits.append(self.onnx.numpy_helper.from_array(np.asarray(array), name))
+        return name
+
+    def node(self, op: str, inputs: list[str], outputs: list[str], name: str,
+             **attrs: Any) -> Any:
+        """Add a node that computes a constant (a weight's DequantizeLinear)."""
+        n = self.helper.make_node(op, inputs, outputs, name=name, **attrs)
+        self.nodes.append(n)
+        return n
+
+
+def int8_per_axis(w: np.ndarray, axis: int, qmax: int = 127) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric int8 codes of ``w`` per index of ``axis`` (scale = max|w| / qmax; an all-zero
+    channel gets scale 1) by qcore's QuantizeLinear, and the float32 scales."""
+    from ...ops import quantize_linear
+
+    w = np.asarray(w, np.float32)
+    red = tuple(a for a in range(w.ndim) if a != axis)
+    amax = np.max(np.abs(w), axis=red)
+    scale = np.where(amax > 0, amax / np.float32(qmax), np.float32(1)).astype(np.float32)
+    codes = quantize_linear(w, scale, np.zeros(scale.shape, np.int8), axis=axis)
+    return np.asarray(codes, np.int8), scale
 
 
 @dataclass(frozen=True)
@@ -69,9 +112,11 @@ class Layer:
 
     @property
     def forms(self) -> tuple[str, ...]:
-        """The forms this layer can take (``qlinear`` not on a graph output)."""
-        f = OP_FORMS[self.op]
-        return tuple(x for x in f if not (x == "qlinear" and self.is_output))
+        """The forms of the registry this layer can take, in registry order."""
+        from .layered import LAYER_REGISTRY
+
+        return tuple(f.name for f in LAYER_REGISTRY
+                     if self.op in f.ops and (f.at_output or not self.is_output))
 
     @property
     def elements(self) -> int:
@@ -79,11 +124,6 @@ class Layer:
         for d in self.shape:
             n *= int(d)
         return n
-
-
-def form_ops(form: str) -> frozenset[str]:
-    """The fused kernels ``form`` becomes (empty for float and weight-only)."""
-    return LAYER_FORMS[form]
 
 
 def _attr(node: Any, name: str, default: Any = 0) -> Any:
@@ -128,9 +168,9 @@ def layers_of(model: Any) -> list[Layer]:
     outputs = {o.name for o in g.output}
     out: list[Layer] = []
     for n in g.node:
-        if n.domain not in ("", "ai.onnx") or n.op_type not in OP_FORMS:
+        if n.domain not in ("", "ai.onnx") or n.op_type not in LAYER_OPS:
             continue
-        wi, di = (0, 1) if n.op_type == "Gather" else (1, 0)
+        wi, di = LAYER_OPS[n.op_type]
         if len(n.input) <= max(wi, di) or n.input[wi] not in inits or n.input[di] in inits:
             continue
         w = inits[n.input[wi]]

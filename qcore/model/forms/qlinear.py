@@ -36,10 +36,11 @@ from typing import Any
 import numpy as np
 
 from .. import require
-from ..activations import ActivationConfig, ActivationSpec, calibrate
+from ..calibrate import calibrate
+from ..sites import ActivationConfig, ActivationSpec
 
-__all__ = ["CHAIN_OPS", "CLAMP_OPS", "PASS_OPS", "chain_nodes", "chain_specs", "chain_tensors",
-           "tensor_types", "u8s8_saturates", "weight_qmax"]
+__all__ = ["CHAIN_OPS", "CLAMP_OPS", "PASS_OPS", "QLINEAR", "chain_nodes", "chain_specs",
+           "chain_tensors", "tensor_types", "u8s8_saturates", "weight_qmax", "write"]
 
 #: Ops onnxruntime runs on uint8 codes when a Q/DQ pair surrounds them.
 CHAIN_OPS = frozenset({"Sigmoid", "Mul", "Add", "Relu", "Clip", "Concat", "MaxPool",
@@ -157,7 +158,7 @@ def _shared(spec: ActivationSpec, site: str) -> ActivationSpec:
 def chain_specs(model: Any, inside: set[str], values: Mapping[str, Sequence[np.ndarray]],
                 method: str = "minmax") -> dict[str, ActivationSpec]:
     """uint8 specs of every chain tensor from its calibration ``values`` by ``method``
-    (:func:`qcore.model.activations.calibrate`), then the kernels' constraints (module doc)."""
+    (:func:`qcore.model.calibrate.calibrate`), then the kernels' constraints (module doc)."""
     config = ActivationConfig("static", "uint8", method)
     specs = {t: calibrate(v, t, config) for t, v in values.items()}
     g = model.graph
@@ -210,3 +211,51 @@ def weight_qmax() -> int:
     """The largest int8 weight code the static form uses here: 63 where the kernels saturate,
     else 127."""
     return 63 if u8s8_saturates() else 127
+
+
+def _weight_axis(layer: Any, node: Any) -> int:
+    """The weight's output-channel axis: Conv 0, MatMul 1, Gemm 0 with transB else 1."""
+    if layer.op == "Conv":
+        return 0
+    if layer.op == "MatMul":
+        return 1
+    return 0 if any(a.name == "transB" and a.i for a in node.attribute) else 1
+
+
+def write(out: Any, layer: Any, node: Any, arrays: Mapping[str, np.ndarray], qmax: int,
+          specs: Mapping[str, ActivationSpec]) -> None:
+    """The weight as int8 codes per output channel through ``DequantizeLinear``, the bias as
+    int32 codes at x_scale × w_scale (what fuses); the node stays, reading them."""
+    from .layers import int8_per_axis
+
+    axis = _weight_axis(layer, node)
+    codes, scale = int8_per_axis(arrays[layer.weight], axis, qmax)
+    wn = layer.weight
+    out.const(codes, wn + ".codes")
+    out.const(scale, wn + ".scale")
+    out.const(np.zeros(scale.shape, np.int8), wn + ".zero_point")
+    out.node("DequantizeLinear", [wn + ".codes", wn + ".scale", wn + ".zero_point"],
+             [wn + ".dq"], wn + ".DQ", axis=axis)
+    node.input[1] = wn + ".dq"
+    if layer.bias:
+        bs = (np.float32(specs[layer.data].scale) * scale).astype(np.float32)
+        q = np.rint(arrays[layer.bias].astype(np.float64) / bs.astype(np.float64))
+        bn = layer.bias
+        out.const(np.clip(q, -2.0**31, 2.0**31 - 1).astype(np.int32), bn + ".codes")
+        out.const(bs, bn + ".scale")
+        out.node("DequantizeLinear", [bn + ".codes", bn + ".scale"], [bn + ".dq"], bn + ".DQ",
+                 axis=0)
+        node.input[2] = bn + ".dq"
+    return None
+
+
+def _form() -> Any:
+    from .layers import LayerForm
+
+    return LayerForm("qlinear", ("Conv", "MatMul", "Gemm"),
+                     frozenset({"QLinearConv", "QLinearMatMul", "QGemm"}), write, chain=True,
+                     at_output=False)
+
+
+#: The registry's entry (:mod:`.layered`).
+QLINEAR = _form()
