@@ -12,10 +12,12 @@ planner works on measurements only:
    SmoothQuant (alpha 0.5, folded into the previous LayerNormalization or weights only — no
    node added) is kept when it raises the start's measured SQNR. SQNR here is always the
    export as onnxruntime runs it with default optimizations (the deployed figure).
-3. **Moves**: a layer back to float. In each round (at most :data:`ROUNDS`) every quantized
-   layer's gain is measured (the current plan with that layer alone in float) and its cost is
-   its float time minus its form's; moves are taken in the order of dB gained per millisecond
-   added, each one measured and kept only when the measured SQNR rises. ``--min-sqnr`` stops at the first plan at or above DB (the fastest
+3. **Moves**: a layer to a more faithful form — float, or another integer form that runs
+   faster than float (a MatMul from ``qlinear`` to ``dynamic``). In each round (at most
+   :data:`ROUNDS`) every quantized layer's gain is measured for each such form (the current
+   plan with that layer alone changed) and its cost is that form's time minus the current
+   one's; moves are taken in the order of dB gained per millisecond added (gains at no added
+   time first), each one measured and kept only when the measured SQNR rises. ``--min-sqnr`` stops at the first plan at or above DB (the fastest
    reached); ``--max-latency`` takes moves while the predicted latency (the start's, measured,
    plus the costs) stays at or under R × float, then measures the whole export and undoes the
    last moves until the measurement holds. With ``--budget`` no move may take the weights over
@@ -281,11 +283,15 @@ def plan_for_speed(case: SpeedCase, *, min_sqnr: float | None = None,
             break
         state = _Round(p, forms, costs, cur, method)
         taken = 0
-        for x, gain in state.order():
+        moved: set[str] = set()
+        for x, to, gain in state.order():
             if min_sqnr is not None and cur >= min_sqnr:
                 break
-            added = costs[x.name]["float"] - costs[x.name][forms[x.name]]
-            trial = dict(forms, **{x.name: "float"})
+            if x.name in moved:
+                continue
+            was = forms[x.name]
+            added = costs[x.name][to] - costs[x.name][was]
+            trial = dict(forms, **{x.name: to})
             if budget is not None:
                 b, n = _bits(p.layers, trial)
                 if b > budget * n:
@@ -296,9 +302,10 @@ def plan_for_speed(case: SpeedCase, *, min_sqnr: float | None = None,
             if s > cur:
                 forms, cur = trial, s
                 taken += 1
-                why[x.name] = (f"kept float for fidelity: +{gain:.2f} dB alone for "
-                               f"+{added:.3f} ms")
-                moves.append({"layer": x.name, "to": "float", "output_sqnr_db": s,
+                moved.add(x.name)
+                what = "kept float" if to == "float" else f"{to} rather than {was}"
+                why[x.name] = f"{what} for fidelity: +{gain:.2f} dB alone for {added:+.3f} ms"
+                moves.append({"layer": x.name, "from": was, "to": to, "output_sqnr_db": s,
                               "added_ms": added})
                 if max_latency is not None:
                     predicted += added / float_ms
@@ -309,7 +316,7 @@ def plan_for_speed(case: SpeedCase, *, min_sqnr: float | None = None,
     if max_latency is not None:
         while result["ratio"] > max_latency and moves:
             last = moves.pop()
-            forms = dict(forms, **{last["layer"]: start["forms"][last["layer"]]})
+            forms = dict(forms, **{last["layer"]: last["from"]})
             why[last["layer"]] = "moved back: the measured export ran over --max-latency"
             result = _measure(p, forms, method, repeats)
         cur = p.sqnr(forms, method)
@@ -327,24 +334,30 @@ def plan_for_speed(case: SpeedCase, *, min_sqnr: float | None = None,
 
 
 class _Round:
-    """One round of moves: each quantized layer's gain measured from the current plan (that
-    layer alone to float), ranked by dB gained per millisecond added."""
+    """One round of moves: every quantized layer's gain measured from the current plan for
+    each other form it can take (float, or an integer form faster than float), ranked by dB
+    gained per millisecond added (a gain at no added time first)."""
 
     def __init__(self, p: _Planner, forms: Mapping[str, str],
                  costs: Mapping[str, Mapping[str, float]], cur: float, method: str) -> None:
-        self.items: list[tuple[float, Layer, float]] = []
+        self.items: list[tuple[float, Layer, str, float]] = []
         for x in p.layers:
             f = forms.get(x.name, "float")
-            if f == "float":
+            if f in ("float", "weight-only"):
                 continue
-            gain = p.sqnr(dict(forms, **{x.name: "float"}), method) - cur
-            if gain > 0:
-                added = max(costs[x.name]["float"] - costs[x.name][f], 1e-4)
-                self.items.append((gain / added, x, gain))
-        self.items.sort(key=lambda t: -t[0])
+            c = costs[x.name]
+            for to in x.forms:
+                if to in (f, "weight-only") or (to != "float" and c[to] >= c["float"]):
+                    continue
+                gain = p.sqnr(dict(forms, **{x.name: to}), method) - cur
+                if gain > 0:
+                    added = c[to] - c[f]
+                    score = math.inf if added <= 0 else gain / max(added, 1e-4)
+                    self.items.append((score, x, to, gain))
+        self.items.sort(key=lambda t: (-t[0], -t[3]))
 
-    def order(self) -> list[tuple[Layer, float]]:
-        return [(x, g) for _, x, g in self.items]
+    def order(self) -> list[tuple[Layer, str, float]]:
+        return [(x, to, g) for _, x, to, g in self.items]
 
 
 def _db(v: float) -> str:
