@@ -6,12 +6,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import time
 from typing import TextIO
 
 from ..errors import QuantizationError
 from .cli import Bar, _floats, check_args
+from .graph import save
 
 __all__ = ["run", "save", "write_export"]
 
@@ -360,16 +360,3 @@ def _restore(o, order):
     r = np.empty_like(o)
     r[order] = o
     return r
-
-
-def save(model, path: str) -> None:
-    """Save a model; one over 2 GB keeps its initializers in ``PATH.data`` beside it."""
-
-    from . import require
-
-    onnx = require("onnx")
-    if model.ByteSize() > 2**31 - 2**24:
-        onnx.save(model, path, save_as_external_data=True, all_tensors_to_one_file=True,
-                  location=os.path.basename(path) + ".data")
-    else:
-        onnx.save(model, path)

@@ -38,8 +38,8 @@ import numpy as np
 from ..errors import QuantizationError
 from . import require
 from .costs import layer_costs, timed
-from .forms.layered import export_forms
-from .forms.layers import Layer, layers_of, prepare
+from .forms.layered import export_forms, layers_of
+from .forms.layers import Layer, prepare
 from .forms.qlinear import chain_nodes, chain_specs, chain_tensors, tensor_types, weight_qmax
 from .latency import deploy_session
 

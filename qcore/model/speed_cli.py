@@ -118,7 +118,7 @@ def run_speed(args: argparse.Namespace, out: TextIO, outputs: list[str] | None =
         with open(args.plan, "w", encoding="utf-8") as f:
             json.dump(js, f, indent=1)
     if args.export:
-        from .command import save
+        from .graph import save
 
         save(plan.export, args.export)
     return 0
