@@ -111,6 +111,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="the model table: MiniLM (MatMul form) float, onnxruntime's "
                              "quantizers and qcore's deployable exports in onnxruntime — "
                              "latency, output SQNR, file size, bits per weight, targets")
+    parser.add_argument("--nets", default=None, metavar="KEYS",
+                        help="with --models: the latency-objective rows for these models "
+                             "(comma-separated keys of qcore.bench.objectives: the real models "
+                             "of the tests and yolo-style-320; default all; 'none' skips them)")
     parser.add_argument("--sentences", type=int, default=32,
                         help="with --models: MiniLM sentences per pass (default 32)")
     parser.add_argument("--repeats", type=int, default=10,
@@ -210,8 +214,13 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main_models(args, argv: list[str]) -> int:
     """``--models``: the model table (:mod:`qcore.bench.model`), printed or as Markdown."""
+    from qcore.bench import objectives
     from qcore.bench.model import TARGETS, format_model_table, model_rows
 
+    keys = _net_keys(args.nets)
+    obj = objectives.objective_rows(keys, args.repeats,
+                                    progress=lambda k: print(f"latency-objective rows: {k}",
+                                                             file=sys.stderr, flush=True))
     rows = model_rows(args.sentences, args.repeats)
     info = host.host_info()
     notes = [f"MiniLM (qcore.model.minilm, MatMul form), {args.sentences} sentences in batches "
@@ -220,6 +229,9 @@ def _main_models(args, argv: list[str]) -> int:
              f"{os.getloadavg()[0]:.1f} at the end"]
     notes += [f"target {k}: {v}" for k, v in TARGETS.items()]
     table = format_model_table(rows)
+    if obj:
+        notes += objectives.notes(args.repeats, 1)
+        table += "\n" + objectives.format_objective_table(obj)
     if args.markdown is not None:
         text = markdown_report(table, info, notes, command_line(argv))
         if args.markdown == "-":
@@ -232,8 +244,27 @@ def _main_models(args, argv: list[str]) -> int:
     print(table)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"host": info, "rows": rows}, f, indent=1)
+            json.dump({"host": info, "rows": rows, "objective_rows": obj}, f, indent=1,
+                      default=str)
     return 0
+
+
+def _net_keys(text: str | None) -> list[str]:
+    """--nets: the keys asked for (checked), all by default, none for 'none'."""
+    from qcore.bench import objectives
+
+    known = [r.key for r in objectives.REAL] + [objectives.YOLO_KEY]
+    if text is None:
+        return known
+    if text.strip().lower() == "none":
+        return []
+    keys = [k.strip() for k in text.split(",") if k.strip()]
+    bad = [k for k in keys if k not in known]
+    if bad:
+        print(f"error: --nets {','.join(bad)}: valid are {', '.join(known)}, none",
+              file=sys.stderr)
+        raise SystemExit(2)
+    return keys
 
 
 def _run_other_target(name: str, args, shape: tuple[int, int]) -> dict:
