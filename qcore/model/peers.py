@@ -247,15 +247,17 @@ def peer_points(float_model: Any, batches: Sequence[Mapping[str, np.ndarray]],
                 calibration: Sequence[Mapping[str, np.ndarray]] | None = None,
                 threads: int = 1, repeats: int = 10, warmup: int = 2, peers: bool = True,
                 forms: Mapping[str, Mapping[str, int]] | None = None,
-                configs: Mapping[str, Mapping[str, str]] | None = None
-                ) -> list[dict[str, Any]]:
+                configs: Mapping[str, Mapping[str, str]] | None = None,
+                made: Mapping[str, Peer] | None = None) -> list[dict[str, Any]]:
     """The points of the Pareto table (:func:`qcore.model.pareto.pareto_rows`): the float
     model (``float``), ``exports`` (qcore's, name → ModelProto; ``forms``: name → form counts)
     and, with ``peers``, onnxruntime's two quantizers calibrated on ``calibration`` (default
     ``batches``), all measured together by :func:`measure` on ``batches``. A peer the
-    quantizer refused is a point with ``error``."""
+    quantizer refused is a point with ``error``. ``made``: the peers already made
+    (:func:`peer_models`), so that a second measurement does not quantize again."""
     exports = dict(exports or {})
-    made = peer_models(float_model, calibration or batches) if peers else {}
+    if made is None:
+        made = peer_models(float_model, calibration or batches) if peers else {}
     models = {"float": float_model, **exports,
               **{k: p.model for k, p in made.items() if p.ok}}
     sizes = {k: p.file_bytes for k, p in made.items() if p.ok}
