@@ -17,6 +17,9 @@ cache, and every page after a warm restart, in headless Chromium: it runs
 ``--busy`` compares the parallel kernels' throughput with one core kept busy by another process
 against the machine as it is (:mod:`qcore.bench.busy`).
 ``--backend cuda`` times the GPU kernels (:mod:`qcore.bench.cuda`).
+``--models`` is the model table (:mod:`qcore.bench.model`) and the latency-objective rows
+(:mod:`qcore.bench.objectives`: every real model of the tests and a YOLO-style net against
+onnxruntime's own quantizers); ``--nets KEYS`` picks those rows (alone, without ``--models``).
 ``--markdown [FILE]`` gives the table as Markdown headed by the host, the versions, the date and
 the exact command line (docs/performance.md pastes it; with FILE it is written there).
 """
@@ -112,9 +115,10 @@ def main(argv: list[str] | None = None) -> int:
                              "quantizers and qcore's deployable exports in onnxruntime — "
                              "latency, output SQNR, file size, bits per weight, targets")
     parser.add_argument("--nets", default=None, metavar="KEYS",
-                        help="with --models: the latency-objective rows for these models "
-                             "(comma-separated keys of qcore.bench.objectives: the real models "
-                             "of the tests and yolo-style-320; default all; 'none' skips them)")
+                        help="the latency-objective rows for these models (comma-separated "
+                             "keys of qcore.bench.objectives: the real models of the tests and "
+                             "yolo-style-320; 'none' skips them); with --models the default is "
+                             "all of them, without it only these rows are run")
     parser.add_argument("--sentences", type=int, default=32,
                         help="with --models: MiniLM sentences per pass (default 32)")
     parser.add_argument("--repeats", type=int, default=10,
@@ -133,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         return _main_busy(args)
     if args.cold_app:
         return _main_cold_app(args)
-    if args.models:
+    if args.models or args.nets is not None:
         return _main_models(args, argv)
     shape = _parse_size(args.size or "4096x4096")
     if args.backend == "cuda":
@@ -221,17 +225,19 @@ def _main_models(args, argv: list[str]) -> int:
     obj = objectives.objective_rows(keys, args.repeats,
                                     progress=lambda k: print(f"latency-objective rows: {k}",
                                                              file=sys.stderr, flush=True))
-    rows = model_rows(args.sentences, args.repeats)
+    rows = model_rows(args.sentences, args.repeats) if args.models else []
     info = host.host_info()
-    notes = [f"MiniLM (qcore.model.minilm, MatMul form), {args.sentences} sentences in batches "
-             f"of 16; latency: median of {args.repeats} passes, models taking turns, one process, "
-             "onnxruntime sessions with default optimizations, spinning off; load average "
-             f"{os.getloadavg()[0]:.1f} at the end"]
-    notes += [f"target {k}: {v}" for k, v in TARGETS.items()]
-    table = format_model_table(rows)
+    notes, table = [], ""
+    if rows:
+        notes = [f"MiniLM (qcore.model.minilm, MatMul form), {args.sentences} sentences in "
+                 f"batches of 16; latency: median of {args.repeats} passes, models taking turns, "
+                 "one process, onnxruntime sessions with default optimizations, spinning off; "
+                 f"load average {os.getloadavg()[0]:.1f} at the end"]
+        notes += [f"target {k}: {v}" for k, v in TARGETS.items()]
+        table = format_model_table(rows)
     if obj:
         notes += objectives.notes(args.repeats, 1)
-        table += "\n" + objectives.format_objective_table(obj)
+        table += ("\n" if table else "") + objectives.format_objective_table(obj)
     if args.markdown is not None:
         text = markdown_report(table, info, notes, command_line(argv))
         if args.markdown == "-":
