@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["CALIBRATION", "EVAL", "REAL", "format_objective_table", "objective_rows",
-           "qcore_exports"]
+           "qcore_exports", "rows_for"]
 
 #: Inputs per model: calibration batches and evaluation batches (other seeds), batch 1 each.
 CALIBRATION, EVAL = 4, 4
@@ -168,9 +168,6 @@ def objective_rows(keys: Sequence[str] | None = None, repeats: int = 10, threads
     """One row per model and qcore export (module doc); ``keys`` default: every
     :data:`REAL` model and the YOLO-style net. A model not installed gives a row with
     ``missing``; one whose qcore export fails, a row with ``error``."""
-    from ..model.pareto import pareto_rows
-    from ..model.peers import peer_models, peer_points
-
     keys = list(keys) if keys is not None else [r.key for r in REAL] + [YOLO_KEY]
     rows: list[dict[str, Any]] = []
     for key in keys:
@@ -180,31 +177,39 @@ def objective_rows(keys: Sequence[str] | None = None, repeats: int = 10, threads
         if loaded is None:
             rows.append({"model": key, "missing": True})
             continue
-        model, make = loaded
-        cal = [make(1000 + i) for i in range(CALIBRATION)]
-        ev = [make(i) for i in range(EVAL)]
-        try:
-            exports = qcore_exports(model, cal)
-        except Exception as exc:  # noqa: BLE001 - a row says what failed, the bench goes on
-            exports, err = {}, f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
-        else:
-            err = None
-        made = peer_models(model, cal)
-        stated: dict[str, dict] = {}
-        if plan_for_speed is not None:  # the target's DB needs the peers' figures first
-            first = pareto_rows(peer_points(model, ev, None, cal, threads, 3, 1, made=made))
-            target = _target(first)
-            if math.isfinite(target):
-                try:
-                    m, forms, stated[MIN_SQNR] = _min_sqnr_export(model, ev, cal, threads,
-                                                                  target)
-                    exports[MIN_SQNR] = (m, forms)
-                except Exception as exc:  # noqa: BLE001 - the row says what failed
-                    err = f"--min-sqnr: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
-        pts = peer_points(model, ev, {k: m for k, (m, _) in exports.items()}, cal, threads,
-                          repeats, forms={k: f for k, (_, f) in exports.items()}, made=made)
-        rows += _rows(key, pareto_rows(pts), err, stated)
+        rows += rows_for(key, *loaded, repeats=repeats, threads=threads)
     return rows
+
+
+def rows_for(key: str, model: Any, make: Callable[[int], dict], repeats: int = 10,
+             threads: int = 1) -> list[dict[str, Any]]:
+    """The rows of one model (any ``onnx.ModelProto``; ``make(seed)`` gives one input feed):
+    calibration on seeds 1000.., evaluation on seeds 0.. (module doc)."""
+    from ..model.pareto import pareto_rows
+    from ..model.peers import peer_models, peer_points
+
+    cal = [make(1000 + i) for i in range(CALIBRATION)]
+    ev = [make(i) for i in range(EVAL)]
+    try:
+        exports = qcore_exports(model, cal)
+    except Exception as exc:  # noqa: BLE001 - a row says what failed, the bench goes on
+        exports, err = {}, f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+    else:
+        err = None
+    made = peer_models(model, cal)
+    stated: dict[str, dict] = {}
+    if plan_for_speed is not None:  # the target's DB needs the peers' figures first
+        first = pareto_rows(peer_points(model, ev, None, cal, threads, 3, 1, made=made))
+        target = _target(first)
+        if math.isfinite(target):
+            try:
+                m, forms, stated[MIN_SQNR] = _min_sqnr_export(model, ev, cal, threads, target)
+                exports[MIN_SQNR] = (m, forms)
+            except Exception as exc:  # noqa: BLE001 - the row says what failed
+                err = f"--min-sqnr: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+    pts = peer_points(model, ev, {k: m for k, (m, _) in exports.items()}, cal, threads,
+                      repeats, forms={k: f for k, (_, f) in exports.items()}, made=made)
+    return _rows(key, pareto_rows(pts), err, stated)
 
 
 def _target(table: list[dict]) -> float:
