@@ -12,6 +12,7 @@ import streamlit as st
 import qcore
 
 from . import charts, compute, text
+from .tensors import input_non_finite
 
 #: (key of qcore.metrics.error_metrics, label, help) in display order.
 METRICS: tuple[tuple[str, str, str], ...] = (
@@ -112,17 +113,6 @@ def metric_grid(m: dict[str, Any]) -> None:
                               "have no finite error.")
         else:
             card(row, label, value, help=help_)
-
-
-def input_non_finite(x: np.ndarray) -> tuple[int, int]:
-    """(NaN count, ±Inf count) of a tensor's own elements (0, 0 for integer tensors)."""
-    x = np.asarray(x)
-    if not np.issubdtype(x.dtype, np.floating) and x.dtype.kind != "V":
-        try:
-            x = x.astype(np.float32)
-        except (TypeError, ValueError):
-            return 0, 0
-    return int(np.isnan(x).sum()), int(np.isinf(x).sum())
 
 
 def partial_note(x: np.ndarray, *, produced: bool, saturate: bool) -> str:

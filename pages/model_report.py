@@ -13,9 +13,19 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from app import charts, compute, errors, explain, frame, metrics_view, sources, theme, widgets
-from qcore import analysis, datasets
-from qcore.report import core, list_tensors, models, recipes, synthetic
+from app import (
+    charts,
+    compute,
+    errors,
+    explain,
+    frame,
+    metrics_view,
+    report_view,
+    sources,
+    theme,
+    widgets,
+)
+from qcore import analysis, datasets, models, recipes
 
 frame.enter()
 
@@ -48,7 +58,7 @@ def synthetic_checkpoint(megabytes: int) -> str:
     folder = Path(tempfile.gettempdir()) / f"qcore-report-synthetic-{megabytes}mb"
     index = folder / "model.safetensors.index.json"
     if not index.exists():
-        synthetic.write_checkpoint(folder, megabytes << 20, hidden=128, shards=2)
+        report_view.write_checkpoint(folder, megabytes << 20, hidden=128, shards=2)
     return str(index)
 
 
@@ -56,7 +66,7 @@ UPLOAD_TYPES = ["safetensors", "onnx", "npz"]
 
 
 def read_report(path: str) -> pd.DataFrame:
-    return core.read_rows(sources.allowed(path))
+    return report_view.read_rows(sources.allowed(path))
 
 
 model: str | None = None
@@ -94,7 +104,7 @@ else:
     uploaded = sources.upload("Report file", ["csv", "parquet"], "mr_upload")
     path = widgets.text("…or its path", "mr_report_path", "", where=side)
     if uploaded is not None:
-        rows = errors.require(core.read_rows, uploaded, what="Reading")
+        rows = errors.require(report_view.read_rows, uploaded, what="Reading")
     elif path:
         rows = errors.require(read_report, path, what="Reading the report")
     else:
@@ -124,8 +134,8 @@ if rows is None:
     if not chosen:
         st.info("Pick at least one recipe.", icon=":material/touch_app:")
         frame.stop_page()
-    refs = errors.require(list_tensors, model, what="Reading the model")
-    keep, skipped = core.select(refs)
+    refs = errors.require(report_view.list_tensors, model, what="Reading the model")
+    keep, skipped = report_view.select(refs)
     total = sum(r.elements for r in keep if not r.error)
     key = ("report", str(model), tuple(chosen))
     cache = st.session_state.setdefault("_mr_results", {})
@@ -142,7 +152,7 @@ if rows is None:
             frac = el / el_total if el_total else 1.0
             bar.progress(min(1.0, frac), text=f"{done}/{n} tensors")
 
-        report = errors.require(core.run_report, model, chosen, progress=progress,
+        report = errors.require(report_view.run_report, model, chosen, progress=progress,
                                 threads=REPORT_THREADS,
                                 what="Running the report")
         bar.empty()
@@ -156,9 +166,9 @@ if rows is None:
 # ---------------------------------------------------------------------------------------------
 # results
 
-rows = rows.assign(label=core.tensor_labels(rows))
+rows = rows.assign(label=report_view.tensor_labels(rows))
 ok = rows[rows["error"] == ""]
-summary = core.summarize(rows, top=10)
+summary = report_view.summarize(rows, top=10)
 per = summary["recipes"]
 if per.empty:
     st.warning("No rows without errors.")
@@ -232,7 +242,7 @@ def pareto(table: pd.DataFrame) -> go.Figure:
 left, right = st.columns([3, 2], gap="medium")
 with left:
     if len(ok):
-        charts.show(heatmap(core.sqnr_matrix(ok, metric), metric))
+        charts.show(heatmap(report_view.sqnr_matrix(ok, metric), metric))
 with right:
     if not per.empty:
         charts.show(pareto(per))

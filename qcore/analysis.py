@@ -95,13 +95,13 @@ RECIPE_COLUMNS = ("recipe", "target", "granularity", "axis", "block_size", "meth
 
 def compare_recipes(x: Any, recipes: Any, *, saturate: bool = True,
                     opset: int | None = None) -> pd.DataFrame:
-    """One row per recipe (:mod:`qcore.report.recipes`' grammar ``TARGET:GRANULARITY[@METHOD]``
+    """One row per recipe (:mod:`qcore.recipes`' grammar ``TARGET:GRANULARITY[@METHOD]``
     or an OCP MX name), each with its own target, granularity, block size, calibration and
     scale type — so ``int4:blocked32`` (float32 scales, abs-max) and ``mxfp4`` (float8e8m0
     scales) stand in one table with one Pareto front.
 
     A recipe lays itself on ``x`` as the report and the model tool do
-    (:func:`qcore.report.recipes.granularity_for`: per-axis along axis 0, blocks along the last
+    (:func:`qcore.recipes.granularity_for`: per-axis along axis 0, blocks along the last
     axis, unless the recipe names its axis, ``/AXIS``) and runs at ``opset``, or by default at the
     oldest opset whose operators express it (the report's rule, so the figures equal the
     report's). Columns: ``format`` (the label: the recipe, with `` · opset N`` when its bits
@@ -112,7 +112,7 @@ def compare_recipes(x: Any, recipes: Any, *, saturate: bool = True,
     """
     import pandas as pd
 
-    from .report.recipes import granularity_for, parse_recipes
+    from .recipes import granularity_for, parse_recipes
 
     xa = as_input(x)
     shape = tuple(int(d) for d in xa.shape)
@@ -161,7 +161,7 @@ def recipe_round_trip(x: Any, recipe: Any, *, saturate: bool = True, opset: int 
     it on σ·x with |scale| (:func:`qcore.fullrange.positive_view`): the parameters returned are
     those, and (x', x̂') = (σ·x, σ·x̂), whose errors equal those of (x, x̂)."""
     from .fullrange import FULLRANGE_METHODS, FULLRANGE_MSE, fullrange_params, positive_view
-    from .report.recipes import asks_zero_point, granularity_for, parse_recipe, required_opset
+    from .recipes import asks_zero_point, granularity_for, parse_recipe, required_opset
 
     r = parse_recipe(recipe) if isinstance(recipe, str) else recipe
     xa = as_input(x)

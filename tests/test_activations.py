@@ -19,6 +19,11 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 from qcore import QuantizationError  # noqa: E402
 from qcore.model import activations as act  # noqa: E402
+from qcore.model import calibrate as act_cal  # noqa: E402
+from qcore.model import qdq as act_qdq  # noqa: E402
+from qcore.model import sites as act_sites  # noqa: E402
+from qcore.model import smooth as act_smooth  # noqa: E402
+from qcore.model import staged as act_staged  # noqa: E402
 from qcore.model.__main__ import main  # noqa: E402
 from qcore.model.fidelity import ModelCase, compare  # noqa: E402
 from qcore.model.graph import make_session  # noqa: E402
@@ -69,7 +74,7 @@ def branchy_case():
 
 
 def test_sites_are_the_data_inputs_of_weight_consumers():
-    sites = {s.name: s for s in act.find_sites(branchy_model())}
+    sites = {s.name: s for s in act_sites.find_sites(branchy_model())}
     # r·rᵀ and p·r read no weight; h is one site for its MatMul and its Gemm
     assert list(sites) == ["x", "h", "y3"]
     assert [(c[2], c[3]) for c in sites["h"].consumers] == [("MatMul", "w2"), ("Gemm", "w3")]
@@ -100,8 +105,8 @@ def _expand(label: str) -> list[str]:
     (["m.x.y", "m.z"], "input of m.x.y, m.z"),  # "m.x.y/z" would read as m.x.z
     (["a.b/c.w", "a.d.w"], "input of a.b/c.w, a.d.w")])
 def test_a_site_is_labelled_by_the_weights_that_read_it(weights, label):
-    assert act.site_label(weights) == label
-    assert _expand(act.site_label(weights)) == list(dict.fromkeys(weights))
+    assert act_sites.site_label(weights) == label
+    assert _expand(act_sites.site_label(weights)) == list(dict.fromkeys(weights))
 
 
 def test_site_labels_of_a_graph_name_every_weight_consumer_once():
@@ -114,12 +119,12 @@ def test_site_labels_of_a_graph_name_every_weight_consumer_once():
         if n.op_type in ("MatMul", "Gemm", "Conv") and n.input[1] in weights \
                 and n.input[0] not in weights:
             readers.setdefault(n.input[0], []).append(n.input[1])
-    sites = act.find_sites(model)
+    sites = act_sites.find_sites(model)
     assert {s.name for s in sites} == set(readers)
     for s in sites:
-        assert _expand(act.site_label([c[3] for c in s.consumers])) == readers[s.name]
+        assert _expand(act_sites.site_label([c[3] for c in s.consumers])) == readers[s.name]
     with pytest.raises(QuantizationError, match="weights"):
-        act.site_label([])
+        act_sites.site_label([])
 
 
 def test_sites_of_a_weight_qdq_export_are_the_same(branchy_case):
@@ -129,7 +134,7 @@ def test_sites_of_a_weight_qdq_export_are_the_same(branchy_case):
     p = Plan(8, {"w1": "int8:per-axis", "w2": "int8:per-axis", "w3": "int8:per-axis"}, 0, 1,
              0.0, 1.0)
     exported = export_plan(branchy_case.model, p, branchy_case.arrays)
-    assert [s.name for s in act.find_sites(exported)] == ["x", "h", "y3"]
+    assert [s.name for s in act_sites.find_sites(exported)] == ["x", "h", "y3"]
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -139,7 +144,7 @@ def test_sites_of_a_weight_qdq_export_are_the_same(branchy_case):
     ("static:float8e4m3fn@mse", ("static", "float8e4m3fn", "mse")),
     ("STATIC:float8e5m2@percentile", ("static", "float8e5m2", "percentile"))])
 def test_activation_modes_parse(text, expected):
-    c = act.parse_activations(text)
+    c = act_sites.parse_activations(text)
     assert (c.mode, c.dtype, c.method) == expected
 
 
@@ -149,7 +154,7 @@ def test_activation_modes_parse(text, expected):
     ("", "unknown mode"), ("dynamic:int8", "unknown mode")])
 def test_bad_activation_modes_name_what_is_valid(text, says):
     with pytest.raises(QuantizationError) as e:
-        act.parse_activations(text)
+        act_sites.parse_activations(text)
     assert says in str(e.value) and "float8e4m3fn" in str(e.value) and "entropy" in str(e.value)
 
 
@@ -171,13 +176,13 @@ def test_minmax_is_the_data_range():
     vals = [rng.standard_normal((7, 5)).astype(np.float32) * 3 + 1,
             rng.standard_normal((2, 5)).astype(np.float32)]
     flat = np.concatenate([v.ravel() for v in vals])
-    u8 = act.calibrate(vals, "s", act.parse_activations("static:uint8@minmax"))
+    u8 = act_cal.calibrate(vals, "s", act_sites.parse_activations("static:uint8@minmax"))
     _, s, z = _dynamic_quantize_in_ort(flat)  # uint8 minmax is DynamicQuantizeLinear's rule
     assert u8.scale == s and u8.zero_point == z
-    f8 = act.calibrate(vals, "s", act.parse_activations("static:float8e4m3fn@minmax"))
+    f8 = act_cal.calibrate(vals, "s", act_sites.parse_activations("static:float8e4m3fn@minmax"))
     assert f8.zero_point is None
     assert f8.scale == np.float32(np.float32(np.abs(flat).max()) / np.float32(448))
-    i8 = act.calibrate(vals, "s", act.parse_activations("static:int8@minmax"))
+    i8 = act_cal.calibrate(vals, "s", act_sites.parse_activations("static:int8@minmax"))
     lo, hi = min(flat.min(), 0), max(flat.max(), 0)
     assert i8.scale == np.float32(np.float32(hi - lo) / np.float32(255))
     assert int(i8.zero_point) == int(np.rint(-128 - lo / i8.scale))
@@ -190,12 +195,12 @@ def test_entropy_threshold_is_onnxruntimes(seed):
     x = np.concatenate([rng.laplace(size=20000), rng.standard_normal(50) * 20]).astype(
         np.float32)
     amax = np.float32(np.abs(x).max())
-    hist, edges = np.histogram(x, act.ENTROPY_BINS, range=(-amax, amax))
-    collector = calibrate.HistogramCollector("entropy", True, act.ENTROPY_BINS,
-                                             act.ENTROPY_QUANTIZED_BINS, 99.99, "same")
+    hist, edges = np.histogram(x, act_cal.ENTROPY_BINS, range=(-amax, amax))
+    collector = calibrate.HistogramCollector("entropy", True, act_cal.ENTROPY_BINS,
+                                             act_cal.ENTROPY_QUANTIZED_BINS, 99.99, "same")
     theirs = collector.get_entropy_threshold((hist, edges, x.min(), x.max(), amax),
-                                             act.ENTROPY_QUANTIZED_BINS)
-    ours = act.entropy_threshold(hist, edges)
+                                             act_cal.ENTROPY_QUANTIZED_BINS)
+    ours = act_cal.entropy_threshold(hist, edges)
     assert ours == (max(float(theirs[0]), -float(amax)), float(theirs[1]))
     assert ours[1] < amax  # the outliers are clipped
 
@@ -203,14 +208,14 @@ def test_entropy_threshold_is_onnxruntimes(seed):
 def test_percentile_and_mse_clip_and_entropy_maps_the_threshold():
     rng = np.random.default_rng(6)
     vals = [np.concatenate([rng.standard_normal(20000), [40.0, -40.0]]).astype(np.float32)]
-    mm = act.calibrate(vals, "s", act.parse_activations("static:int8@minmax"))
+    mm = act_cal.calibrate(vals, "s", act_sites.parse_activations("static:int8@minmax"))
     for m in ("percentile", "mse", "entropy"):
-        sp = act.calibrate(vals, "s", act.parse_activations(f"static:int8@{m}"))
+        sp = act_cal.calibrate(vals, "s", act_sites.parse_activations(f"static:int8@{m}"))
         assert sp.scale < mm.scale and sp.method == m
-    ent = act.calibrate(vals, "s", act.parse_activations("static:float8e5m2@entropy"))
+    ent = act_cal.calibrate(vals, "s", act_sites.parse_activations("static:float8e5m2@entropy"))
     amax = np.float32(np.abs(vals[0]).max())
-    hist, edges = np.histogram(vals[0], act.ENTROPY_BINS, range=(-amax, amax))
-    lo, hi = act.entropy_threshold(hist, edges)
+    hist, edges = np.histogram(vals[0], act_cal.ENTROPY_BINS, range=(-amax, amax))
+    lo, hi = act_cal.entropy_threshold(hist, edges)
     t = max(-max(lo, float(vals[0].min())), min(hi, float(vals[0].max())))
     assert ent.scale == np.float32(np.float32(t) / np.float32(57344))
 
@@ -231,15 +236,15 @@ def _run_ort(model, case):
                                   "static:float8e4m3fnuz@minmax",
                                   "static:float8e5m2fnuz@entropy"])
 def test_fake_quant_equals_the_qdq_model_in_onnxruntime(branchy_case, mode):
-    specs = act.specs_for(branchy_case, act.parse_activations(mode))
+    specs = act_cal.specs_for(branchy_case, act_sites.parse_activations(mode))
     assert [s.site for s in specs] == ["x", "h", "y3"]
-    fake = act.runner_for(branchy_case).run(specs)
-    real = _run_ort(act.insert_qdq(branchy_case.model, specs), branchy_case)
+    fake = act_staged.runner_for(branchy_case).run(specs)
+    real = _run_ort(act_qdq.insert_qdq(branchy_case.model, specs), branchy_case)
     for a, b in zip(fake, real):
         np.testing.assert_array_equal(a, b)
     assert compare(branchy_case.reference, fake)["output_sqnr_db"] < 200  # something moved
-    one = act.runner_for(branchy_case).run(specs[1:2])  # a single site: starts mid-graph
-    real1 = _run_ort(act.insert_qdq(branchy_case.model, specs[1:2]), branchy_case)
+    one = act_staged.runner_for(branchy_case).run(specs[1:2])  # a single site: starts mid-graph
+    real1 = _run_ort(act_qdq.insert_qdq(branchy_case.model, specs[1:2]), branchy_case)
     for a, b in zip(one, real1):
         np.testing.assert_array_equal(a, b)
 
@@ -248,9 +253,9 @@ def test_dynamic_on_all_zero_sites_agrees_with_onnxruntime():
     """DynamicQuantizeLinear of zeros: scale 1 in onnxruntime, 1/255 in qcore (docs/semantics.md);
     the codes and zero point are 0 in both, so the dequantized site and the outputs agree."""
     case = ModelCase("zeros", branchy_model(), [{"x": np.zeros((3, 8), np.float32)}])
-    specs = act.specs_for(case, act.parse_activations("dynamic"))
-    fake = act.runner_for(case).run(specs)
-    for a, b in zip(fake, _run_ort(act.insert_qdq(case.model, specs), case)):
+    specs = act_cal.specs_for(case, act_sites.parse_activations("dynamic"))
+    fake = act_staged.runner_for(case).run(specs)
+    for a, b in zip(fake, _run_ort(act_qdq.insert_qdq(case.model, specs), case)):
         np.testing.assert_array_equal(a, b)
 
 
@@ -263,16 +268,16 @@ def test_names_the_model_already_uses_get_a_suffix():
     x = np.random.default_rng(12).standard_normal((4, 8)).astype(np.float32)
     case = ModelCase("names", m, [{"x": x}])
     for mode in ("dynamic", "static:int8@minmax"):
-        specs = act.specs_for(case, act.parse_activations(mode))
-        q = act.insert_qdq(case.model, specs)
+        specs = act_cal.specs_for(case, act_sites.parse_activations(mode))
+        q = act_qdq.insert_qdq(case.model, specs)
         onnx.checker.check_model(q)
         assert "h.qdq_1" in {o for n in q.graph.node for o in n.output}
-        for a, b in zip(act.runner_for(case).run(specs), _run_ort(q, case)):
+        for a, b in zip(act_staged.runner_for(case).run(specs), _run_ort(q, case)):
             np.testing.assert_array_equal(a, b)
 
 
 def test_no_quantized_site_gives_the_float_outputs(branchy_case):
-    for a, b in zip(act.runner_for(branchy_case).run([]), branchy_case.reference):
+    for a, b in zip(act_staged.runner_for(branchy_case).run([]), branchy_case.reference):
         np.testing.assert_array_equal(a, b)
 
 
@@ -280,7 +285,7 @@ def _minilm_ready() -> bool:
     if importlib.util.find_spec("tokenizers") is None or \
             importlib.util.find_spec("safetensors") is None:
         return False
-    from qcore.report.models import installed_models
+    from qcore.models import installed_models
 
     return "minilm" in installed_models()
 
@@ -295,11 +300,11 @@ def test_minilm_w8a8_fake_quant_equals_onnxruntime_bit_for_bit():
     p = Plan(8, {w: "int8:per-axis" for w in case.weights}, 0, 1, 0.0, 1.0)
     weights = planned_weights(case, p)
     exported = export_plan(case.model, p, case.arrays)
-    assert len(act.find_sites(exported)) == 24  # 6 layers × (QKV, attention out, up, down)
+    assert len(act_sites.find_sites(exported)) == 24  # 6 layers × (QKV, attention out, up, down)
     for mode in ("dynamic", "static:int8@minmax", "static:float8e4m3fn@minmax"):
-        specs = act.specs_for(case, act.parse_activations(mode))
-        fake = act.runner_for(case).run(specs, weights)
-        real = _run_ort(act.insert_qdq(exported, specs), case)
+        specs = act_cal.specs_for(case, act_sites.parse_activations(mode))
+        fake = act_staged.runner_for(case).run(specs, weights)
+        real = _run_ort(act_qdq.insert_qdq(exported, specs), case)
         np.testing.assert_array_equal(fake[0], real[0], err_msg=mode)
 
 
@@ -307,12 +312,12 @@ def test_minilm_w8a8_fake_quant_equals_onnxruntime_bit_for_bit():
 
 
 def test_activation_rows_are_each_site_alone(branchy_case):
-    specs = act.specs_for(branchy_case, act.parse_activations("static:int8@minmax"))
+    specs = act_cal.specs_for(branchy_case, act_sites.parse_activations("static:int8@minmax"))
     rows = act.activation_rows(branchy_case, specs)
     assert [r["tensor"] for r in rows] == ["x", "h", "y3"]
     assert {r["kind"] for r in rows} == {"activation"}
     for r, sp in zip(rows, specs):
-        alone = _run_ort(act.insert_qdq(branchy_case.model, [sp]), branchy_case)
+        alone = _run_ort(act_qdq.insert_qdq(branchy_case.model, [sp]), branchy_case)
         assert r["output_sqnr_db"] == compare(branchy_case.reference, alone)["output_sqnr_db"]
     assert act.keep_float(rows, 2) == [r["tensor"] for r in
                                        sorted(rows, key=lambda r: r["output_sqnr_db"])[:2]]
@@ -403,26 +408,26 @@ def ln_model() -> onnx.ModelProto:
 def test_smoothing_keeps_the_float_model_and_divides_by_s(alpha, branchy_case):
     x = np.random.default_rng(9).standard_normal((20, 4)).astype(np.float32)
     case = ModelCase("ln", ln_model(), [{"x": x}])
-    smoothed, info = act.smoothed_case(case, alpha)
+    smoothed, info = act_smooth.smoothed_case(case, alpha)
     assert info.folded == {"n": "layernorm"}
-    n = act.runner_for(case).site_values("n")[0]
+    n = act_staged.runner_for(case).site_values("n")[0]
     w = numpy_helper.to_array(case.model.graph.initializer[2])
     v = numpy_helper.to_array(case.model.graph.initializer[3])
     wmax = np.maximum(np.abs(w).max(axis=1), np.abs(v).max(axis=0))
     s = np.abs(n).max(axis=0).astype(np.float64) ** alpha / wmax ** (1 - alpha)
     np.testing.assert_allclose(info.factors["n"], s, rtol=1e-6)
     np.testing.assert_allclose(smoothed.run()[0], case.reference[0], rtol=1e-4, atol=1e-5)
-    np.testing.assert_allclose(act.runner_for(smoothed).site_values("n")[0], n / s,
+    np.testing.assert_allclose(act_staged.runner_for(smoothed).site_values("n")[0], n / s,
                                rtol=1e-4, atol=1e-6)
     # a site that a residual Add also reads gets a Mul; the float outputs stay
-    b_smoothed, b_info = act.smoothed_case(branchy_case, alpha)
+    b_smoothed, b_info = act_smooth.smoothed_case(branchy_case, alpha)
     assert b_info.folded == {"x": "mul", "h": "mul"}  # the Conv site is left alone
-    assert [s.name for s in act.find_sites(b_smoothed.model)] == ["x.smooth", "h.smooth", "y3"]
+    assert [s.name for s in act_sites.find_sites(b_smoothed.model)] == ["x.smooth", "h.smooth", "y3"]
     for a, b in zip(b_smoothed.run(), branchy_case.reference):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
-    specs = act.specs_for(b_smoothed, act.parse_activations("dynamic"))
-    fake = act.runner_for(b_smoothed).run(specs)
-    for a, b in zip(fake, _run_ort(act.insert_qdq(b_smoothed.model, specs), b_smoothed)):
+    specs = act_cal.specs_for(b_smoothed, act_sites.parse_activations("dynamic"))
+    fake = act_staged.runner_for(b_smoothed).run(specs)
+    for a, b in zip(fake, _run_ort(act_qdq.insert_qdq(b_smoothed.model, specs), b_smoothed)):
         np.testing.assert_array_equal(a, b)
 
 
@@ -435,12 +440,12 @@ def test_study_is_what_the_qdq_export_of_weights_and_sites_gives(branchy_case):
         "w2, w3"
     assert [r["label"] for r in s.rows] == ["input of w1", "input of w2, w3", "input of k"]
     p = Plan(8, {w: "int8:per-axis" for w in branchy_case.weights}, 0, 1, 0.0, 1.0)
-    exported = act.insert_qdq(export_plan(branchy_case.model, p, branchy_case.arrays), s.specs)
+    exported = act_qdq.insert_qdq(export_plan(branchy_case.model, p, branchy_case.arrays), s.specs)
     real = _run_ort(exported, branchy_case)
     assert s.with_weights["output_sqnr_db"] == compare(branchy_case.reference, real)[
         "output_sqnr_db"]
     assert s.activations_only["output_sqnr_db"] == compare(
-        branchy_case.reference, _run_ort(act.insert_qdq(branchy_case.model, s.specs),
+        branchy_case.reference, _run_ort(act_qdq.insert_qdq(branchy_case.model, s.specs),
                                          branchy_case))["output_sqnr_db"]
 
 
@@ -485,13 +490,13 @@ def test_smoothing_folds_upstream_where_the_channels_map_and_checks_it():
     x = np.random.default_rng(11).standard_normal((9, 6)).astype(np.float32)
     x[:, 2] *= 8  # an outlier channel
     case = ModelCase("fold", fold_model(), [{"x": x}])
-    smoothed, info = act.smoothed_case(case, 0.7)
+    smoothed, info = act_smooth.smoothed_case(case, 0.7)
     # x: a graph input (a Mul); ctx into V's Gemm; g into the constant 0.5; the permuted site
     # fails the check on the data and takes a Mul
     assert info.folded == {"x": "mul", "ctx": "upstream", "g": "upstream", "perm": "mul"}
     for site in ("ctx", "g"):
-        before = act.runner_for(case).site_values(site)[0]
-        after = act.runner_for(smoothed).site_values(site)[0]
+        before = act_staged.runner_for(case).site_values(site)[0]
+        after = act_staged.runner_for(smoothed).site_values(site)[0]
         np.testing.assert_allclose(after, before / info.factors[site], rtol=1e-4, atol=1e-5)
     for a, b in zip(smoothed.run(), case.reference):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)

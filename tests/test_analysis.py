@@ -173,7 +173,8 @@ def test_compare_recipes_equals_the_reports_own_computation():
     """Each recipe row (its own target, granularity, block, calibration, scale type) has the
     figures of qcore.report's sliced computation; the label names the opset only where a zero
     point is stored because of it; a forced opset changes exactly that."""
-    from qcore.report.recipes import parse_recipe, run_recipe
+    from qcore.recipes import parse_recipe
+    from qcore.report.sliced import run_recipe
 
     x = np.random.default_rng(7).standard_t(4, (6, 40, 48)).astype(np.float32)
     names = ["int4:blocked32", "int4:blocked32@absmax", "mxfp4", "int8:per-axis",

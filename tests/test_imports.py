@@ -31,23 +31,34 @@ MODULES = sorted(module_name(p) for p in PACKAGE.rglob("*.py"))
 FILES = {module_name(p): p for p in PACKAGE.rglob("*.py")}
 
 
-def imports_of(name: str) -> set[str]:
-    """Every module `name` imports (at module level or inside a function), as absolute names."""
-    path = FILES[name]
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    found = set()
+def _import_statements(path: pathlib.Path, package: str) -> list[tuple[str, list[str]]]:
+    """(module, names imported from it) of every import in the file (module level or inside a
+    function), the module as an absolute name; ``import a.b`` gives ("a.b", [])."""
+    found = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
+            found.extend((alias.name, []) for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
                 anchor = package.split(".")
                 anchor = anchor[: len(anchor) - (node.level - 1)]
                 base = ".".join(anchor + ([base] if base else []))
-            for alias in node.names:  # `from pkg import module` imports the module
-                sub = f"{base}.{alias.name}"
-                found.add(sub if sub in FILES else base)
+            found.append((base, [alias.name for alias in node.names]))
+    return found
+
+
+def imports_of(name: str) -> set[str]:
+    """Every module `name` imports (at module level or inside a function), as absolute names."""
+    path = FILES[name]
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for base, names in _import_statements(path, package):
+        if not names:
+            found.add(base)
+        for alias in names:  # `from pkg import module` imports the module
+            sub = f"{base}.{alias}"
+            found.add(sub if sub in FILES else base)
     return found
 
 
@@ -171,3 +182,74 @@ def test_module_map_lists_every_module_in_import_order():
         later = [t for t in g[name] if t in position and position[t] > position[name]
                  and not t.startswith(name + ".")]
         assert not later, f"docs/architecture.md lists {name} above {later}, which it imports"
+
+
+APP = ROOT / "app"
+PAGES = ROOT / "pages"
+#: What a page may import from qcore itself: the engine's public API and the pure library
+#: modules; the tools (the model tool and the report) only through app/.
+TOOLS = ("qcore.model", "qcore.report")
+
+
+def _imports_in(path: pathlib.Path, package: str) -> set[str]:
+    """Every module the file imports, and every ``from`` import's module.name, absolute."""
+    found = set()
+    for base, names in _import_statements(path, package):
+        found.add(base)
+        found.update(f"{base}.{alias}" for alias in names)
+    return found
+
+
+def app_graph() -> dict[str, set[str]]:
+    """app's modules -> the app modules each imports (deferred imports included)."""
+    names = {f"app.{p.stem}" for p in APP.glob("*.py") if p.stem != "__init__"}
+    return {f"app.{p.stem}": (_imports_in(p, "app") & names) - {f"app.{p.stem}"}
+            for p in APP.glob("*.py") if p.stem != "__init__"}
+
+
+def find_cycle(g: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle of ``g`` (its modules in order, the first repeated last), or None."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(n: str) -> list[str] | None:
+        state[n] = 1
+        stack.append(n)
+        for m in sorted(g.get(n, ())):
+            if state.get(m) == 1:
+                return stack[stack.index(m):] + [m]
+            if m not in state and (c := visit(m)):
+                return c
+        stack.pop()
+        state[n] = 2
+        return None
+
+    for n in sorted(g):
+        if n not in state and (c := visit(n)):
+            return c
+    return None
+
+
+def test_find_cycle_finds_one():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_app_has_no_import_cycle():
+    cycle = find_cycle(app_graph())
+    assert cycle is None, "import cycle in app/: " + " -> ".join(cycle)
+
+
+def test_pages_reach_the_tools_only_through_app():
+    for page in sorted(PAGES.glob("*.py")):
+        bad = sorted(t for t in _imports_in(page, "pages")
+                     if any(t == tool or t.startswith(tool + ".") for tool in TOOLS))
+        assert not bad, f"{page.name} imports {bad}: reach them through app/"
+
+
+def test_the_model_tool_and_analysis_import_nothing_from_the_report():
+    g = graph()
+    for name in MODULES:
+        if name == "qcore.analysis" or name.startswith("qcore.model"):
+            bad = sorted(t for t in g[name] if t == "qcore.report" or t.startswith("qcore.report."))
+            assert not bad, f"{name} imports {bad}: the report sits above it"

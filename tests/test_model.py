@@ -25,7 +25,7 @@ from qcore.model.__main__ import main  # noqa: E402
 from qcore.model.export import export_plan, tensor_proto, unsupported_nodes  # noqa: E402
 from qcore.model.fidelity import FLOAT, ModelCase, compare, qdq, spearman  # noqa: E402
 from qcore.model.graph import ModelError  # noqa: E402
-from qcore.report.recipes import run_recipe  # noqa: E402
+from qcore.report.sliced import run_recipe  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -34,7 +34,7 @@ def _minilm_ready() -> bool:
     if importlib.util.find_spec("tokenizers") is None or \
             importlib.util.find_spec("safetensors") is None:
         return False
-    from qcore.report.models import installed_models
+    from qcore.models import installed_models
 
     return "minilm" in installed_models()
 
@@ -161,7 +161,7 @@ def test_spearman_against_scipy():
 def test_qdq_is_the_report_recipe(recipe):
     x = (np.random.default_rng(5).standard_normal((48, 96)) * 0.1).astype(np.float32)
     q = qdq(x, recipe)
-    ref = run_recipe(x, __import__("qcore.report.recipes", fromlist=["x"]).parse_recipe(recipe))
+    ref = run_recipe(x, __import__("qcore.recipes", fromlist=["x"]).parse_recipe(recipe))
     assert q.bits_per_element == pytest.approx(ref["bits_per_element"], rel=1e-12)
     assert q.tensor_sqnr_db == pytest.approx(ref["sqnr_db"], rel=1e-9)
     assert q.opset == ref["opset"]

@@ -136,8 +136,10 @@ def test_export_runs_over_the_steps_and_equals_the_fake_quant_steps(silero, tmp_
 
     import onnx
 
-    from qcore.model.__main__ import write_export
-    from qcore.model.activations import parse_activations, runner_for, specs_for
+    from qcore.model.calibrate import specs_for
+    from qcore.model.command import write_export
+    from qcore.model.sites import parse_activations
+    from qcore.model.staged import runner_for
 
     model, seq, case = silero
     plan = Plan(8.0, {t: "int8:per-axis" for t in case.weights}, 0, 1, 0.0, 1.0)

@@ -826,7 +826,7 @@ def _minilm_ready() -> bool:
 
     if not all(importlib.util.find_spec(p) for p in ("tokenizers", "safetensors")):
         return False
-    from qcore.report.models import installed_models
+    from qcore.models import installed_models
 
     return "minilm" in installed_models()
 

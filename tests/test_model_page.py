@@ -12,7 +12,7 @@ from conftest import open_app_page  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from qcore.model import cases, plan, sensitivity  # noqa: E402
-from qcore.report.models import installed_models  # noqa: E402
+from qcore.models import installed_models  # noqa: E402
 from tests.test_model import tiny_model  # noqa: E402
 
 
@@ -249,7 +249,9 @@ def test_minilm_w8a8_int8_and_float8_are_one_choice_apart():
     """Static int8 activations with int8 weights (W8A8 int8), then static float8e4m3fn: the
     page's figure for each is the exported QDQ model's, run in onnxruntime; the sites' own
     sensitivity is drawn and listed."""
-    from qcore.model import activations
+    from qcore.model import calibrate as act_cal
+    from qcore.model import qdq as act_qdq
+    from qcore.model import sites as act_sites
     from qcore.model.export import export_plan
     from qcore.model.graph import make_session
 
@@ -268,9 +270,9 @@ def test_minilm_w8a8_int8_and_float8_are_one_choice_apart():
         shown = table.loc[weights, "output SQNR (dB)"]
         assert table.loc[weights, "activations"] == f"static:{act_type}@minmax"
         # outside: the QDQ model in onnxruntime, against the float model's outputs
-        specs = activations.specs_for(case, activations.parse_activations(f"static:{act_type}"))
+        specs = act_cal.specs_for(case, act_sites.parse_activations(f"static:{act_type}"))
         p = plan.Plan(0.0, {tensor: weights}, 0, 1, 0.0, 1.0)
-        qdq_model = activations.insert_qdq(export_plan(case.model, p, case.arrays), specs)
+        qdq_model = act_qdq.insert_qdq(export_plan(case.model, p, case.arrays), specs)
         sess = make_session(qdq_model)  # onnxruntime with the page's session options
         out = [np.concatenate([sess.run(None, b)[0] for b in case.batches])]
         restored = np.empty_like(out[0])

@@ -171,7 +171,8 @@ def test_int4_abs_max_blocked_32_is_five_bits_everywhere():
     assert compute.compare(spec, ("int4",), cfg).iloc[0]["bits_per_element"] == want
     sweep = compute.block_sweep(spec, cfg).set_index("block_size")
     assert sweep.loc[32, "bits_per_element"] == want
-    from qcore.report.recipes import parse_recipe, run_recipe
+    from qcore.recipes import parse_recipe
+    from qcore.report.sliced import run_recipe
     assert run_recipe(x, parse_recipe("int4:blocked32")).get("bits_per_element") == want
 
 

@@ -281,8 +281,8 @@ def test_role_table(op, index, attrs, ndim, axes):
 
 def test_recipe_axis_grammar_and_the_report_keeps_rows(tmp_path):
     from qcore.errors import QuantizationError
+    from qcore.recipes import parse_recipe
     from qcore.report import run_report
-    from qcore.report.recipes import parse_recipe
 
     r = parse_recipe("int8:per-axis/1")
     assert (r.granularity, r.axis, r.name) == ("per-axis", 1, "int8:per-axis/1")
@@ -329,7 +329,10 @@ def listed_model(ir: int, opset: int):
 
 @pytest.mark.parametrize("ir,opset", [(3, 9), (3, 11), (8, 13)])
 def test_initializers_listed_as_inputs_are_weights_the_tool_plans_and_exports(ir, opset):
-    from qcore.model import activations as act
+    from qcore.model import calibrate as act_cal
+    from qcore.model import qdq as act_qdq
+    from qcore.model import sites as act_sites
+    from qcore.model import staged as act_staged
 
     m = listed_model(ir, opset)
     recs = {r.key: r for r in qonnx.find_weights(m)}
@@ -363,11 +366,11 @@ def test_initializers_listed_as_inputs_are_weights_the_tool_plans_and_exports(ir
             np.testing.assert_array_equal(a, b)
     # the data inputs of the three weight consumers are activation sites, evaluated as
     # onnxruntime runs the QDQ export with the quantized sites
-    sites = {s.name: s.consumers[0][3] for s in act.find_sites(m)}
+    sites = {s.name: s.consumers[0][3] for s in act_sites.find_sites(m)}
     assert sites == {"x": "conv.w", "f": "mm.w", "h": "fc.w"}
-    specs = act.specs_for(case, act.parse_activations("dynamic"))
-    fake = act.runner_for(case).run(specs, weights)
-    real = graph.make_session(act.insert_qdq(ex, specs)).run(None, feeds)
+    specs = act_cal.specs_for(case, act_sites.parse_activations("dynamic"))
+    fake = act_staged.runner_for(case).run(specs, weights)
+    real = graph.make_session(act_qdq.insert_qdq(ex, specs)).run(None, feeds)
     for a, b in zip(fake, real):
         np.testing.assert_array_equal(a, b)
 

@@ -119,7 +119,7 @@ def _minilm_ready() -> bool:
 
     if importlib.util.find_spec("tokenizers") is None:
         return False
-    from qcore.report.models import installed_models
+    from qcore.models import installed_models
 
     return "minilm" in installed_models()
 

@@ -26,7 +26,7 @@ from qcore.report import (
     summarize,
 )
 from qcore.report.__main__ import main
-from qcore.report.recipes import run_recipe
+from qcore.report.sliced import run_recipe
 from qcore.report.stats import tensor_stats
 from qcore.report.synthetic import write_checkpoint
 
@@ -389,7 +389,7 @@ def test_command_line(single, tmp_path):
 
 
 def test_progress_bar_line():
-    from qcore.report.progress import ProgressBar
+    from qcore.progress import ProgressBar
 
     stream = io.StringIO()
     bar = ProgressBar(stream=stream, every=0)

@@ -15,9 +15,9 @@ from conftest import interrupt_report
 
 from qcore import reductions
 from qcore.layout import Layout
+from qcore.recipes import DEFAULT_RECIPES
 from qcore.reductions import PARALLEL_THRESHOLD
 from qcore.report import run_report, sliced
-from qcore.report.recipes import DEFAULT_RECIPES
 from qcore.report.tasks import Task, run_task
 
 BIG = (1100, 2000)  # 2.2 M elements: over the parallel kernels' threshold

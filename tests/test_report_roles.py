@@ -18,11 +18,11 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 from qcore.errors import QuantizationError  # noqa: E402
 from qcore.io import onnx as qonnx  # noqa: E402
 from qcore.model.cases import load_case  # noqa: E402
+from qcore.recipes import parse_recipe, weight_layout  # noqa: E402
 from qcore.report import read_rows, run_report, sliced  # noqa: E402
 from qcore.report.core import journal_path  # noqa: E402
 from qcore.report.identity import IDENTITY_PREFIX  # noqa: E402
-from qcore.report.recipes import parse_recipe, run_recipe  # noqa: E402
-from qcore.report.sliced import ArrayReader  # noqa: E402
+from qcore.report.sliced import ArrayReader, run_recipe  # noqa: E402
 
 RNG = np.random.default_rng(36)
 RECIPES = ["int8:per-axis", "uint8:per-tensor", "int4:blocked32", "int4:blocked16", "mxfp4",
@@ -136,7 +136,7 @@ def test_read_slab_is_numpy_slicing(axis):
 
 def test_slab_axis_never_cuts_a_scale_group():
     role_mm = qonnx.ROLES[("MatMul", 1)]
-    lay = sliced.weight_layout
+    lay = weight_layout
     assert sliced.slice_axis((64, 48), lay(parse_recipe("int8:per-axis"), (64, 48), role_mm)) == 1
     assert sliced.slice_axis((64, 48), lay(parse_recipe("int4:blocked32"), (64, 48),
                                            role_mm)) == 1
@@ -159,7 +159,7 @@ def test_many_slabs_equal_one(monkeypatch, recipe, op):
 
     monkeypatch.setattr(sliced, "SLICE", 1 << 12)
     r = parse_recipe(recipe)
-    lay = sliced.weight_layout(r, shape, role)
+    lay = weight_layout(r, shape, role)
     assert len(sliced.axis_slices(shape, sliced.slice_axis(shape, lay))) >= 2
     row = run_recipe(x, r, role)
     q = qdq(x, r, role)

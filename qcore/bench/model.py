@@ -4,7 +4,7 @@ qcore's deployable exports, timed in one process (``python -m qcore.bench --mode
 Rows: the float model; ``onnxruntime.quantization.quantize_dynamic`` (per-channel int8
 weights, DynamicQuantizeLinear activations); onnxruntime's MatMulNBits quantizer (4 bits, block
 32, symmetric; needs ``onnx-ir``, left out when it is missing); qcore's exports
-(:mod:`qcore.model.fused`): ``int8:per-axis`` weight-only, ``int4:blocked32`` weight-only as
+(:mod:`qcore.model.deployable`): ``int8:per-axis`` weight-only, ``int4:blocked32`` weight-only as
 the ``matmulnbits-node`` form (the default) and as the standard-ONNX ``dq-matmul`` form (timed
 with a default session, which fuses it at accuracy level 4, and with
 ``session.qdq_matmulnbits_accuracy_level=1``, the float-compute kernel);
@@ -97,11 +97,12 @@ def model_rows(sentences: int = 32, repeats: int = 10, threads: tuple[int, ...] 
     import logging
 
     from ..model import minilm
-    from ..model.activations import ActivationSpec
+    from ..model.deployable import deployable_export
     from ..model.fidelity import compare
-    from ..model.fused import deployable_export, weight_uses
+    from ..model.forms.uses import weight_uses
     from ..model.graph import initializer_arrays
     from ..model.latency import deploy_session, latency_ms, thread_label
+    from ..model.sites import ActivationSpec
 
     logging.getLogger().setLevel(logging.ERROR)  # onnxruntime.quantization's advice lines
     m = minilm.minilm_model(matmul=True)
@@ -152,10 +153,11 @@ def model_rows(sentences: int = 32, repeats: int = 10, threads: tuple[int, ...] 
 def _smoothed_w8a8(sentences: int, names: list[str]) -> Any:
     """W8A8 dynamic on the SmoothQuant model (alpha :data:`SMOOTH_ALPHA`, channel maxima from
     the same sentences; :func:`qcore.model.activations.smoothed_case`), exported fused."""
-    from ..model.activations import ActivationSpec, find_sites, smoothed_case
     from ..model.cases import load_case
-    from ..model.fused import deployable_export
+    from ..model.deployable import deployable_export
     from ..model.graph import initializer_arrays
+    from ..model.sites import ActivationSpec, find_sites
+    from ..model.smooth import smoothed_case
 
     smoothed, _ = smoothed_case(load_case("minilm-matmul", sentences=sentences), SMOOTH_ALPHA)
     sm = smoothed.model

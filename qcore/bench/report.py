@@ -28,9 +28,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..models import find_model
+from ..recipes import DEFAULT_RECIPES, parse_recipe
 from ..report.core import run_report
-from ..report.models import find_model
-from ..report.recipes import DEFAULT_RECIPES, parse_recipe, run_recipe
+from ..report.sliced import run_recipe
 from ..report.sources import list_tensors, read_tensor
 from ..report.synthetic import write_checkpoint
 

@@ -11,14 +11,19 @@
 - :mod:`qcore.model.sensitivity`: every weight × every recipe alone.
 - :mod:`qcore.model.plan`: one recipe per tensor under a bits budget, exactly optimal.
 - :mod:`qcore.model.export`: the plan as a QDQ ONNX model.
-- :mod:`qcore.model.activations`: activation sites, their calibration, the staged fake-quant
-  evaluation, the QDQ insertion, per-site sensitivity and SmoothQuant.
-- :mod:`qcore.model.fused`: the deployable export — the forms onnxruntime fuses into integer
-  kernels (MatMulNBits, DynamicQuantizeLinear + MatMulInteger, static Q/DQ into QGemm).
+- :mod:`qcore.model.sites`: activation specs and sites; :mod:`qcore.model.staged`: the staged
+  fake-quant evaluation; :mod:`qcore.model.qdq`: the QDQ insertion;
+  :mod:`qcore.model.calibrate`: activation calibration (minmax, percentile, mse, entropy);
+  :mod:`qcore.model.smooth`: SmoothQuant; :mod:`qcore.model.activations`: per-site sensitivity
+  and the study that ties them.
+- :mod:`qcore.model.forms`: the export forms onnxruntime fuses into integer kernels, one module
+  per form and their registry; :mod:`qcore.model.deployable`: the deployable export that writes
+  them (MatMulNBits, DynamicQuantizeLinear + MatMulInteger, static Q/DQ into QGemm).
 - :mod:`qcore.model.runtime`: which configurations a runtime runs (onnxruntime probed, cached).
 - :mod:`qcore.model.latency`: an export's latency beside its float model's, in one process.
 
-``python -m qcore.model MODEL ...`` is the command line. onnx, onnxruntime and tokenizers are
+``python -m qcore.model MODEL ...`` is the command line (:mod:`qcore.model.cli`, the work in
+:mod:`qcore.model.command`). onnx, onnxruntime and tokenizers are
 the ``model`` extra; they are imported when first needed, so ``import qcore.model`` works
 without them and a missing one raises ImportError naming the extra.
 """

@@ -9,9 +9,9 @@ client gathers them in tensor × recipe order; it does not load the model itself
 (:func:`measure_on_dask` asks a worker for the weights' sizes and the outputs' power).
 
 ``workers=N`` starts a ``LocalCluster`` of N single-threaded worker processes, as the report
-does (:mod:`qcore.report.distributed`); ``scheduler=ADDRESS`` uses a running cluster, whose
+does (:mod:`qcore.distributed`); ``scheduler=ADDRESS`` uses a running cluster, whose
 workers need the model and inputs files at the same paths and ``qcore`` importable.
-Progress is the report's bar (:class:`qcore.report.progress.ProgressBar`): tensors done,
+Progress is the report's bar (:class:`qcore.progress.ProgressBar`): tensors done,
 elements × recipes per second, ETA.
 """
 
@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..report.recipes import parse_recipes
+from ..recipes import parse_recipes
 from .fidelity import ModelCase
 from .sensitivity import Sensitivity
 
@@ -122,8 +122,8 @@ def measure_on_dask(spec: CaseSpec, recipes: Sequence[str] | str,
 
     ``on_client(client)`` runs after the last task, before the cluster closes (a memory
     measurement asks the workers for their peak RSS there)."""
+    from ..distributed import _import_distributed, check_scheduler, dask_client
     from ..errors import QuantizationError
-    from ..report.distributed import _import_distributed, check_scheduler, dask_client
 
     names = [r.name for r in parse_recipes(recipes)]
     if scheduler:

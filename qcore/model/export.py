@@ -5,7 +5,7 @@ body, or in place of its Constant node), three initializers — ``W.codes`` (the
 and 4-bit types packed by :func:`qcore.packing.pack`, two or four per byte, low bits first, as
 ONNX stores them; 6-bit floats packed by onnx's own ``numpy_helper``), ``W.scale`` (float32 or
 float8e8m0) and, where the recipe stores one, ``W.zero_point`` — and a ``DequantizeLinear``
-node (its axis the one the weight's role chose, :func:`qcore.report.sliced.weight_layout`)
+node (its axis the one the weight's role chose, :func:`qcore.recipes.weight_layout`)
 whose final output is named W, so every consumer of the weight is unchanged. A Conv kernel
 quantized as its [O, I·k] view is followed by a ``Reshape`` to its shape; a float16 / bfloat16
 weight by a ``Cast`` to its type (DequantizeLinear computes float32; the Cast rounds to nearest

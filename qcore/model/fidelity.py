@@ -1,6 +1,6 @@
 """Output fidelity: weights through QuantizeLinear → DequantizeLinear, the model run, compared.
 
-:func:`qdq` applies a report recipe (:mod:`qcore.report.recipes`: its grammar, its choice of
+:func:`qdq` applies a report recipe (:mod:`qcore.recipes`: its grammar, its choice of
 scales, its opset and zero-point rules) to one weight and keeps everything the export needs.
 :class:`ModelCase` is a model with its inputs and float outputs; :meth:`ModelCase.fidelity`
 runs it with some weights replaced and measures (docs/semantics.md, Definitions), in float64:
@@ -31,7 +31,7 @@ from ..fullrange import FULLRANGE_METHODS, FULLRANGE_MSE, fullrange_params, posi
 from ..io.onnx import Role
 from ..metrics import error_metrics
 from ..ops import dequantize_linear, quantize_linear
-from ..report.recipes import (
+from ..recipes import (
     Recipe,
     asks_zero_point,
     parse_recipe,
@@ -73,7 +73,7 @@ class Quantized:
 
 def qdq(x: np.ndarray, recipe: Recipe | str, role: Role | None = None) -> Quantized:
     """Quantize and dequantize ``x`` by a report recipe (the same scales, opset and stored zero
-    point as :func:`qcore.report.recipes.run_recipe`) laid out by the weight's ``role``
+    point as :func:`qcore.report.sliced.run_recipe`) laid out by the weight's ``role``
     (:func:`weight_layout`; None: the (out, in) convention). A float16 / bfloat16 weight is
     quantized as its exact float32 value; ``x_hat`` is float32 (the model's run casts it back
     to the weight's type, as the export's Cast after DequantizeLinear does)."""

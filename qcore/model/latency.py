@@ -1,7 +1,7 @@
 """Latency in onnxruntime: an export beside its float model, timed in one process.
 
 Deploy timing uses sessions as a user makes them: onnxruntime's default graph optimizations
-(so the forms of :mod:`qcore.model.fused` run as fused kernels), the CPU provider, intra-op
+(so the forms of :mod:`qcore.model.deployable` run as fused kernels), the CPU provider, intra-op
 spinning off (threads do not burn the other cores while waiting). One *pass* runs every batch of
 the inputs once; a session warms up with ``warmup`` passes, then the sessions of one call take
 turns pass by pass (``repeats`` each), so a noisy neighbour slows them alike. The figure is the

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..datasets import datasets_dir
-from ..report.models import find_model
+from ..models import find_model
 from . import require
 
 __all__ = ["OUTPUT", "SENTENCES_FILE", "build_graph", "checkpoint_dir", "encode_batches",

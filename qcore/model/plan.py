@@ -51,7 +51,7 @@ class Plan:
     #: The runtime the plan is made for (:mod:`qcore.model.runtime`).
     runtime: str = "reference"
     #: What the export measured in that runtime: ``latency_ms`` and ``float_latency_ms``
-    #: (by thread count, :mod:`qcore.model.latency`) and ``forms`` (:mod:`qcore.model.fused`).
+    #: (by thread count, :mod:`qcore.model.latency`) and ``forms`` (:mod:`qcore.model.deployable`).
     deploy: dict[str, Any] = field(default_factory=dict)
     #: Activation sites quantized with the weights (qcore.model.activations.ActivationSpec),
     #: the sites kept in float, and the --activations mode's name.
@@ -197,7 +197,7 @@ def run_plan(case: Any, plan: Plan) -> dict[str, Any]:
     """Run the planned mixed model (its activation sites fake-quantized too); its measured
     fidelity is stored in ``plan.measured``."""
     if plan.activations:
-        from .activations import evaluate
+        from .staged import evaluate
 
         plan.measured = evaluate(case, plan.activations, planned_weights(case, plan))
         return plan.measured

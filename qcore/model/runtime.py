@@ -17,7 +17,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ..layout import BLOCKED
-from ..report.recipes import parse_recipe
+from ..recipes import parse_recipe
 from . import require
 
 __all__ = ["RUNTIMES", "allowed", "check_runtime", "filter_case_sensitivity", "filter_sensitivity", "runs_in_onnxruntime",
@@ -55,7 +55,7 @@ def _probe(version: str, recipe: str, shape: tuple[int, ...], output_axis: int,
            reduction_axis: int) -> bool:
     ort = require("onnxruntime")
     from ..onnx_models import node_model
-    from .fused import qdq_along
+    from .forms.base import qdq_along
 
     rng = np.random.default_rng(0)
     x = rng.standard_normal(shape).astype(np.float32)

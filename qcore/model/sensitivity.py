@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..report.recipes import parse_recipes
+from ..recipes import parse_recipes
 from .fidelity import ModelCase, compare, float_bits, spearman
 
 __all__ = ["COLUMNS", "Sensitivity", "correlation", "measure", "sensitivity_of", "tensor_rows",

@@ -23,10 +23,9 @@ import pandas as pd
 
 from ..errors import QuantizationError
 from ..formats import QUANTIZED_TYPES
-from .core import run_report, summarize
-from .models import resolve_model
-from .progress import ProgressBar
-from .recipes import (
+from ..models import resolve_model
+from ..progress import ProgressBar
+from ..recipes import (
     CALIBRATION_METHODS,
     DEFAULT_RECIPES,
     MX_RECIPES,
@@ -34,6 +33,7 @@ from .recipes import (
     parse_recipes,
     recipe_names,
 )
+from .core import run_report, summarize
 from .sources import list_tensors
 
 RECIPE_HELP = """\

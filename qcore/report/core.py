@@ -34,6 +34,7 @@ from ..errors import QuantizationError
 from ..io import TensorFileError
 from ..metrics import bits_sqnr_front
 from ..paths import check_writable_file
+from ..recipes import DEFAULT_RECIPES, parse_recipes
 from .identity import (
     IDENTITY_PREFIX,
     identity_path,
@@ -42,7 +43,6 @@ from .identity import (
     run_identity,
     usable_rows,
 )
-from .recipes import DEFAULT_RECIPES, parse_recipes
 from .sources import TensorRef, list_tensors, resolve_files
 from .tasks import COLUMNS, OPTIONAL_COLUMNS, Task, model_root, relative_file, run_task
 
@@ -270,7 +270,7 @@ def run_report(model: str | os.PathLike, recipes: Sequence[str] | str = DEFAULT_
     outs = [check_out(o) for o in outs]
     check_options(workers=workers, threads=threads, min_elements=min_elements)
     if scheduler:
-        from .distributed import check_scheduler
+        from ..distributed import check_scheduler
 
         check_scheduler(scheduler)
     resolve_files(model)  # a clear error for a missing model before anything else

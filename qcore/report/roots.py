@@ -3,7 +3,7 @@
 Anyone who can reach the Streamlit app can type a path, so the model pages (Model Report, Model
 Fidelity) read server paths only under allowed roots: the shipped tensors
 (:func:`qcore.datasets.datasets_dir`), the installed model packages
-(:func:`qcore.report.models.installed_models`), and the folders listed in the environment
+(:func:`qcore.models.installed_models`), and the folders listed in the environment
 variable ``QCORE_REPORT_ROOTS`` (separated by ``os.pathsep``, ``:`` on Linux). Paths are
 resolved first (symbolic links and ``..`` followed), so no path leads out of a root. Any other
 model comes as an upload. The command line reads any path its user can.
@@ -25,7 +25,7 @@ def allowed_roots(extra: str | None = None) -> list[Path]:
     """Resolved allowed roots: shipped tensors, installed model packages, ``$QCORE_REPORT_ROOTS``
     (``extra``: a value to use instead of the environment's)."""
     from .. import datasets
-    from .models import installed_models
+    from ..models import installed_models
 
     roots = [datasets.datasets_dir()]
     for path in installed_models().values():

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..errors import QuantizationError
 from ..io import TensorFileError
-from .recipes import Recipe, parse_recipes
+from ..recipes import Recipe, parse_recipes
 from .sliced import recipe_rows, tensor_statistics
 from .sources import TensorReader, TensorRef, list_tensors
 

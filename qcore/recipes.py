@@ -38,30 +38,27 @@ are the packed storage (sub-byte types packed as ONNX stores them) plus scales a
 
 from __future__ import annotations
 
+import functools
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from ..calibration import METHODS
-from ..errors import QuantizationError
-from ..formats import INT, QUANTIZED_TYPES, get_format
-from ..fullrange import FULLRANGE, FULLRANGE_METHODS
-from ..layout import BLOCKED, PER_AXIS, PER_TENSOR
-from .sliced import (  # noqa: F401 - what a recipe is on a shape, re-exported here
-    ArrayReader,
-    asks_zero_point,
-    granularity_for,
-    recipe_rows,
-    required_opset,
-    stores_zero_point,
-    tensor_statistics,
-    weight_layout,
-)
+from . import metrics
+from .calibration import METHODS
+from .errors import QuantizationError
+from .formats import INT, QUANTIZED_TYPES, get_format
+from .fullrange import FULLRANGE, FULLRANGE_METHODS
+from .layout import BLOCKED, PER_AXIS, PER_TENSOR
+from .ops import plan_dequantize, plan_quantize
+from .quant_params import QuantParams
+from .versions import QUANTIZE, versions
 
-__all__ = ["DEFAULT_RECIPES", "MX_RECIPES", "Recipe", "describe", "parse_recipe",
-           "parse_recipes", "recipe_names", "run_recipe"]
+__all__ = ["DEFAULT_RECIPES", "MX_RECIPES", "Recipe", "asks_zero_point", "describe",
+           "granularity_for", "parse_recipe", "parse_recipes", "recipe_names", "required_opset",
+           "stores_zero_point", "weight_layout"]
 
 #: OCP Microscaling names -> element type (blocks of 32, float8e8m0 scales).
 MX_RECIPES = {
@@ -202,21 +199,104 @@ def describe(recipe: Recipe | str) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# running one recipe on one tensor
+# what a recipe is on a tensor of a given shape
 
 
-def run_recipe(x: np.ndarray, recipe: Recipe, role: Any = None) -> dict[str, Any]:
-    """Quantize and dequantize float32 ``x`` by the recipe; the metrics of the round trip (the
-    report's own sliced computation, :mod:`qcore.report.sliced`, on an array in memory), laid
-    out by ``role`` (an ONNX weight's :class:`qcore.io.onnx.Role`; None: (out, in) rows).
+def granularity_for(recipe: Any, shape: tuple[int, ...], role: Any = None
+                    ) -> tuple[str, int, int]:
+    """(granularity, axis, block_size) the recipe uses on a tensor of this shape.
 
-    Keys: granularity, axis, view, block_size, opset, sqnr_db, rmse, max_abs_error,
-    clipped_fraction, nan_out, inf_out, bits_per_element, bytes, scales.
-    """
-    x = np.asarray(x, np.float32)
-    reader = ArrayReader(x)
-    st = tensor_statistics(reader, x.size)
-    (out,) = recipe_rows(reader, tuple(x.shape), [recipe], st["min"], st["max"], role)
-    if isinstance(out, QuantizationError):
-        raise out
-    return out
+    The axis: the recipe's explicit one (``int8:per-axis/1``) if it names one; else, given the
+    weight's ``role`` (:class:`qcore.io.onnx.Role`), its output axis for per-axis and its
+    reduction axis for blocks; else the (out, in) convention of a checkpoint without a graph:
+    per-axis along axis 0, blocks along the last axis."""
+    ndim = len(shape)
+    if ndim == 0 or recipe.granularity == PER_TENSOR:
+        return PER_TENSOR, 0, 0
+    if recipe.granularity == PER_AXIS and ndim == 1:
+        return PER_TENSOR, 0, 0
+    explicit = getattr(recipe, "axis", None)
+    if explicit is not None:
+        if explicit >= ndim:
+            raise QuantizationError(f"recipe {recipe.name!r} names axis {explicit}, but the "
+                                    f"tensor has shape {tuple(shape)} ({ndim} axes)")
+        axis = explicit
+    elif role is not None:
+        out_axis, red_axis = role.axes(ndim)
+        axis = out_axis if recipe.granularity == PER_AXIS else red_axis
+    else:
+        axis = 0 if recipe.granularity == PER_AXIS else ndim - 1
+    if recipe.granularity == PER_AXIS:
+        return PER_AXIS, axis, 0
+    return BLOCKED, axis, recipe.block_size
+
+
+def weight_layout(recipe: Any, shape: tuple[int, ...], role: Any = None
+                  ) -> tuple[str, int, int, tuple[int, ...] | None]:
+    """(granularity, axis, block size, view) of a recipe on a weight of this shape and role.
+
+    Per-axis follows the role's output axis, blocks its reduction axis
+    (:func:`granularity_for`). A Conv kernel (O, I/g, k...) under a
+    blocked recipe without an explicit axis takes, of three layouts, the one with the fewest
+    scales (the fewest bits; ties in this order):
+
+    1. blocks along I (what runtime kernels expect; exact when N divides I);
+    2. one scale per output channel, when a row of I·k elements is shorter than two blocks
+       (depthwise and few-channel kernels: one scale covers at most 2N - 1 elements);
+    3. blocks over I·k together: the [O, I·k] view, DequantizeLinear on the 2-D codes then a
+       Reshape (kernels larger than 1 whose I is not a multiple of N).
+
+    ``view`` is the 2-D shape quantized in case 3, else None. The one rule the report and the
+    model tool (:func:`qcore.model.fidelity.qdq`) share."""
+    gran, axis, block = granularity_for(recipe, shape, role)
+    if (gran == BLOCKED and role is not None and role.kernel and recipe.axis is None
+            and len(shape) >= 3 and axis == 1):
+        o, i, k = shape[0], shape[1], math.prod(shape[2:])
+        along_i = o * -(-i // block) * k
+        per_row = o if i * k < 2 * block else None
+        flat = o * -(-(i * k) // block)
+        best = min(x for x in (along_i, per_row, flat) if x is not None)
+        if best == along_i:
+            return gran, 1, block, None
+        if best == per_row:
+            return PER_AXIS, 0, 0, None
+        return gran, 1, block, (o, i * k)
+    return gran, axis, block, None
+
+
+def stores_zero_point(params: QuantParams, opset: int) -> bool:
+    """Whether the ONNX graph for these parameters carries a zero point: the one rule,
+    :func:`qcore.metrics.stores_zero_point`."""
+    return metrics.stores_zero_point(params, opset)
+
+
+def asks_zero_point(params: QuantParams) -> bool:
+    """Whether the operators must be given these parameters' zero point to express them (the
+    ``zero_point`` of :func:`required_opset`): any but a signed target's all-zero one, which
+    the absent zero point of opset >= 21 already means."""
+    zp = params.zero_point
+    return zp is not None and not (params.format.signed
+                                   and not np.any(np.asarray(zp).astype(np.int64)))
+
+
+@functools.lru_cache(maxsize=512)
+def required_opset(target: str, scale_dtype: str, x_shape: tuple[int, ...],
+                   scale_shape: tuple[int, ...], zero_point: bool, axis: int,
+                   block_size: int) -> int:
+    """The oldest opset at which QuantizeLinear and DequantizeLinear both accept this
+    configuration (float32 x, float32 output); ``zero_point``: an asymmetric zero point."""
+    for opset in versions(QUANTIZE):
+        zp = target if (zero_point or opset < 21) else None
+        out = None if opset < 21 else target
+        try:
+            plan_quantize("float", x_shape, scale_dtype, scale_shape, zp,
+                          scale_shape if zp else None, axis=axis, block_size=block_size,
+                          output_dtype=out, opset=opset)
+            plan_dequantize(target, x_shape, scale_dtype, scale_shape, zp,
+                            scale_shape if zp else None, axis=axis, block_size=block_size,
+                            opset=opset)
+        except QuantizationError:
+            continue
+        return opset
+    raise QuantizationError(f"no opset expresses {target} with {scale_dtype} scales of shape "
+                            f"{scale_shape} for x of shape {x_shape}")

@@ -13,7 +13,7 @@ import importlib.util
 import os
 from pathlib import Path
 
-from ..io import TensorFileError
+from .io import TensorFileError
 
 __all__ = ["KNOWN_MODELS", "find_model", "installed_models"]
 
