@@ -136,12 +136,13 @@ def _load(key: str) -> tuple[Any, Callable[[int], dict]] | None:
 def qcore_exports(model: Any, calibration: Sequence[dict]) -> dict[str, tuple[Any, dict]]:
     """qcore's exports of ``model`` (name → (ModelProto, {form: count})), every weight
     ``int8:per-axis`` where the recipe applies: ``qcore-w8a8-static-u8`` (static uint8
-    activations, MinMax on ``calibration``; :mod:`qcore.model.fused`'s QLinearConv / QGemm
+    activations, MinMax on ``calibration``; :mod:`qcore.model.deployable`'s QLinearConv / QGemm
     forms where they apply) and ``qcore-w8a8-dynamic`` (dynamic uint8 activations). These
     stand in for the ``--min-sqnr`` export until the plan takes latency as an objective."""
-    from ..model.activations import parse_activations, specs_for
+    from ..model.calibrate import specs_for
+    from ..model.deployable import deployable_export
     from ..model.fidelity import ModelCase
-    from ..model.fused import deployable_export
+    from ..model.sites import parse_activations
 
     case = ModelCase("bench", model, [dict(b) for b in calibration], threads=1)
     recipes = {}

@@ -125,6 +125,8 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     plan_json = plan.to_json()
     if refined is not None:
         plan_json["refine"] = refined.to_json()
+    if getattr(args, "peers", False):
+        plan_json["pareto"] = peers_table(args, case, plan.deploy.get("forms", {}), out)
     if args.plan:
         with open(args.plan, "w", encoding="utf-8") as f:
             json.dump(plan_json, f, indent=1)
@@ -364,3 +366,42 @@ def save(model, path: str) -> None:
                   location=os.path.basename(path) + ".data")
     else:
         onnx.save(model, path)
+
+
+def peers_table(args: argparse.Namespace, case, forms: dict, out: TextIO) -> list[dict]:
+    """--peers: the float model, the written export (its file as saved) and onnxruntime's two
+    quantizers measured together (:func:`qcore.model.peers.peer_points`), printed as the
+    Pareto table (:func:`qcore.model.pareto.format_pareto`); returns the rows."""
+    import llvmlite.binding as llvm
+
+    from . import require
+    from .pareto import format_pareto, pareto_rows
+    from .peers import peer_points
+
+    onnx = require("onnx")
+    float_model = case.model
+    if str(args.model).lower().endswith(".onnx"):  # weights read in: sessions take bytes
+        float_model = onnx.load(args.model)
+    calibration = case.batches
+    if args.calibrate:
+        from .activations import calibration_case
+
+        calibration = calibration_case(case, args.calibrate).batches
+    size = os.path.getsize(args.export)
+    if os.path.exists(args.export + ".data"):
+        size += os.path.getsize(args.export + ".data")
+    name = "qcore-" + os.path.splitext(os.path.basename(args.export))[0]
+    threads = args.threads or 1
+    print(f"peers: onnxruntime quantize_static and quantize_dynamic on {len(calibration)} "
+          f"calibration batch(es); measuring 4 models, {threads} thread(s)", file=out)
+    points = peer_points(float_model, case.batches, {name: onnx.load(args.export)},
+                         calibration, threads, args.latency_repeats or 10,
+                         forms={name: forms})
+    for p in points:
+        if p["name"] == name:
+            p["file_bytes"] = size
+    rows = pareto_rows(points)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(format_pareto(rows, f"{llvm.get_host_cpu_name()}, {threads} thread(s), load "
+                              f"{load:.1f}"), file=out)
+    return rows
