@@ -2,6 +2,7 @@
 [--out TABLE.csv] [--plan PLAN.json] [--export QDQ.onnx] [--activations MODE]
 [--calibrate FILE.npz] [--float-activations K] [--smooth ALPHA]
 [--runtime onnxruntime|reference] [--nbits-form matmulnbits-node|dq-matmul]
+[--min-sqnr DB | --max-latency R]
 
 Sensitivity of every weight × every recipe (alone) and of every recipe on all weights; with
 --budget, the exactly optimal plan, run and measured; with --export, the plan as a QDQ model.
@@ -106,11 +107,14 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--smooth", type=float, metavar="ALPHA",
                    help="SmoothQuant: migrate activation outliers into the weights with "
                    "strength ALPHA in [0, 1] (e.g. 0.5)")
-    g = p.add_argument_group("objectives", "what fidelity is measured on")
+    g = p.add_argument_group("objectives", "what fidelity is measured on; speed plans")
     g.add_argument("--outputs", help="comma-separated output names the model's SQNR averages "
                                      "over (default: all); each output's own SQNR and max |Δ| "
                                      "are in the table and the plan either way")
     g.add_argument("--logits", action="store_true", help="outputs are logits (KL, top-1)")
+    from .speed_cli import add_arguments
+
+    add_arguments(g)
     g.add_argument("--feedback", metavar="OUT=IN[,...]",
                    help="run over a sequence: the --inputs arrays hold a leading step axis, each "
                    "step's output OUT is fed to the next step's input IN (states left out of "
@@ -158,8 +162,12 @@ def check_args(args: argparse.Namespace
     """Every argument the model is not needed for, checked before anything is loaded
     (:mod:`qcore.model.checks`): (the --tensors names, the --outputs names, the --int-range)."""
     from . import checks
+    from .speed_cli import check_arguments, wants_speed
 
-    if (args.plan or args.export) and args.budget is None:
+    speed = wants_speed(args)
+    if speed:
+        check_arguments(args)
+    elif (args.plan or args.export) and args.budget is None:
         raise QuantizationError("--plan and --export need --budget BITS (bits per weight)")
     if args.budget is not None:
         checks.check_budget(args.budget)
@@ -218,7 +226,9 @@ def _check_runtime_args(args: argparse.Namespace) -> None:
         return
     check_latency_repeats(args.latency_repeats)
     runtime = check_runtime(args.runtime or "onnxruntime")
-    if not args.export or runtime != "onnxruntime":
+    from .speed_cli import wants_speed
+
+    if not wants_speed(args) and (not args.export or runtime != "onnxruntime"):
         raise QuantizationError(f"--latency-repeats {args.latency_repeats}: only an --export "
                                 f"for --runtime onnxruntime is timed")
 

@@ -35,6 +35,10 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     from .sensitivity import correlation, measure, uniform, write_table
 
     tensors, outputs, (lo, hi) = check_args(args)
+    from .speed_cli import run_speed, wants_speed
+
+    if wants_speed(args):
+        return run_speed(args, out, outputs, (lo, hi))
     from ..recipes import parse_recipes
 
     recipes = [r.name for r in parse_recipes(args.recipes)]
@@ -339,12 +343,17 @@ def write_export(case, plan, path: str, out: TextIO, runtime: str = "reference",
         lat = model_latency(model, float_model if float_model is not None else case.model,
                             case.batches, repeats=repeats)
         plan.deploy.update(lat)
+        float8 = any(a.dtype.startswith("float8") for a in plan.activations)
         for k, ms in lat["latency_ms"].items():
             f = lat["float_latency_ms"][k]
             print(f"latency ({k} thread{'' if k == '1' else 's'}): {ms:.1f} ms, float "
                   f"{f:.1f} ms ({ms / f:.2f}x float); forms: "
                   + ", ".join(f"{n} {c}" for n, c in sorted(plan.deploy["forms"].items())),
                   file=out)
+            if float8:
+                from .speed_cli import float8_note
+
+                print(float8_note(ms / f), file=out)
 
 
 def _restore(o, order):
