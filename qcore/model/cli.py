@@ -253,9 +253,11 @@ def _check_peers_args(args: argparse.Namespace) -> None:
 def _check_activation_args(args: argparse.Namespace) -> None:
     """--activations parsed; --float-activations, --calibrate and --smooth consistent with it."""
     from .sites import parse_activations
+    from .speed_cli import wants_speed
 
     mode = parse_activations(args.activations)
-    if mode.mode == "none" and (args.float_activations or args.calibrate):
+    calibrate = args.calibrate and not wants_speed(args)  # speed plans calibrate their chains
+    if mode.mode == "none" and (args.float_activations or calibrate):
         raise QuantizationError("--float-activations and --calibrate need --activations "
                                 "dynamic or static[:TYPE][@METHOD]")
     if args.float_activations < 0:

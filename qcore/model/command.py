@@ -378,9 +378,28 @@ def save(model, path: str) -> None:
 
 
 def peers_table(args: argparse.Namespace, case, forms: dict, out: TextIO) -> list[dict]:
-    """--peers: the float model, the written export (its file as saved) and onnxruntime's two
-    quantizers measured together (:func:`qcore.model.peers.peer_points`), printed as the
-    Pareto table (:func:`qcore.model.pareto.format_pareto`); returns the rows."""
+    """--peers after a bits plan: :func:`print_peers` of the case's model and batches (the
+    ``--calibrate`` batches for calibration) and the export as written."""
+    from . import require
+
+    float_model = case.model
+    if str(args.model).lower().endswith(".onnx"):  # weights read in: sessions take bytes
+        float_model = require("onnx").load(args.model)
+    calibration = case.batches
+    if args.calibrate:
+        from .activations import calibration_case
+
+        calibration = calibration_case(case, args.calibrate).batches
+    return print_peers(args, float_model, case.batches, calibration, forms, out)
+
+
+def print_peers(args: argparse.Namespace, float_model, batches: list, calibration: list,
+                forms: dict, out: TextIO) -> list[dict]:
+    """--peers: the float model, the export as saved at ``--export`` (its file size) and
+    onnxruntime's two quantizers calibrated on ``calibration``, measured together on
+    ``batches`` (:func:`qcore.model.peers.peer_points`; ``--threads`` or one thread,
+    ``--latency-repeats`` or 10 passes), printed as the Pareto table
+    (:func:`qcore.model.pareto.format_pareto`); returns its rows (the plan JSON's ``pareto``)."""
     import llvmlite.binding as llvm
 
     from . import require
@@ -388,14 +407,6 @@ def peers_table(args: argparse.Namespace, case, forms: dict, out: TextIO) -> lis
     from .peers import peer_points
 
     onnx = require("onnx")
-    float_model = case.model
-    if str(args.model).lower().endswith(".onnx"):  # weights read in: sessions take bytes
-        float_model = onnx.load(args.model)
-    calibration = case.batches
-    if args.calibrate:
-        from .activations import calibration_case
-
-        calibration = calibration_case(case, args.calibrate).batches
     size = os.path.getsize(args.export)
     if os.path.exists(args.export + ".data"):
         size += os.path.getsize(args.export + ".data")
@@ -403,9 +414,8 @@ def peers_table(args: argparse.Namespace, case, forms: dict, out: TextIO) -> lis
     threads = args.threads or 1
     print(f"peers: onnxruntime quantize_static and quantize_dynamic on {len(calibration)} "
           f"calibration batch(es); measuring 4 models, {threads} thread(s)", file=out)
-    points = peer_points(float_model, case.batches, {name: onnx.load(args.export)},
-                         calibration, threads, args.latency_repeats or 10,
-                         forms={name: forms})
+    points = peer_points(float_model, batches, {name: onnx.load(args.export)}, calibration,
+                         threads, args.latency_repeats or 10, forms={name: forms})
     for p in points:
         if p["name"] == name:
             p["file_bytes"] = size
