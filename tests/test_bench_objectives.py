@@ -56,10 +56,36 @@ def test_rows_of_a_real_model():
     pytest.importorskip("onnxruntime.quantization")
     if real_models.model_path("ppocr-cls") is None:
         pytest.skip(real_models.PIP_LINE)
-    rows = objectives.objective_rows(["ppocr-cls"], repeats=2)
+    rows = objectives.objective_rows(["ppocr-cls"], repeats=2, speed=False)
     assert {r["qcore"] for r in rows} == {"qcore-w8a8-static-u8", "qcore-w8a8-dynamic"}
     for r in rows:
         assert r["float_ms"] > 0 and r["faster_peer"] in ("ort-static", "ort-dynamic")
         for p in ("ort-static", "ort-dynamic"):
             assert r[p]["error"] is None and 0 < r[p]["sqnr_db"] < 80
         assert 0 < r["x_size"] < 0.5 and r["forms"]
+
+
+def test_the_min_sqnr_row_states_what_its_plan_said():
+    """On a tiny conv net: qcore's --min-sqnr export at the faster peer + 3 dB is the first row,
+    with the plan's stated ratio and deployed dB beside the separate measurement."""
+    pytest.importorskip("onnxruntime.quantization")
+    if objectives.plan_for_speed is None:
+        pytest.skip("the speed plans are not in this tree")
+    import numpy as np
+    from test_model_peers import tiny_conv_net
+
+    def make(seed):
+        rng = np.random.default_rng(seed)
+        return {"x": rng.uniform(0, 1, (1, 3, 16, 16)).astype(np.float32)}
+
+    rows = objectives.rows_for("tiny", tiny_conv_net(), make, repeats=2)
+    first = rows[0]
+    assert first["qcore"] == objectives.MIN_SQNR, first.get("error")
+    st = first["stated"]
+    assert st["dx"] == pytest.approx(st["x_float"] - first["x_float"])
+    assert st["ddb"] == pytest.approx(st["sqnr_db"] - first["sqnr_db"])
+    # the deployed SQNR the plan states is the one measured here (same inputs, same runtime)
+    if math.isfinite(first["sqnr_db"]):
+        assert abs(st["ddb"]) <= 0.05
+    assert first["target_db"] == pytest.approx(
+        first[first["faster_peer"]]["sqnr_db"] + 3)

@@ -165,10 +165,12 @@ def qcore_exports(model: Any, calibration: Sequence[dict]) -> dict[str, tuple[An
 
 
 def objective_rows(keys: Sequence[str] | None = None, repeats: int = 10, threads: int = 1,
-                   progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+                   progress: Callable[[str], None] | None = None, speed: bool = True
+                   ) -> list[dict[str, Any]]:
     """One row per model and qcore export (module doc); ``keys`` default: every
     :data:`REAL` model and the YOLO-style net. A model not installed gives a row with
-    ``missing``; one whose qcore export fails, a row with ``error``."""
+    ``missing``; one whose qcore export fails, a row with ``error``. ``speed``: with the
+    ``--min-sqnr`` export (where the speed plans are in the tree)."""
     keys = list(keys) if keys is not None else [r.key for r in REAL] + [YOLO_KEY]
     rows: list[dict[str, Any]] = []
     for key in keys:
@@ -178,12 +180,12 @@ def objective_rows(keys: Sequence[str] | None = None, repeats: int = 10, threads
         if loaded is None:
             rows.append({"model": key, "missing": True})
             continue
-        rows += rows_for(key, *loaded, repeats=repeats, threads=threads)
+        rows += rows_for(key, *loaded, repeats=repeats, threads=threads, speed=speed)
     return rows
 
 
 def rows_for(key: str, model: Any, make: Callable[[int], dict], repeats: int = 10,
-             threads: int = 1) -> list[dict[str, Any]]:
+             threads: int = 1, speed: bool = True) -> list[dict[str, Any]]:
     """The rows of one model (any ``onnx.ModelProto``; ``make(seed)`` gives one input feed):
     calibration on seeds 1000.., evaluation on seeds 0.. (module doc)."""
     from ..model.pareto import pareto_rows
@@ -199,7 +201,7 @@ def rows_for(key: str, model: Any, make: Callable[[int], dict], repeats: int = 1
         err = None
     made = peer_models(model, cal)
     stated: dict[str, dict] = {}
-    if plan_for_speed is not None:  # the target's DB needs the peers' figures first
+    if speed and plan_for_speed is not None:  # the target's DB needs the peers' figures first
         first = pareto_rows(peer_points(model, ev, None, cal, threads, 3, 1, made=made))
         target = _target(first)
         if math.isfinite(target):
