@@ -178,3 +178,17 @@ def test_peers_without_an_export_is_refused_in_one_line(tmp_path, capsys):
     assert main([str(model), "--peers"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: --peers") and err.count("\n") == 1
+
+
+def test_an_integer_output_is_compared_by_agreement_not_sqnr():
+    """A decision output (ArgMax, int64) stays out of the SQNR: the share of equal elements."""
+    m = tiny_conv_net()
+    m.graph.node.append(helper.make_node("ArgMax", ["y"], ["k"], axis=1, keepdims=0))
+    m.graph.output.append(helper.make_tensor_value_info("k", TensorProto.INT64, [None]))
+    cal = batches()
+    p = peers.quantize_dynamic_peer(m)
+    res = peers.measure({"float": m, "q": p.model}, cal, repeats=2, warmup=1)
+    assert set(res["q"]["outputs"]) == {"y"} and 0 <= res["q"]["agreement"]["k"] <= 1
+    alone = peers.measure({"float": tiny_conv_net(), "q": peers.quantize_dynamic_peer(
+        tiny_conv_net()).model}, cal, repeats=2, warmup=1)
+    assert res["q"]["output_sqnr_db"] == pytest.approx(alone["q"]["output_sqnr_db"])

@@ -205,9 +205,10 @@ def measure(models: Mapping[str, Any], batches: Sequence[Mapping[str, np.ndarray
     the sessions take turns pass by pass, ``repeats`` passes each (one pass runs every batch).
     Returns per key: ``latency_ms`` (the median pass), ``q1_ms`` / ``q3_ms`` (quartiles),
     ``min_ms``, ``x_float`` (median over the reference's median), ``output_sqnr_db`` and
-    ``outputs`` (:func:`qcore.model.fidelity.compare` of the optimized session's outputs with
-    the reference's), ``file_bytes`` (the serialized model, or ``file_bytes[key]``: the file
-    onnxruntime's quantizer wrote)."""
+    ``outputs`` (:func:`qcore.model.fidelity.compare` of the optimized session's float outputs
+    with the reference's; nan when the model has none), ``agreement`` (integer and boolean
+    outputs: the share of equal elements, never an SQNR), ``file_bytes`` (the serialized
+    model, or ``file_bytes[key]``: the file onnxruntime's quantizer wrote)."""
     from .fidelity import compare
     from .latency import deploy_session
 
@@ -217,6 +218,8 @@ def measure(models: Mapping[str, Any], batches: Sequence[Mapping[str, np.ndarray
     sessions = {k: deploy_session(m, threads, configs.get(k)) for k, m in models.items()}
     names = [o.name for o in sessions[reference].get_outputs()]
     outs = {k: _outputs(s, batches) for k, s in sessions.items()}
+    # decisions (integer / boolean outputs) are compared by agreement, never by SQNR
+    floats = [i for i, y in enumerate(outs[reference]) if np.issubdtype(y.dtype, np.floating)]
     for s in sessions.values():
         for _ in range(max(0, warmup - 1)):  # the output run above was the first warm-up
             for b in batches:
@@ -233,12 +236,20 @@ def measure(models: Mapping[str, Any], batches: Sequence[Mapping[str, np.ndarray
     for k, m in models.items():
         t = sorted(times[k])
         q = statistics.quantiles(t, n=4) if len(t) >= 2 else [t[0]] * 3
-        fid = compare(outs[reference], outs[k], names=names)
+        if floats:
+            fid = compare([outs[reference][i] for i in floats], [outs[k][i] for i in floats],
+                          names=[names[i] for i in floats])
+        else:
+            fid = {"output_sqnr_db": math.nan, "outputs": {}}
         size = (file_bytes or {}).get(k) or len(m.SerializeToString())
         res[k] = {"latency_ms": statistics.median(t), "q1_ms": q[0], "q3_ms": q[2],
                   "min_ms": t[0], "x_float": statistics.median(t) / base if base else math.nan,
                   "output_sqnr_db": fid["output_sqnr_db"], "outputs": fid["outputs"],
                   "file_bytes": int(size), "threads": threads, "repeats": len(t)}
+        agree = {names[i]: float(np.mean(outs[reference][i] == outs[k][i]))
+                 for i in range(len(names)) if i not in floats}
+        if agree:
+            res[k]["agreement"] = agree
     return res
 
 
