@@ -72,9 +72,9 @@ def test_ratios_kinds_and_refusals():
 
 def test_measured_points_of_a_tiny_net_make_a_table():
     pytest.importorskip("onnxruntime.quantization")
-    from qcore.model.fused import deployable_export
     from test_model_peers import batches, tiny_conv_net
 
+    from qcore.model.deployable import deployable_export
     from qcore.model.graph import initializer_arrays
     from qcore.model.peers import peer_points
 

@@ -141,3 +141,54 @@ def test_a_model_onnxruntime_cannot_run_is_refused_in_one_line():
         assert not p.ok and p.model is None
         assert p.error and "\n" not in p.error and "Traceback" not in p.error
     assert peers.quantize_static_peer(m, []).error == "no calibration batches"
+
+
+def test_the_command_prints_the_pareto_table_and_writes_it_into_the_plan(tmp_path, capsys):
+    import json
+
+    from qcore.model.__main__ import main
+
+    model, inputs, cal = tmp_path / "tiny.onnx", tmp_path / "in.npz", tmp_path / "cal.npz"
+    onnx.save(tiny_conv_net(), str(model))
+    np.savez(inputs, **batches(1)[0])
+    np.savez(cal, **batches(1, seed=9)[0])
+    export, plan = tmp_path / "q.onnx", tmp_path / "plan.json"
+    rc = main([str(model), "--inputs", str(inputs), "--recipes", "int8:per-axis",
+               "--budget", "9", "--activations", "static:uint8", "--calibrate", str(cal),
+               "--export", str(export), "--plan", str(plan), "--peers",
+               "--latency-repeats", "2"])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "Pareto table" in text and "ort-static" in text and "ort-dynamic" in text
+    rows = json.loads(plan.read_text())["pareto"]
+    by = {r["name"]: r for r in rows}
+    assert set(by) == {"float", "ort-static", "ort-dynamic", "qcore-q"}
+    assert by["qcore-q"]["file_bytes"] == os.path.getsize(export)
+    assert by["qcore-q"]["forms"] and any(r["pareto"] for r in rows)
+    # the static peer was calibrated on --calibrate's batch: a direct call on it agrees
+    direct = peers.quantize_static_peer(tiny_conv_net(), batches(1, seed=9))
+    assert by["ort-static"]["file_bytes"] == direct.file_bytes
+
+
+def test_peers_without_an_export_is_refused_in_one_line(tmp_path, capsys):
+    from qcore.model.__main__ import main
+
+    model = tmp_path / "tiny.onnx"
+    onnx.save(tiny_conv_net(), str(model))
+    assert main([str(model), "--peers"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --peers") and err.count("\n") == 1
+
+
+def test_an_integer_output_is_compared_by_agreement_not_sqnr():
+    """A decision output (ArgMax, int64) stays out of the SQNR: the share of equal elements."""
+    m = tiny_conv_net()
+    m.graph.node.append(helper.make_node("ArgMax", ["y"], ["k"], axis=1, keepdims=0))
+    m.graph.output.append(helper.make_tensor_value_info("k", TensorProto.INT64, [None]))
+    cal = batches()
+    p = peers.quantize_dynamic_peer(m)
+    res = peers.measure({"float": m, "q": p.model}, cal, repeats=2, warmup=1)
+    assert set(res["q"]["outputs"]) == {"y"} and 0 <= res["q"]["agreement"]["k"] <= 1
+    alone = peers.measure({"float": tiny_conv_net(), "q": peers.quantize_dynamic_peer(
+        tiny_conv_net()).model}, cal, repeats=2, warmup=1)
+    assert res["q"]["output_sqnr_db"] == pytest.approx(alone["q"]["output_sqnr_db"])

@@ -134,6 +134,13 @@ def parser() -> argparse.ArgumentParser:
                    help="timed passes per model for the export's latency, 1 to 1000 "
                    "(default 10)")
     g.add_argument("--threads", type=int, default=0, help="onnxruntime intra-op threads")
+    g.add_argument("--peers", action="store_true",
+                   help="with --export: also quantize with onnxruntime's quantize_static (uint8 "
+                   "activations, int8 per-channel weights, MinMax on the same calibration "
+                   "inputs) and quantize_dynamic (uint8 per-channel weights), measure them with "
+                   "the float model and the export in one process (one thread unless "
+                   "--threads) and print the Pareto table of latency x SQNR x file size (the "
+                   "plan JSON's 'pareto')")
     g = p.add_argument_group("distribution", "the sensitivity runs on Dask")
     g.add_argument("--workers", type=int, default=0, metavar="N",
                    help="run the sensitivity runs on a Dask LocalCluster of N worker processes "
@@ -213,6 +220,8 @@ def _check_runtime_args(args: argparse.Namespace) -> None:
         if not args.export or check_runtime(args.runtime or "onnxruntime") != "onnxruntime":
             raise QuantizationError(f"--nbits-form {args.nbits_form}: only an --export for "
                                     "--runtime onnxruntime has a choice of forms")
+    if getattr(args, "peers", False):
+        _check_peers_args(args)
     if args.latency_repeats is None:
         return
     check_latency_repeats(args.latency_repeats)
@@ -224,12 +233,31 @@ def _check_runtime_args(args: argparse.Namespace) -> None:
                                 f"for --runtime onnxruntime is timed")
 
 
+def _check_peers_args(args: argparse.Namespace) -> None:
+    """--peers: an --export for onnxruntime, no --feedback, onnxruntime.quantization there."""
+    from .runtime import check_runtime
+
+    if not args.export or check_runtime(args.runtime or "onnxruntime") != "onnxruntime":
+        raise QuantizationError("--peers: give --export (for --runtime onnxruntime): the "
+                                "table puts the export beside onnxruntime's own quantizers")
+    if args.feedback:
+        raise QuantizationError("--peers: a model run over steps (--feedback) is not measured "
+                                "against onnxruntime's quantizers; leave one of them out")
+    try:
+        import onnxruntime.quantization  # noqa: F401
+    except ImportError as exc:
+        raise QuantizationError(f"--peers needs onnxruntime.quantization, which does not "
+                                f"import here ({type(exc).__name__}: {exc})") from None
+
+
 def _check_activation_args(args: argparse.Namespace) -> None:
     """--activations parsed; --float-activations, --calibrate and --smooth consistent with it."""
     from .sites import parse_activations
+    from .speed_cli import wants_speed
 
     mode = parse_activations(args.activations)
-    if mode.mode == "none" and (args.float_activations or args.calibrate):
+    calibrate = args.calibrate and not wants_speed(args)  # speed plans calibrate their chains
+    if mode.mode == "none" and (args.float_activations or calibrate):
         raise QuantizationError("--float-activations and --calibrate need --activations "
                                 "dynamic or static[:TYPE][@METHOD]")
     if args.float_activations < 0:

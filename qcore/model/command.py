@@ -129,6 +129,8 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     plan_json = plan.to_json()
     if refined is not None:
         plan_json["refine"] = refined.to_json()
+    if getattr(args, "peers", False):
+        plan_json["pareto"] = peers_table(args, case, plan.deploy.get("forms", {}), out)
     if args.plan:
         with open(args.plan, "w", encoding="utf-8") as f:
             json.dump(plan_json, f, indent=1)
@@ -360,3 +362,21 @@ def _restore(o, order):
     r = np.empty_like(o)
     r[order] = o
     return r
+
+
+def peers_table(args: argparse.Namespace, case, forms: dict, out: TextIO) -> list[dict]:
+    """--peers after a bits plan: :func:`print_peers` of the case's model and batches (the
+    ``--calibrate`` batches for calibration) and the export as written."""
+    from . import require
+
+    float_model = case.model
+    if str(args.model).lower().endswith(".onnx"):  # weights read in: sessions take bytes
+        float_model = require("onnx").load(args.model)
+    calibration = case.batches
+    if args.calibrate:
+        from .activations import calibration_case
+
+        calibration = calibration_case(case, args.calibrate).batches
+    from .peers import print_peers
+
+    return print_peers(args, float_model, case.batches, calibration, forms, out)

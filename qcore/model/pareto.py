@@ -79,6 +79,10 @@ def _db(v: float) -> str:
     return "∞" if v == math.inf else f"{v:.1f}"
 
 
+def _ms(v: float) -> str:
+    return f"{v:.3f}" if v < 10 else f"{v:.1f}"
+
+
 def format_pareto(rows: Sequence[Mapping[str, Any]], host: str = "") -> str:
     """The rows as a plain-text table (the CLI's): ``*`` marks the Pareto-optimal rows."""
     head = f"{'':1s} {'model':30s} {'ms':>9s} {'IQR ms':>13s} {'x float':>8s} {'SQNR dB':>8s} " \
@@ -89,10 +93,10 @@ def format_pareto(rows: Sequence[Mapping[str, Any]], host: str = "") -> str:
         if r.get("error"):
             lines.append(f"  {r['name']:30s} {'refused: ' + str(r['error'])}")
             continue
-        q = (f"{r['q1_ms']:.1f}-{r['q3_ms']:.1f}" if "q1_ms" in r and "q3_ms" in r else "")
+        q = (f"{_ms(r['q1_ms'])}-{_ms(r['q3_ms'])}" if "q1_ms" in r and "q3_ms" in r else "")
         forms = ", ".join(f"{k} {v}" for k, v in sorted((r.get("forms") or {}).items()))
         extra = "; ".join(x for x in (forms, r.get("note") or "") if x)
-        lines.append(f"{'*' if r['pareto'] else ' '} {r['name']:30s} {r['latency_ms']:9.1f} "
+        lines.append(f"{'*' if r['pareto'] else ' '} {r['name']:30s} {_ms(r['latency_ms']):>9s} "
                      f"{q:>13s} {r['x_float']:8.2f} {_db(r['output_sqnr_db']):>8s} "
-                     f"{r['file_bytes'] / 1e6:7.2f} {r['x_size']:7.2f}  {extra}")
+                     f"{r['file_bytes'] / 1e6:7.3f} {r['x_size']:7.2f}  {extra}")
     return "\n".join(lines)

@@ -21,6 +21,7 @@ model tool's definition (:func:`qcore.model.fidelity.compare`) and the file size
 
 from __future__ import annotations
 
+import argparse
 import logging
 import math
 import os
@@ -29,14 +30,14 @@ import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TextIO
 
 import numpy as np
 
 from . import require
 
-__all__ = ["PEERS", "Peer", "measure", "peer_models", "peer_points", "quantize_dynamic_peer",
-           "quantize_static_peer"]
+__all__ = ["PEERS", "Peer", "measure", "peer_models", "peer_points", "print_peers",
+           "quantize_dynamic_peer", "quantize_static_peer"]
 
 #: The peers' keys and what each is (the Pareto table's and the bench's row names).
 PEERS = {
@@ -205,9 +206,10 @@ def measure(models: Mapping[str, Any], batches: Sequence[Mapping[str, np.ndarray
     the sessions take turns pass by pass, ``repeats`` passes each (one pass runs every batch).
     Returns per key: ``latency_ms`` (the median pass), ``q1_ms`` / ``q3_ms`` (quartiles),
     ``min_ms``, ``x_float`` (median over the reference's median), ``output_sqnr_db`` and
-    ``outputs`` (:func:`qcore.model.fidelity.compare` of the optimized session's outputs with
-    the reference's), ``file_bytes`` (the serialized model, or ``file_bytes[key]``: the file
-    onnxruntime's quantizer wrote)."""
+    ``outputs`` (:func:`qcore.model.fidelity.compare` of the optimized session's float outputs
+    with the reference's; nan when the model has none), ``agreement`` (integer and boolean
+    outputs: the share of equal elements, never an SQNR), ``file_bytes`` (the serialized
+    model, or ``file_bytes[key]``: the file onnxruntime's quantizer wrote)."""
     from .fidelity import compare
     from .latency import deploy_session
 
@@ -217,6 +219,8 @@ def measure(models: Mapping[str, Any], batches: Sequence[Mapping[str, np.ndarray
     sessions = {k: deploy_session(m, threads, configs.get(k)) for k, m in models.items()}
     names = [o.name for o in sessions[reference].get_outputs()]
     outs = {k: _outputs(s, batches) for k, s in sessions.items()}
+    # decisions (integer / boolean outputs) are compared by agreement, never by SQNR
+    floats = [i for i, y in enumerate(outs[reference]) if np.issubdtype(y.dtype, np.floating)]
     for s in sessions.values():
         for _ in range(max(0, warmup - 1)):  # the output run above was the first warm-up
             for b in batches:
@@ -233,12 +237,20 @@ def measure(models: Mapping[str, Any], batches: Sequence[Mapping[str, np.ndarray
     for k, m in models.items():
         t = sorted(times[k])
         q = statistics.quantiles(t, n=4) if len(t) >= 2 else [t[0]] * 3
-        fid = compare(outs[reference], outs[k], names=names)
+        if floats:
+            fid = compare([outs[reference][i] for i in floats], [outs[k][i] for i in floats],
+                          names=[names[i] for i in floats])
+        else:
+            fid = {"output_sqnr_db": math.nan, "outputs": {}}
         size = (file_bytes or {}).get(k) or len(m.SerializeToString())
         res[k] = {"latency_ms": statistics.median(t), "q1_ms": q[0], "q3_ms": q[2],
                   "min_ms": t[0], "x_float": statistics.median(t) / base if base else math.nan,
                   "output_sqnr_db": fid["output_sqnr_db"], "outputs": fid["outputs"],
                   "file_bytes": int(size), "threads": threads, "repeats": len(t)}
+        agree = {names[i]: float(np.mean(outs[reference][i] == outs[k][i]))
+                 for i in range(len(names)) if i not in floats}
+        if agree:
+            res[k]["agreement"] = agree
     return res
 
 
@@ -247,15 +259,17 @@ def peer_points(float_model: Any, batches: Sequence[Mapping[str, np.ndarray]],
                 calibration: Sequence[Mapping[str, np.ndarray]] | None = None,
                 threads: int = 1, repeats: int = 10, warmup: int = 2, peers: bool = True,
                 forms: Mapping[str, Mapping[str, int]] | None = None,
-                configs: Mapping[str, Mapping[str, str]] | None = None
-                ) -> list[dict[str, Any]]:
+                configs: Mapping[str, Mapping[str, str]] | None = None,
+                made: Mapping[str, Peer] | None = None) -> list[dict[str, Any]]:
     """The points of the Pareto table (:func:`qcore.model.pareto.pareto_rows`): the float
     model (``float``), ``exports`` (qcore's, name → ModelProto; ``forms``: name → form counts)
     and, with ``peers``, onnxruntime's two quantizers calibrated on ``calibration`` (default
     ``batches``), all measured together by :func:`measure` on ``batches``. A peer the
-    quantizer refused is a point with ``error``."""
+    quantizer refused is a point with ``error``. ``made``: the peers already made
+    (:func:`peer_models`), so that a second measurement does not quantize again."""
     exports = dict(exports or {})
-    made = peer_models(float_model, calibration or batches) if peers else {}
+    if made is None:
+        made = peer_models(float_model, calibration or batches) if peers else {}
     models = {"float": float_model, **exports,
               **{k: p.model for k, p in made.items() if p.ok}}
     sizes = {k: p.file_bytes for k, p in made.items() if p.ok}
@@ -277,3 +291,35 @@ def peer_points(float_model: Any, batches: Sequence[Mapping[str, np.ndarray]],
         if not p.ok:
             points.append({"name": k, "kind": "peer", "what": PEERS[k], "error": p.error})
     return points
+
+
+def print_peers(args: argparse.Namespace, float_model, batches: list, calibration: list,
+                forms: dict, out: TextIO) -> list[dict]:
+    """--peers: the float model, the export as saved at ``--export`` (its file size) and
+    onnxruntime's two quantizers calibrated on ``calibration``, measured together on
+    ``batches`` (:func:`qcore.model.peers.peer_points`; ``--threads`` or one thread,
+    ``--latency-repeats`` or 10 passes), printed as the Pareto table
+    (:func:`qcore.model.pareto.format_pareto`); returns its rows (the plan JSON's ``pareto``)."""
+    import llvmlite.binding as llvm
+
+    from . import require
+    from .pareto import format_pareto, pareto_rows
+
+    onnx = require("onnx")
+    size = os.path.getsize(args.export)
+    if os.path.exists(args.export + ".data"):
+        size += os.path.getsize(args.export + ".data")
+    name = "qcore-" + os.path.splitext(os.path.basename(args.export))[0]
+    threads = args.threads or 1
+    print(f"peers: onnxruntime quantize_static and quantize_dynamic on {len(calibration)} "
+          f"calibration batch(es); measuring 4 models, {threads} thread(s)", file=out)
+    points = peer_points(float_model, batches, {name: onnx.load(args.export)}, calibration,
+                         threads, args.latency_repeats or 10, forms={name: forms})
+    for p in points:
+        if p["name"] == name:
+            p["file_bytes"] = size
+    rows = pareto_rows(points)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(format_pareto(rows, f"{llvm.get_host_cpu_name()}, {threads} thread(s), load "
+                              f"{load:.1f}"), file=out)
+    return rows

@@ -114,13 +114,20 @@ def run_speed(args: argparse.Namespace, out: TextIO, outputs: list[str] | None =
     js = plan.to_json()
     js["host"] = {"cpu": cpu, "machine": platform.machine(),
                   "onnxruntime": require("onnxruntime").__version__}
-    if args.plan:
-        with open(args.plan, "w", encoding="utf-8") as f:
-            json.dump(js, f, indent=1)
     if args.export:
         from .graph import save
 
         save(plan.export, args.export)
+    if getattr(args, "peers", False):  # the Pareto table, the export beside onnxruntime's own
+        from .peers import print_peers
+
+        forms: dict[str, int] = {}
+        for r in plan.table():
+            forms[r["form"]] = forms.get(r["form"], 0) + 1
+        js["pareto"] = print_peers(args, model, batches, calibration, forms, out)
+    if args.plan:
+        with open(args.plan, "w", encoding="utf-8") as f:
+            json.dump(js, f, indent=1)
     return 0
 
 
