@@ -17,7 +17,9 @@ planner works on measurements only:
    :data:`ROUNDS`) every quantized layer's gain is measured for each such form (the current
    plan with that layer alone changed) and its cost is that form's time minus the current
    one's; moves are taken in the order of dB gained per millisecond added (gains at no added
-   time first), each one measured and kept only when the measured SQNR rises. ``--min-sqnr`` stops at the first plan at or above DB (the fastest
+   time first), each one measured and kept only when the measured SQNR rises. Later rounds
+   measure again only :data:`RECHECK` layers not moved: the best-ranked first, then those
+   that gained nothing (a neighbour's move may change that). ``--min-sqnr`` stops at the first plan at or above DB (the fastest
    reached); ``--max-latency`` takes moves while the predicted latency (the start's, measured,
    plus the costs) stays at or under R × float, then measures the whole export and undoes the
    last moves until the measurement holds. With ``--budget`` no move may take the weights over
@@ -51,6 +53,9 @@ METHODS = ("minmax", "percentile", "mse")
 PAYS = 0.97
 #: Rounds of moves (each measures every quantized layer's gain from the current plan).
 ROUNDS = 3
+#: After the first round, only this many layers (those whose moves gained but were not kept,
+#: best-ranked first) are measured again.
+RECHECK = 12
 #: A weight-only lookup may add this share of the float layers' time (its gain is the file).
 FREE = 0.01
 SMOOTH_ALPHA = 0.5
@@ -278,10 +283,11 @@ def plan_for_speed(case: SpeedCase, *, min_sqnr: float | None = None,
     if max_latency is not None:
         whole = _measure(p, forms, method, repeats)
         predicted, float_ms = whole["ratio"], whole["float_ms"]
+    candidates: set[str] | None = None  # the first round measures every layer
     for _ in range(ROUNDS):
         if min_sqnr is not None and cur >= min_sqnr:
             break
-        state = _Round(p, forms, costs, cur, method)
+        state = _Round(p, forms, costs, cur, method, candidates)
         taken = 0
         moved: set[str] = set()
         for x, to, gain in state.order():
@@ -312,6 +318,10 @@ def plan_for_speed(case: SpeedCase, *, min_sqnr: float | None = None,
         log(f"round: {taken} moves kept, {_db(cur)} dB")
         if not taken:
             break
+        ranked = [x.name for x, _, _ in state.order()] + state.rest
+        candidates = set([n for n in dict.fromkeys(ranked) if n not in moved][:RECHECK])
+        if not candidates:
+            break
     result = _measure(p, forms, method, repeats)
     if max_latency is not None:
         while result["ratio"] > max_latency and moves:
@@ -339,11 +349,13 @@ class _Round:
     gained per millisecond added (a gain at no added time first)."""
 
     def __init__(self, p: _Planner, forms: Mapping[str, str],
-                 costs: Mapping[str, Mapping[str, float]], cur: float, method: str) -> None:
+                 costs: Mapping[str, Mapping[str, float]], cur: float, method: str,
+                 only: set[str] | None = None) -> None:
         self.items: list[tuple[float, Layer, str, float]] = []
+        self.rest: list[str] = []  # layers measured without a gain, in graph order
         for x in p.layers:
             f = forms.get(x.name, "float")
-            if f in ("float", "weight-only"):
+            if f in ("float", "weight-only") or (only is not None and x.name not in only):
                 continue
             c = costs[x.name]
             for to in x.forms:
@@ -354,6 +366,8 @@ class _Round:
                     added = c[to] - c[f]
                     score = math.inf if added <= 0 else gain / max(added, 1e-4)
                     self.items.append((score, x, to, gain))
+                elif x.name not in self.rest:
+                    self.rest.append(x.name)
         self.items.sort(key=lambda t: (-t[0], -t[3]))
 
     def order(self) -> list[tuple[Layer, str, float]]:
