@@ -131,7 +131,8 @@ def _attr(node: Any, name: str, default: Any = 0) -> Any:
 def prepare(model: Any) -> Any:
     """``model`` as onnxruntime's basic graph level rewrites it (module doc), at opset 13 or
     later (onnx's version converter raises an older one), each node named (``OP_i`` where it
-    had no name)."""
+    had no name). Where the rewritten model does not load (onnxruntime 1.32 writes If branches
+    of silero-vad without the outer-scope constants they read), the model as given."""
     onnx = require("onnx")
     ort = require("onnxruntime")
     so = ort.SessionOptions()
@@ -146,6 +147,14 @@ def prepare(model: Any) -> Any:
         so.optimized_model_filepath = os.path.join(d, "prepared.onnx")
         ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
         out = onnx.load(so.optimized_model_filepath)
+    check = ort.SessionOptions()
+    check.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    check.log_severity_level = 4
+    try:  # onnxruntime writes some subgraphs (If branches) without the outer names they read
+        ort.InferenceSession(out.SerializeToString(), check, providers=["CPUExecutionProvider"])
+    except Exception:  # noqa: BLE001 - any failure: plan on the model as given instead
+        out = onnx.ModelProto()
+        out.CopyFrom(model)
     seen: set[str] = set()
     for i, n in enumerate(out.graph.node):
         if not n.name or n.name in seen:
