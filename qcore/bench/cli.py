@@ -17,6 +17,9 @@ cache, and every page after a warm restart, in headless Chromium: it runs
 ``--busy`` compares the parallel kernels' throughput with one core kept busy by another process
 against the machine as it is (:mod:`qcore.bench.busy`).
 ``--backend cuda`` times the GPU kernels (:mod:`qcore.bench.cuda`).
+``--models`` is the model table (:mod:`qcore.bench.model`) and the latency-objective rows
+(:mod:`qcore.bench.objectives`: every real model of the tests and a YOLO-style net against
+onnxruntime's own quantizers); ``--nets KEYS`` picks those rows (alone, without ``--models``).
 ``--markdown [FILE]`` gives the table as Markdown headed by the host, the versions, the date and
 the exact command line (docs/performance.md pastes it; with FILE it is written there).
 """
@@ -112,6 +115,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="the model table: MiniLM (MatMul form) float, onnxruntime's "
                              "quantizers and qcore's deployable exports in onnxruntime — "
                              "latency, output SQNR, file size, bits per weight, targets")
+    parser.add_argument("--nets", default=None, metavar="KEYS",
+                        help="the latency-objective rows for these models (comma-separated "
+                             "keys of qcore.bench.objectives: the real models of the tests and "
+                             "yolo-style-320; 'none' skips them); with --models the default is "
+                             "all of them, without it only these rows are run")
     parser.add_argument("--sentences", type=int, default=32,
                         help="with --models: MiniLM sentences per pass (default 32)")
     parser.add_argument("--repeats", type=int, default=10,
@@ -134,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         return _main_busy(args)
     if args.cold_app:
         return _main_cold_app(args)
-    if args.models:
+    if args.models or args.nets is not None:
         return _main_models(args, argv)
     shape = _parse_size(args.size or "4096x4096")
     if args.backend == "cuda":
@@ -258,16 +266,26 @@ def _shipped_sentences() -> int:
 
 def _main_models(args, argv: list[str]) -> int:
     """``--models``: the model table (:mod:`qcore.bench.model`), printed or as Markdown."""
+    from qcore.bench import objectives
     from qcore.bench.model import TARGETS, format_model_table, model_rows
 
-    rows = model_rows(args.sentences, args.repeats)
+    keys = _net_keys(args.nets)
+    obj = objectives.objective_rows(keys, args.repeats,
+                                    progress=lambda k: print(f"latency-objective rows: {k}",
+                                                             file=sys.stderr, flush=True))
+    rows = model_rows(args.sentences, args.repeats) if args.models else []
     info = host.host_info()
-    notes = [f"MiniLM (qcore.model.minilm, MatMul form), {args.sentences} sentences in batches "
-             f"of 16; latency: median of {args.repeats} passes, models taking turns, one process, "
-             "onnxruntime sessions with default optimizations, spinning off; load average "
-             f"{os.getloadavg()[0]:.1f} at the end"]
-    notes += [f"target {k}: {v}" for k, v in TARGETS.items()]
-    table = format_model_table(rows)
+    notes, table = [], ""
+    if rows:
+        notes = [f"MiniLM (qcore.model.minilm, MatMul form), {args.sentences} sentences in "
+                 f"batches of 16; latency: median of {args.repeats} passes, models taking turns, "
+                 "one process, onnxruntime sessions with default optimizations, spinning off; "
+                 f"load average {os.getloadavg()[0]:.1f} at the end"]
+        notes += [f"target {k}: {v}" for k, v in TARGETS.items()]
+        table = format_model_table(rows)
+    if obj:
+        notes += objectives.notes(args.repeats, 1)
+        table += ("\n" if table else "") + objectives.format_objective_table(obj)
     if args.markdown is not None:
         text = markdown_report(table, info, notes, command_line(argv))
         if args.markdown == "-":
@@ -280,8 +298,27 @@ def _main_models(args, argv: list[str]) -> int:
     print(table)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"host": info, "rows": rows}, f, indent=1)
+            json.dump({"host": info, "rows": rows, "objective_rows": obj}, f, indent=1,
+                      default=str)
     return 0
+
+
+def _net_keys(text: str | None) -> list[str]:
+    """--nets: the keys asked for (checked), all by default, none for 'none'."""
+    from qcore.bench import objectives
+
+    known = [r.key for r in objectives.REAL] + [objectives.YOLO_KEY]
+    if text is None:
+        return known
+    if text.strip().lower() == "none":
+        return []
+    keys = [k.strip() for k in text.split(",") if k.strip()]
+    bad = [k for k in keys if k not in known]
+    if bad:
+        print(f"error: --nets {','.join(bad)}: valid are {', '.join(known)}, none",
+              file=sys.stderr)
+        raise SystemExit(2)
+    return keys
 
 
 def _run_other_target(name: str, args, shape: tuple[int, int]) -> dict:

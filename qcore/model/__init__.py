@@ -21,6 +21,9 @@
   them (MatMulNBits, DynamicQuantizeLinear + MatMulInteger, static Q/DQ into QGemm).
 - :mod:`qcore.model.runtime`: which configurations a runtime runs (onnxruntime probed, cached).
 - :mod:`qcore.model.latency`: an export's latency beside its float model's, in one process.
+- :mod:`qcore.model.peers`: onnxruntime's own ``quantize_static`` / ``quantize_dynamic`` as
+  peers, measured with the float model and the exports; :mod:`qcore.model.pareto`: the Pareto
+  table of latency × SQNR × file size (pure rows).
 
 ``python -m qcore.model MODEL ...`` is the command line (:mod:`qcore.model.cli`, the work in
 :mod:`qcore.model.command`). onnx, onnxruntime and tokenizers are

@@ -2,6 +2,7 @@
 [--out TABLE.csv] [--plan PLAN.json] [--export QDQ.onnx] [--activations MODE]
 [--calibrate FILE.npz] [--float-activations K] [--smooth ALPHA]
 [--runtime onnxruntime|reference] [--nbits-form matmulnbits-node|dq-matmul]
+[--min-sqnr DB | --max-latency R]
 
 Sensitivity of every weight × every recipe (alone) and of every recipe on all weights; with
 --budget, the exactly optimal plan, run and measured; with --export, the plan as a QDQ model.
@@ -109,11 +110,14 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--smooth", type=float, metavar="ALPHA",
                    help="SmoothQuant: migrate activation outliers into the weights with "
                    "strength ALPHA in [0, 1] (e.g. 0.5)")
-    g = p.add_argument_group("objectives", "what fidelity is measured on")
+    g = p.add_argument_group("objectives", "what fidelity is measured on; speed plans")
     g.add_argument("--outputs", help="comma-separated output names the model's SQNR averages "
                                      "over (default: all); each output's own SQNR and max |Δ| "
                                      "are in the table and the plan either way")
     g.add_argument("--logits", action="store_true", help="outputs are logits (KL, top-1)")
+    from .speed_cli import add_arguments
+
+    add_arguments(g)
     g.add_argument("--feedback", metavar="OUT=IN[,...]",
                    help="run over a sequence: the --inputs arrays hold a leading step axis, each "
                    "step's output OUT is fed to the next step's input IN (states left out of "
@@ -133,6 +137,13 @@ def parser() -> argparse.ArgumentParser:
                    help="timed passes per model for the export's latency, 1 to 1000 "
                    "(default 10)")
     g.add_argument("--threads", type=int, default=0, help="onnxruntime intra-op threads")
+    g.add_argument("--peers", action="store_true",
+                   help="with --export: also quantize with onnxruntime's quantize_static (uint8 "
+                   "activations, int8 per-channel weights, MinMax on the same calibration "
+                   "inputs) and quantize_dynamic (uint8 per-channel weights), measure them with "
+                   "the float model and the export in one process (one thread unless "
+                   "--threads) and print the Pareto table of latency x SQNR x file size (the "
+                   "plan JSON's 'pareto')")
     g = p.add_argument_group("distribution", "the sensitivity runs on Dask")
     g.add_argument("--workers", type=int, default=0, metavar="N",
                    help="run the sensitivity runs on a Dask LocalCluster of N worker processes "
@@ -154,8 +165,12 @@ def check_args(args: argparse.Namespace
     """Every argument the model is not needed for, checked before anything is loaded
     (:mod:`qcore.model.checks`): (the --tensors names, the --outputs names, the --int-range)."""
     from . import checks
+    from .speed_cli import check_arguments, wants_speed
 
-    if (args.plan or args.export) and args.budget is None:
+    speed = wants_speed(args)
+    if speed:
+        check_arguments(args)
+    elif (args.plan or args.export) and args.budget is None:
         raise QuantizationError("--plan and --export need --budget BITS (bits per weight)")
     if args.budget is not None:
         checks.check_budget(args.budget)
@@ -214,21 +229,44 @@ def _check_runtime_args(args: argparse.Namespace) -> None:
         if not args.export or check_runtime(args.runtime or "onnxruntime") != "onnxruntime":
             raise QuantizationError(f"--nbits-form {args.nbits_form}: only an --export for "
                                     "--runtime onnxruntime has a choice of forms")
+    if getattr(args, "peers", False):
+        _check_peers_args(args)
     if args.latency_repeats is None:
         return
     check_latency_repeats(args.latency_repeats)
     runtime = check_runtime(args.runtime or "onnxruntime")
-    if not args.export or runtime != "onnxruntime":
+    from .speed_cli import wants_speed
+
+    if not wants_speed(args) and (not args.export or runtime != "onnxruntime"):
         raise QuantizationError(f"--latency-repeats {args.latency_repeats}: only an --export "
                                 f"for --runtime onnxruntime is timed")
+
+
+def _check_peers_args(args: argparse.Namespace) -> None:
+    """--peers: an --export for onnxruntime, no --feedback, onnxruntime.quantization there."""
+    from .runtime import check_runtime
+
+    if not args.export or check_runtime(args.runtime or "onnxruntime") != "onnxruntime":
+        raise QuantizationError("--peers: give --export (for --runtime onnxruntime): the "
+                                "table puts the export beside onnxruntime's own quantizers")
+    if args.feedback:
+        raise QuantizationError("--peers: a model run over steps (--feedback) is not measured "
+                                "against onnxruntime's quantizers; leave one of them out")
+    try:
+        import onnxruntime.quantization  # noqa: F401
+    except ImportError as exc:
+        raise QuantizationError(f"--peers needs onnxruntime.quantization, which does not "
+                                f"import here ({type(exc).__name__}: {exc})") from None
 
 
 def _check_activation_args(args: argparse.Namespace) -> None:
     """--activations parsed; --float-activations, --calibrate and --smooth consistent with it."""
     from .sites import parse_activations
+    from .speed_cli import wants_speed
 
     mode = parse_activations(args.activations)
-    if mode.mode == "none" and (args.float_activations or args.calibrate):
+    calibrate = args.calibrate and not wants_speed(args)  # speed plans calibrate their chains
+    if mode.mode == "none" and (args.float_activations or calibrate):
         raise QuantizationError("--float-activations and --calibrate need --activations "
                                 "dynamic or static[:TYPE][@METHOD]")
     if args.float_activations < 0:

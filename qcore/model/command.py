@@ -6,12 +6,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import time
 from typing import TextIO
 
 from ..errors import QuantizationError
 from .cli import Bar, _floats, check_args
+from .graph import save
 
 __all__ = ["run", "save", "write_export"]
 
@@ -39,6 +39,10 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     from .sensitivity import correlation, measure, uniform, write_table
 
     tensors, outputs, (lo, hi) = check_args(args)
+    from .speed_cli import run_speed, wants_speed
+
+    if wants_speed(args):
+        return run_speed(args, out, outputs, (lo, hi))
     from ..recipes import parse_recipes
 
     recipes = [r.name for r in parse_recipes(args.recipes)]
@@ -136,6 +140,8 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     plan_json = plan.to_json()
     if refined is not None:
         plan_json["refine"] = refined.to_json()
+    if getattr(args, "peers", False):
+        plan_json["pareto"] = peers_table(args, case, plan.deploy.get("forms", {}), out)
     if args.plan:
         with open(args.plan, "w", encoding="utf-8") as f:
             json.dump(plan_json, f, indent=1)
@@ -410,12 +416,17 @@ def write_export(case, plan, path: str, out: TextIO, runtime: str = "reference",
             _weights_into_model(base)
         lat = model_latency(model, base, case.batches, repeats=repeats)
         plan.deploy.update(lat)
+        float8 = any(a.dtype.startswith("float8") for a in plan.activations)
         for k, ms in lat["latency_ms"].items():
             f = lat["float_latency_ms"][k]
             print(f"latency ({k} thread{'' if k == '1' else 's'}): {ms:.1f} ms, float "
                   f"{f:.1f} ms ({ms / f:.2f}x float); forms: "
                   + ", ".join(f"{n} {c}" for n, c in sorted(plan.deploy["forms"].items())),
                   file=out)
+            if float8:
+                from .speed_cli import float8_note
+
+                print(float8_note(ms / f), file=out)
 
 
 def _restore(o, order):
@@ -426,14 +437,19 @@ def _restore(o, order):
     return r
 
 
-def save(model, path: str) -> None:
-    """Save a model; one over 2 GB keeps its initializers in ``PATH.data`` beside it."""
-
+def peers_table(args: argparse.Namespace, case, forms: dict, out: TextIO) -> list[dict]:
+    """--peers after a bits plan: :func:`print_peers` of the case's model and batches (the
+    ``--calibrate`` batches for calibration) and the export as written."""
     from . import require
 
-    onnx = require("onnx")
-    if model.ByteSize() > 2**31 - 2**24:
-        onnx.save(model, path, save_as_external_data=True, all_tensors_to_one_file=True,
-                  location=os.path.basename(path) + ".data")
-    else:
-        onnx.save(model, path)
+    float_model = case.model
+    if str(args.model).lower().endswith(".onnx"):  # weights read in: sessions take bytes
+        float_model = require("onnx").load(args.model)
+    calibration = case.batches
+    if args.calibrate:
+        from .activations import calibration_case
+
+        calibration = calibration_case(case, args.calibrate).batches
+    from .peers import print_peers
+
+    return print_peers(args, float_model, case.batches, calibration, forms, out)

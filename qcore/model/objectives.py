@@ -1,0 +1,437 @@
+"""Plans that measure speed: ``--min-sqnr DB`` and ``--max-latency R`` (docs/model.md,
+"Objectives").
+
+A plan gives every layer of the prepared model (:mod:`qcore.model.forms.layers`) a form. The
+planner works on measurements only:
+
+1. **Costs**: every form of every layer timed alone at the user's input shapes and threads
+   (:func:`qcore.model.costs.layer_costs`). A layer whose integer forms all measure no faster
+   than its float form stays float (``why``: the measured ratio) — it does not pay here.
+2. **Start**: every other layer in its fastest form. The chain tensors' scales come from the
+   calibration method (minmax, percentile, mse) whose start measures the highest SQNR, and
+   SmoothQuant (alpha 0.5; folded into the LayerNormalization before a site where only the
+   weights read it, else a Mul) is kept when it raises the start's measured SQNR. SQNR here is always the
+   export as onnxruntime runs it with default optimizations (the deployed figure).
+3. **Moves**: a layer to a more faithful form — float, or another integer form that runs
+   faster than float (a MatMul from ``qlinear`` to ``dynamic``). In each round (at most
+   :data:`ROUNDS`) every quantized layer's gain is measured for each such form (the current
+   plan with that layer alone changed) and its cost is that form's time minus the current
+   one's; moves are taken in the order of dB gained per millisecond added (gains at no added
+   time first), each one measured and kept only when the measured SQNR rises. Later rounds
+   measure again only :data:`RECHECK` layers not moved: the best-ranked first, then those
+   that gained nothing (a neighbour's move may change that). ``--min-sqnr`` stops at the first plan at or above DB (the fastest
+   reached); ``--max-latency`` takes moves while the predicted latency (the start's, measured,
+   plus the costs) stays at or under R × float, then measures the whole export and undoes the
+   last moves until the measurement holds. With ``--budget`` no move may take the weights over
+   the bits budget (8 bits per quantized weight, 32 per float one).
+4. **The figure stated** is the whole export timed beside the float model (the median of
+   interleaved passes, with its spread and the load) — never the sum of the costs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..errors import QuantizationError
+from . import require
+from .costs import layer_costs, timed
+from .forms.layered import export_forms, layers_of
+from .forms.layers import Layer, prepare
+from .forms.qlinear import chain_nodes, chain_specs, chain_tensors, tensor_types, weight_qmax
+from .latency import deploy_session
+
+__all__ = ["METHODS", "SpeedCase", "SpeedPlan", "check_objectives", "plan_for_speed"]
+
+#: Calibration methods the start tries for the chain tensors.
+METHODS = ("minmax", "percentile", "mse")
+#: A form must measure at most this share of the float time to count as paying.
+PAYS = 0.97
+#: Rounds of moves (each measures every quantized layer's gain from the current plan).
+ROUNDS = 3
+#: After the first round, only this many layers (those whose moves gained but were not kept,
+#: best-ranked first) are measured again.
+RECHECK = 12
+#: A weight-only lookup may add this share of the float layers' time (its gain is the file).
+FREE = 0.01
+SMOOTH_ALPHA = 0.5
+
+
+def check_objectives(min_sqnr: float | None, max_latency: float | None) -> None:
+    """``--min-sqnr`` finite, ``--max-latency`` finite and > 0; QuantizationError otherwise."""
+    if min_sqnr is not None and not math.isfinite(float(min_sqnr)):
+        raise QuantizationError(f"--min-sqnr {min_sqnr}: give a finite number of dB")
+    if max_latency is not None and not (math.isfinite(float(max_latency))
+                                        and float(max_latency) > 0):
+        raise QuantizationError(f"--max-latency {max_latency}: give a finite ratio to the "
+                                "float model's latency, > 0 (e.g. 0.8)")
+
+
+def _sqnr(ref: Sequence[np.ndarray], out: Sequence[np.ndarray]) -> float:
+    """−10·log10(mean over outputs of Σ(y − ŷ)² / Σ y²) (docs/semantics.md)."""
+    r = []
+    for y, yh in zip(ref, out):
+        y64, d = y.astype(np.float64), y.astype(np.float64) - yh.astype(np.float64)
+        s = float(np.sum(y64 * y64))
+        r.append(float(np.sum(d * d)) / s if s else (0.0 if not np.any(d) else math.inf))
+    m = float(np.mean(r))
+    return math.inf if m == 0 else -10 * math.log10(m)
+
+
+@dataclass
+class SpeedCase:
+    """A model, the batches it is measured on (``batches``) and calibrated on
+    (``calibration``), at ``threads``; the float reference is the model as given, run as
+    deployed."""
+
+    model: Any
+    batches: list[dict[str, np.ndarray]]
+    calibration: list[dict[str, np.ndarray]]
+    threads: int = 1
+    outputs: list[str] | None = None
+    prepared: Any = field(init=False)
+    reference: list[np.ndarray] = field(init=False)
+    output_index: list[int] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.prepared = prepare(self.model)
+        s = deploy_session(self.model, self.threads)
+        names = [o.name for o in s.get_outputs()]
+        runs = [s.run(None, dict(b)) for b in self.batches]
+        floats = [i for i, o in enumerate(s.get_outputs()) if o.type == "tensor(float)"]
+        want = self.outputs or names
+        self.output_index = [i for i in floats if names[i] in want]
+        if not self.output_index:
+            raise QuantizationError("the model has no float output to measure SQNR on")
+        self.reference = [np.concatenate([r[i].reshape(-1) for r in runs])
+                          for i in self.output_index]
+
+    def deployed_sqnr(self, model: Any) -> float:
+        """The output SQNR of ``model`` as onnxruntime runs it by default."""
+        s = deploy_session(model, self.threads)
+        runs = [s.run(None, dict(b)) for b in self.batches]
+        out = [np.concatenate([r[i].reshape(-1) for r in runs]) for i in self.output_index]
+        return _sqnr(self.reference, out)
+
+
+def _values(model: Any, names: Sequence[str], batches: Sequence[Mapping[str, np.ndarray]]
+            ) -> dict[str, list[np.ndarray]]:
+    """Each named tensor's values on ``batches`` (an unoptimized session with them as outputs)."""
+    onnx = require("onnx")
+    ort = require("onnxruntime")
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    have = {o.name for o in m.graph.output}
+    for t in names:
+        if t not in have:
+            m.graph.output.append(onnx.ValueInfoProto(name=t))
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.log_severity_level = 3
+    s = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    out_names = [o.name for o in s.get_outputs()]
+    got: dict[str, list[np.ndarray]] = {t: [] for t in names}
+    for b in batches:
+        for k, v in zip(out_names, s.run(None, dict(b))):
+            if k in got:
+                got[k].append(v)
+    return got
+
+
+@dataclass
+class SpeedPlan:
+    """A form per layer and what was measured (module doc)."""
+
+    objective: dict[str, Any]
+    forms: dict[str, str]
+    why: dict[str, str]
+    layers: list[Layer]
+    method: str
+    smooth: float | None
+    output_sqnr_db: float
+    costs: dict[str, dict[str, float]]
+    moves: list[dict[str, Any]] = field(default_factory=list)
+    start: dict[str, Any] = field(default_factory=dict)
+    latency: dict[str, Any] = field(default_factory=dict)
+    size: dict[str, int] = field(default_factory=dict)
+    met: bool = True
+    export: Any = None
+
+    def table(self) -> list[dict[str, Any]]:
+        """One row per layer: layer, op, weight shape, form, why."""
+        return [{"layer": x.name, "op": x.op, "shape": list(x.shape),
+                 "form": self.forms.get(x.name, "float"), "why": self.why.get(x.name, ""),
+                 "ms": {f: round(v, 4) for f, v in self.costs.get(x.name, {}).items()}}
+                for x in self.layers]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"objective": self.objective, "met": self.met, "method": self.method,
+                "smooth": self.smooth, "output_sqnr_db": self.output_sqnr_db,
+                "deploy": {"output_sqnr_db": self.output_sqnr_db},
+                "latency": self.latency, "size": self.size, "start": self.start,
+                "moves": self.moves, "weight_qmax": weight_qmax(), "layers": self.table()}
+
+
+class _Planner:
+    """The state of one planning run (module doc)."""
+
+    def __init__(self, case: SpeedCase, log: Callable[[str], None]) -> None:
+        self.case, self.log = case, log
+        self.model = case.prepared
+        self.smooth: float | None = None
+        self._setup()
+
+    def _setup(self) -> None:
+        self.layers = layers_of(self.model)
+        self.types = tensor_types(self.model)
+        static = [x.name for x in self.layers if "qlinear" in x.forms]
+        inside = chain_nodes(self.model, static, self.types)
+        names = chain_tensors(self.model, inside) + [x.data for x in self.layers]
+        self.values = _values(self.model, list(dict.fromkeys(names)), self.case.calibration)
+        self.shapes = {x.data: self.values[x.data][0].shape for x in self.layers}
+        self.specs_by: dict[str, dict] = {}
+
+    def specs(self, forms: Mapping[str, str], method: str) -> dict:
+        static = [k for k, f in forms.items() if f == "qlinear"]
+        inside = chain_nodes(self.model, static, self.types)
+        tensors = chain_tensors(self.model, inside)
+        if method not in self.specs_by:
+            allin = chain_nodes(self.model, [x.name for x in self.layers if "qlinear" in x.forms],
+                                self.types)
+            self.specs_by[method] = chain_specs(self.model, allin,
+                                                {t: self.values[t] for t in
+                                                 chain_tensors(self.model, allin)}, method)
+        base = self.specs_by[method]
+        return chain_specs_subset(self.model, inside, tensors, base)
+
+    def export(self, forms: Mapping[str, str], method: str) -> Any:
+        return export_forms(self.model, forms, self.specs(forms, method))
+
+    def sqnr(self, forms: Mapping[str, str], method: str) -> float:
+        return self.case.deployed_sqnr(self.export(forms, method))
+
+
+def chain_specs_subset(model: Any, inside: set[str], tensors: Sequence[str],
+                       base: Mapping[str, Any]) -> dict:
+    """The specs of ``tensors`` taken from ``base`` (the all-static calibration), with the
+    clamp rule applied again for this subset (a clamp may not fold where its input is now read
+    by a float node)."""
+    return {t: base[t] for t in tensors if t in base}
+
+
+def _fastest(costs: Mapping[str, float], forms: Sequence[str], total_ms: float
+             ) -> tuple[str, str]:
+    """(form, why) of a layer: its fastest integer form if it pays (module doc), else float.
+    ``weight-only`` (a table lookup: only the file shrinks) is taken when it adds at most
+    :data:`FREE` of the float layers' total time."""
+    if "weight-only" in forms and "weight-only" in costs:
+        added = costs["weight-only"] - costs.get("float", 0.0)
+        if added <= FREE * total_ms:
+            return "weight-only", f"weight-only adds {added:.3f} ms (the file shrinks)"
+        return "float", f"weight-only would add {added:.3f} ms"
+    quant = [f for f in forms if f != "float" and f in costs]
+    if not quant:
+        return "float", "no integer form for this op"
+    best = min(quant, key=lambda f: costs[f])
+    ratio = costs[best] / costs["float"] if costs.get("float") else math.inf
+    if ratio > PAYS:
+        return "float", f"no form pays on this CPU: {best} measured {ratio:.2f}x float"
+    return best, f"{best} measured {ratio:.2f}x float"
+
+
+def _bits(layers: Sequence[Layer], forms: Mapping[str, str]) -> tuple[int, int]:
+    n = sum(x.elements for x in layers)
+    b = sum(x.elements * (32 if forms.get(x.name, "float") == "float" else 8) for x in layers)
+    return b, n
+
+
+def plan_for_speed(case: SpeedCase, *, min_sqnr: float | None = None,
+                   max_latency: float | None = None, budget: float | None = None,
+                   repeats: int = 15, log: Callable[[str], None] = lambda s: None,
+                   costs: Mapping[str, Mapping[str, float]] | None = None) -> SpeedPlan:
+    """The plan for one objective (module doc); exactly one of ``min_sqnr`` / ``max_latency``
+    (``budget`` may join either). ``costs``: ``{layer: {form: ms}}`` to use instead of timing
+    each layer (tests)."""
+    check_objectives(min_sqnr, max_latency)
+    if (min_sqnr is None) == (max_latency is None):
+        raise QuantizationError("give one objective: --min-sqnr DB or --max-latency R")
+    p = _Planner(case, log)
+    if costs is None:
+        log(f"{len(p.layers)} layers; timing each form alone at the input shapes")
+        costs = layer_costs(p.model, p.layers, p.shapes, case.threads, repeats=repeats)
+    costs = {k: dict(v) for k, v in costs.items()}
+    forms: dict[str, str] = {}
+    why: dict[str, str] = {}
+    total = sum(c.get("float", 0.0) for c in costs.values())
+    for x in p.layers:
+        forms[x.name], why[x.name] = _fastest(costs[x.name], x.forms, total)
+    if budget is not None:
+        b, n = _bits(p.layers, forms)
+        if b > budget * n:
+            raise QuantizationError(f"--budget {budget}: the fastest forms already take "
+                                    f"{b / n:.2f} bits per weight (8 per quantized weight, 32 "
+                                    f"per float one)")
+    method, s0 = _start(p, forms, log)
+    moves: list[dict[str, Any]] = []
+    start = {"forms": dict(forms), "output_sqnr_db": s0, "method": method, "smooth": p.smooth}
+    cur = s0
+    predicted = float_ms = 0.0
+    if max_latency is not None:
+        whole = _measure(p, forms, method, repeats)
+        predicted, float_ms = whole["ratio"], whole["float_ms"]
+    candidates: set[str] | None = None  # the first round measures every layer
+    for _ in range(ROUNDS):
+        if min_sqnr is not None and cur >= min_sqnr:
+            break
+        state = _Round(p, forms, costs, cur, method, candidates)
+        taken = 0
+        moved: set[str] = set()
+        for x, to, gain in state.order():
+            if min_sqnr is not None and cur >= min_sqnr:
+                break
+            if x.name in moved:
+                continue
+            was = forms[x.name]
+            added = costs[x.name][to] - costs[x.name][was]
+            trial = dict(forms, **{x.name: to})
+            if budget is not None:
+                b, n = _bits(p.layers, trial)
+                if b > budget * n:
+                    continue
+            if max_latency is not None and predicted + added / float_ms > max_latency:
+                continue
+            s = p.sqnr(trial, method)
+            if s > cur:
+                forms, cur = trial, s
+                taken += 1
+                moved.add(x.name)
+                what = "kept float" if to == "float" else f"{to} rather than {was}"
+                why[x.name] = f"{what} for fidelity: +{gain:.2f} dB alone for {added:+.3f} ms"
+                moves.append({"layer": x.name, "from": was, "to": to, "output_sqnr_db": s,
+                              "added_ms": added})
+                if max_latency is not None:
+                    predicted += added / float_ms
+        log(f"round: {taken} moves kept, {_db(cur)} dB")
+        if not taken:
+            break
+        ranked = [x.name for x, _, _ in state.order()] + state.rest
+        candidates = set([n for n in dict.fromkeys(ranked) if n not in moved][:RECHECK])
+        if not candidates:
+            break
+    result = _measure(p, forms, method, repeats)
+    if max_latency is not None:
+        while result["ratio"] > max_latency and moves:
+            last = moves.pop()
+            forms = dict(forms, **{last["layer"]: last["from"]})
+            why[last["layer"]] = "moved back: the measured export ran over --max-latency"
+            result = _measure(p, forms, method, repeats)
+        cur = p.sqnr(forms, method)
+    met = (cur >= min_sqnr) if min_sqnr is not None else result["ratio"] <= max_latency
+    exported = p.export(forms, method)
+    objective = ({"min_sqnr_db": min_sqnr} if min_sqnr is not None
+                 else {"max_latency": max_latency})
+    if budget is not None:
+        objective["budget"] = budget
+    b, n = _bits(p.layers, forms)
+    size = {"float_bytes": case.model.ByteSize(), "export_bytes": exported.ByteSize(),
+            "bits_per_weight": b / n if n else 0.0}
+    return SpeedPlan(objective, forms, why, p.layers, method, p.smooth, cur, costs, moves,
+                     start, result, size, met, exported)
+
+
+class _Round:
+    """One round of moves: every quantized layer's gain measured from the current plan for
+    each other form it can take (float, or an integer form faster than float), ranked by dB
+    gained per millisecond added (a gain at no added time first)."""
+
+    def __init__(self, p: _Planner, forms: Mapping[str, str],
+                 costs: Mapping[str, Mapping[str, float]], cur: float, method: str,
+                 only: set[str] | None = None) -> None:
+        self.items: list[tuple[float, Layer, str, float]] = []
+        self.rest: list[str] = []  # layers measured without a gain, in graph order
+        for x in p.layers:
+            f = forms.get(x.name, "float")
+            if f in ("float", "weight-only") or (only is not None and x.name not in only):
+                continue
+            c = costs[x.name]
+            for to in x.forms:
+                if to in (f, "weight-only") or (to != "float" and c[to] >= c["float"]):
+                    continue
+                gain = p.sqnr(dict(forms, **{x.name: to}), method) - cur
+                if gain > 0:
+                    added = c[to] - c[f]
+                    score = math.inf if added <= 0 else gain / max(added, 1e-4)
+                    self.items.append((score, x, to, gain))
+                elif x.name not in self.rest:
+                    self.rest.append(x.name)
+        self.items.sort(key=lambda t: (-t[0], -t[3]))
+
+    def order(self) -> list[tuple[Layer, str, float]]:
+        return [(x, to, g) for _, x, to, g in self.items]
+
+
+def _db(v: float) -> str:
+    return f"{v:.2f}" if math.isfinite(v) else str(v)
+
+
+def _start(p: _Planner, forms: dict[str, str], log: Callable[[str], None]) -> tuple[str, float]:
+    """The calibration method (and SmoothQuant) of the start, by measured SQNR."""
+    best = ("minmax", -math.inf)
+    if any(f == "qlinear" for f in forms.values()):
+        for m in METHODS:
+            s = p.sqnr(forms, m)
+            log(f"start, {m}: {s:.2f} dB")
+            if s > best[1]:
+                best = (m, s)
+    else:
+        best = ("minmax", p.sqnr(forms, "minmax"))
+    smoothed = _smoothed(p)
+    if smoothed is not None:
+        keep = (p.model, p.layers, p.types, p.values, p.shapes, p.specs_by)
+        p.model = smoothed
+        p._setup()
+        s = p.sqnr(forms, best[0])
+        log(f"start, SmoothQuant {SMOOTH_ALPHA}: {s:.2f} dB")
+        if s > best[1]:
+            p.smooth = SMOOTH_ALPHA
+            return best[0], s
+        p.model, p.layers, p.types, p.values, p.shapes, p.specs_by = keep
+    return best
+
+
+def _smoothed(p: _Planner) -> Any:
+    """The model as given with SmoothQuant on every MatMul/Gemm site: folded into the
+    LayerNormalization before a site only the weights read, else a Mul by 1/s before the
+    weights (upstream folds through layout ops are not taken: a permuted channel would go
+    unnoticed here), prepared; None without a site. Smoothing comes before :func:`prepare`:
+    onnxruntime's basic level writes a 3-D MatMul + Add as Reshape → Gemm → Reshape, which puts
+    a Reshape between a LayerNormalization and its readers. The added Muls are paid for in the
+    measured latency."""
+    from .sites import find_sites
+    from .smooth import smooth_model
+
+    base = p.case.model
+    sites = [s.name for s in find_sites(base)
+             if all(c[2] in ("MatMul", "Gemm") for c in s.consumers)]
+    if not sites:
+        return None
+    values = _values(base, sites, p.case.calibration)
+    _, info = smooth_model(base, values, SMOOTH_ALPHA)
+    upstream = [s for s, how in info.folded.items() if how == "upstream"]
+    model, _ = smooth_model(base, values, SMOOTH_ALPHA, no_fold=upstream)
+    return prepare(model)
+
+
+def _measure(p: _Planner, forms: Mapping[str, str], method: str, repeats: int
+             ) -> dict[str, Any]:
+    """The whole export beside the float model (module doc)."""
+    t = timed({"export": p.export(forms, method), "float": p.case.model}, p.case.batches,
+              p.case.threads, repeats)
+    return {"ms": t["export"]["ms"], "p10": t["export"]["p10"], "p90": t["export"]["p90"],
+            "float_ms": t["float"]["ms"], "float_p10": t["float"]["p10"],
+            "float_p90": t["float"]["p90"], "ratio": t["export"]["ms"] / t["float"]["ms"],
+            "load": t["load"], "threads": p.case.threads, "passes": repeats}
