@@ -17,8 +17,8 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 from qcore.errors import QuantizationError  # noqa: E402
 from qcore.model.costs import layer_costs, layer_model  # noqa: E402
-from qcore.model.forms.layered import LAYER_FORMS, export_forms  # noqa: E402
-from qcore.model.forms.layers import int8_per_axis, layers_of, prepare  # noqa: E402
+from qcore.model.forms.layered import LAYER_FORMS, export_forms, layers_of  # noqa: E402
+from qcore.model.forms.layers import int8_per_axis, prepare  # noqa: E402
 from qcore.model.forms.qlinear import (  # noqa: E402
     chain_nodes,
     chain_specs,

@@ -6,12 +6,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import time
 from typing import TextIO
 
 from ..errors import QuantizationError
 from .cli import Bar, _floats, check_args
+from .graph import save
 
 __all__ = ["run", "save", "write_export"]
 
@@ -364,19 +364,6 @@ def _restore(o, order):
     return r
 
 
-def save(model, path: str) -> None:
-    """Save a model; one over 2 GB keeps its initializers in ``PATH.data`` beside it."""
-
-    from . import require
-
-    onnx = require("onnx")
-    if model.ByteSize() > 2**31 - 2**24:
-        onnx.save(model, path, save_as_external_data=True, all_tensors_to_one_file=True,
-                  location=os.path.basename(path) + ".data")
-    else:
-        onnx.save(model, path)
-
-
 def peers_table(args: argparse.Namespace, case, forms: dict, out: TextIO) -> list[dict]:
     """--peers after a bits plan: :func:`print_peers` of the case's model and batches (the
     ``--calibrate`` batches for calibration) and the export as written."""
@@ -390,37 +377,6 @@ def peers_table(args: argparse.Namespace, case, forms: dict, out: TextIO) -> lis
         from .activations import calibration_case
 
         calibration = calibration_case(case, args.calibrate).batches
+    from .peers import print_peers
+
     return print_peers(args, float_model, case.batches, calibration, forms, out)
-
-
-def print_peers(args: argparse.Namespace, float_model, batches: list, calibration: list,
-                forms: dict, out: TextIO) -> list[dict]:
-    """--peers: the float model, the export as saved at ``--export`` (its file size) and
-    onnxruntime's two quantizers calibrated on ``calibration``, measured together on
-    ``batches`` (:func:`qcore.model.peers.peer_points`; ``--threads`` or one thread,
-    ``--latency-repeats`` or 10 passes), printed as the Pareto table
-    (:func:`qcore.model.pareto.format_pareto`); returns its rows (the plan JSON's ``pareto``)."""
-    import llvmlite.binding as llvm
-
-    from . import require
-    from .pareto import format_pareto, pareto_rows
-    from .peers import peer_points
-
-    onnx = require("onnx")
-    size = os.path.getsize(args.export)
-    if os.path.exists(args.export + ".data"):
-        size += os.path.getsize(args.export + ".data")
-    name = "qcore-" + os.path.splitext(os.path.basename(args.export))[0]
-    threads = args.threads or 1
-    print(f"peers: onnxruntime quantize_static and quantize_dynamic on {len(calibration)} "
-          f"calibration batch(es); measuring 4 models, {threads} thread(s)", file=out)
-    points = peer_points(float_model, batches, {name: onnx.load(args.export)}, calibration,
-                         threads, args.latency_repeats or 10, forms={name: forms})
-    for p in points:
-        if p["name"] == name:
-            p["file_bytes"] = size
-    rows = pareto_rows(points)
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(format_pareto(rows, f"{llvm.get_host_cpu_name()}, {threads} thread(s), load "
-                              f"{load:.1f}"), file=out)
-    return rows

@@ -44,7 +44,7 @@ from ..io.onnx import (
 )
 from . import checks, require
 
-__all__ = ["ModelError", "PrefixCache", "Runner", "generate_inputs", "graph_inputs", "load_model",
+__all__ = ["ModelError", "PrefixCache", "Runner", "generate_inputs", "graph_inputs", "load_model", "save",
            "read_inputs", "session_options", "weight_names", "weight_records"]
 
 
@@ -550,3 +550,14 @@ class PrefixCache:
 
     def _batch_input(self, i: int, name: str) -> np.ndarray:
         return self.batch_inputs[i][name]
+
+
+def save(model, path: str) -> None:
+    """Save a model; one over 2 GB keeps its initializers in ``PATH.data`` beside it."""
+
+    onnx = require("onnx")
+    if model.ByteSize() > 2**31 - 2**24:
+        onnx.save(model, path, save_as_external_data=True, all_tensors_to_one_file=True,
+                  location=os.path.basename(path) + ".data")
+    else:
+        onnx.save(model, path)

@@ -9,8 +9,8 @@ planner works on measurements only:
    than its float form stays float (``why``: the measured ratio) — it does not pay here.
 2. **Start**: every other layer in its fastest form. The chain tensors' scales come from the
    calibration method (minmax, percentile, mse) whose start measures the highest SQNR, and
-   SmoothQuant (alpha 0.5, folded into the previous LayerNormalization or weights only — no
-   node added) is kept when it raises the start's measured SQNR. SQNR here is always the
+   SmoothQuant (alpha 0.5; folded into the LayerNormalization before a site where only the
+   weights read it, else a Mul) is kept when it raises the start's measured SQNR. SQNR here is always the
    export as onnxruntime runs it with default optimizations (the deployed figure).
 3. **Moves**: a layer to a more faithful form — float, or another integer form that runs
    faster than float (a MatMul from ``qlinear`` to ``dynamic``). In each round (at most
@@ -38,8 +38,8 @@ import numpy as np
 from ..errors import QuantizationError
 from . import require
 from .costs import layer_costs, timed
-from .forms.layered import export_forms
-from .forms.layers import Layer, layers_of, prepare
+from .forms.layered import export_forms, layers_of
+from .forms.layers import Layer, prepare
 from .forms.qlinear import chain_nodes, chain_specs, chain_tensors, tensor_types, weight_qmax
 from .latency import deploy_session
 
@@ -390,22 +390,26 @@ def _start(p: _Planner, forms: dict[str, str], log: Callable[[str], None]) -> tu
 
 
 def _smoothed(p: _Planner) -> Any:
-    """The prepared model with SmoothQuant folded (no node added), or None where no site
-    folds."""
+    """The model as given with SmoothQuant on every MatMul/Gemm site: folded into the
+    LayerNormalization before a site only the weights read, else a Mul by 1/s before the
+    weights (upstream folds through layout ops are not taken: a permuted channel would go
+    unnoticed here), prepared; None without a site. Smoothing comes before :func:`prepare`:
+    onnxruntime's basic level writes a 3-D MatMul + Add as Reshape → Gemm → Reshape, which puts
+    a Reshape between a LayerNormalization and its readers. The added Muls are paid for in the
+    measured latency."""
     from .sites import find_sites
     from .smooth import smooth_model
 
-    sites = [s.name for s in find_sites(p.model)
+    base = p.case.model
+    sites = [s.name for s in find_sites(base)
              if all(c[2] in ("MatMul", "Gemm") for c in s.consumers)]
     if not sites:
         return None
-    values = _values(p.model, sites, p.case.calibration)
-    _, info = smooth_model(p.model, values, SMOOTH_ALPHA)
-    folded = [s for s, how in info.folded.items() if how == "layernorm"]
-    if not folded:
-        return None
-    model, _ = smooth_model(p.model, {s: values[s] for s in folded}, SMOOTH_ALPHA)
-    return model
+    values = _values(base, sites, p.case.calibration)
+    _, info = smooth_model(base, values, SMOOTH_ALPHA)
+    upstream = [s for s, how in info.folded.items() if how == "upstream"]
+    model, _ = smooth_model(base, values, SMOOTH_ALPHA, no_fold=upstream)
+    return prepare(model)
 
 
 def _measure(p: _Planner, forms: Mapping[str, str], method: str, repeats: int

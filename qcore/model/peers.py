@@ -21,6 +21,7 @@ model tool's definition (:func:`qcore.model.fidelity.compare`) and the file size
 
 from __future__ import annotations
 
+import argparse
 import logging
 import math
 import os
@@ -29,14 +30,14 @@ import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TextIO
 
 import numpy as np
 
 from . import require
 
-__all__ = ["PEERS", "Peer", "measure", "peer_models", "peer_points", "quantize_dynamic_peer",
-           "quantize_static_peer"]
+__all__ = ["PEERS", "Peer", "measure", "peer_models", "peer_points", "print_peers",
+           "quantize_dynamic_peer", "quantize_static_peer"]
 
 #: The peers' keys and what each is (the Pareto table's and the bench's row names).
 PEERS = {
@@ -290,3 +291,35 @@ def peer_points(float_model: Any, batches: Sequence[Mapping[str, np.ndarray]],
         if not p.ok:
             points.append({"name": k, "kind": "peer", "what": PEERS[k], "error": p.error})
     return points
+
+
+def print_peers(args: argparse.Namespace, float_model, batches: list, calibration: list,
+                forms: dict, out: TextIO) -> list[dict]:
+    """--peers: the float model, the export as saved at ``--export`` (its file size) and
+    onnxruntime's two quantizers calibrated on ``calibration``, measured together on
+    ``batches`` (:func:`qcore.model.peers.peer_points`; ``--threads`` or one thread,
+    ``--latency-repeats`` or 10 passes), printed as the Pareto table
+    (:func:`qcore.model.pareto.format_pareto`); returns its rows (the plan JSON's ``pareto``)."""
+    import llvmlite.binding as llvm
+
+    from . import require
+    from .pareto import format_pareto, pareto_rows
+
+    onnx = require("onnx")
+    size = os.path.getsize(args.export)
+    if os.path.exists(args.export + ".data"):
+        size += os.path.getsize(args.export + ".data")
+    name = "qcore-" + os.path.splitext(os.path.basename(args.export))[0]
+    threads = args.threads or 1
+    print(f"peers: onnxruntime quantize_static and quantize_dynamic on {len(calibration)} "
+          f"calibration batch(es); measuring 4 models, {threads} thread(s)", file=out)
+    points = peer_points(float_model, batches, {name: onnx.load(args.export)}, calibration,
+                         threads, args.latency_repeats or 10, forms={name: forms})
+    for p in points:
+        if p["name"] == name:
+            p["file_bytes"] = size
+    rows = pareto_rows(points)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(format_pareto(rows, f"{llvm.get_host_cpu_name()}, {threads} thread(s), load "
+                              f"{load:.1f}"), file=out)
+    return rows

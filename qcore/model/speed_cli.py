@@ -115,11 +115,11 @@ def run_speed(args: argparse.Namespace, out: TextIO, outputs: list[str] | None =
     js["host"] = {"cpu": cpu, "machine": platform.machine(),
                   "onnxruntime": require("onnxruntime").__version__}
     if args.export:
-        from .command import save
+        from .graph import save
 
         save(plan.export, args.export)
     if getattr(args, "peers", False):  # the Pareto table, the export beside onnxruntime's own
-        from .command import print_peers
+        from .peers import print_peers
 
         forms: dict[str, int] = {}
         for r in plan.table():

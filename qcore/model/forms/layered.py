@@ -26,9 +26,9 @@ from ...errors import QuantizationError
 from .. import require
 from ..sites import ActivationSpec
 from . import integer, lookup, qlinear
-from .layers import LayerForm, Out, layers_of
+from .layers import LAYER_OPS, Layer, LayerForm, Out, _attr
 
-__all__ = ["LAYER_FORMS", "LAYER_REGISTRY", "export_forms"]
+__all__ = ["LAYER_FORMS", "LAYER_REGISTRY", "export_forms", "layers_of"]
 
 FLOAT = LayerForm("float", ("Conv", "MatMul", "Gemm", "Gather"), frozenset(), None)
 
@@ -43,6 +43,39 @@ LAYER_REGISTRY: tuple[LayerForm, ...] = (
 _BY_NAME = {f.name: f for f in LAYER_REGISTRY}
 #: Form name → the onnxruntime kernels it fuses into (empty: nothing fuses).
 LAYER_FORMS: dict[str, frozenset[str]] = {f.name: f.fuses for f in LAYER_REGISTRY}
+
+
+def layers_of(model: Any) -> list[Layer]:
+    """The layers of a prepared model's main graph, in graph order, each with the forms of
+    :data:`LAYER_REGISTRY` it can take (:mod:`.layers`)."""
+    onnx = require("onnx")
+    g = model.graph
+    inits = {t.name: t for t in g.initializer}
+    outputs = {o.name for o in g.output}
+    out: list[Layer] = []
+    for n in g.node:
+        if n.domain not in ("", "ai.onnx") or n.op_type not in LAYER_OPS:
+            continue
+        wi, di = LAYER_OPS[n.op_type]
+        if len(n.input) <= max(wi, di) or n.input[wi] not in inits or n.input[di] in inits:
+            continue
+        w = inits[n.input[wi]]
+        if w.data_type != onnx.TensorProto.FLOAT or len(w.dims) < 2:
+            continue
+        if n.op_type == "Gemm" and (_attr(n, "transA") or _attr(n, "alpha", 1.0) != 1.0
+                                    or _attr(n, "beta", 1.0) != 1.0):
+            continue
+        if n.op_type == "Gather" and _attr(n, "axis") != 0:
+            continue
+        bias = n.input[2] if n.op_type in ("Conv", "Gemm") and len(n.input) > 2 else None
+        if bias is not None and bias not in inits:
+            continue  # a computed bias: the integer forms need a constant one
+        at_output = n.output[0] in outputs
+        forms = tuple(f.name for f in LAYER_REGISTRY
+                      if n.op_type in f.ops and (f.at_output or not at_output))
+        out.append(Layer(n.name, n.op_type, n.input[wi], tuple(int(d) for d in w.dims),
+                         bias or None, n.input[di], n.output[0], at_output, forms))
+    return out
 
 
 def _pair(out: Out, t: str, spec: ActivationSpec) -> list[Any]:

@@ -35,7 +35,7 @@ import numpy as np
 
 from .. import require
 
-__all__ = ["Layer", "LayerForm", "Out", "by_name", "int8_per_axis", "layers_of", "prepare"]
+__all__ = ["LAYER_OPS", "Layer", "LayerForm", "Out", "by_name", "int8_per_axis", "prepare"]
 
 #: Layer op types and where their weight and data are (input indices).
 LAYER_OPS = {"Conv": (1, 0), "MatMul": (1, 0), "Gemm": (1, 0), "Gather": (0, 1)}
@@ -109,14 +109,8 @@ class Layer:
     data: str
     output: str
     is_output: bool
+    forms: tuple[str, ...] = ()
 
-    @property
-    def forms(self) -> tuple[str, ...]:
-        """The forms of the registry this layer can take, in registry order."""
-        from .layered import LAYER_REGISTRY
-
-        return tuple(f.name for f in LAYER_REGISTRY
-                     if self.op in f.ops and (f.at_output or not self.is_output))
 
     @property
     def elements(self) -> int:
@@ -157,35 +151,6 @@ def prepare(model: Any) -> Any:
         if not n.name or n.name in seen:
             n.name = f"{n.op_type}_{i}"
         seen.add(n.name)
-    return out
-
-
-def layers_of(model: Any) -> list[Layer]:
-    """The layers of a prepared model's main graph, in graph order (module doc)."""
-    onnx = require("onnx")
-    g = model.graph
-    inits = {t.name: t for t in g.initializer}
-    outputs = {o.name for o in g.output}
-    out: list[Layer] = []
-    for n in g.node:
-        if n.domain not in ("", "ai.onnx") or n.op_type not in LAYER_OPS:
-            continue
-        wi, di = LAYER_OPS[n.op_type]
-        if len(n.input) <= max(wi, di) or n.input[wi] not in inits or n.input[di] in inits:
-            continue
-        w = inits[n.input[wi]]
-        if w.data_type != onnx.TensorProto.FLOAT or len(w.dims) < 2:
-            continue
-        if n.op_type == "Gemm" and (_attr(n, "transA") or _attr(n, "alpha", 1.0) != 1.0
-                                    or _attr(n, "beta", 1.0) != 1.0):
-            continue
-        if n.op_type == "Gather" and _attr(n, "axis") != 0:
-            continue
-        bias = n.input[2] if n.op_type in ("Conv", "Gemm") and len(n.input) > 2 else None
-        if bias is not None and bias not in inits:
-            continue  # a computed bias: the integer forms need a constant one
-        out.append(Layer(n.name, n.op_type, n.input[wi], tuple(int(d) for d in w.dims),
-                         bias or None, n.input[di], n.output[0], n.output[0] in outputs))
     return out
 
 

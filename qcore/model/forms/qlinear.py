@@ -10,9 +10,11 @@ point is 0. So a Conv followed by SiLU (``Sigmoid`` · ``Mul``) runs integer fro
 only when the Conv's output, the Sigmoid's and the Mul's are each quantized — what
 ``onnxruntime.quantization.quantize_static`` writes, and what this module writes:
 
-- :func:`chain_nodes`: the static layers, then every chain op (:data:`CHAIN_OPS`) next to a node
-  already in, repeated until nothing changes (a chain op's float inputs must all be
-  activations; graph outputs stay float);
+- :func:`chain_nodes`: the static layers, then every chain op (:data:`CHAIN_OPS`) whose data
+  inputs all come from nodes already in, repeated until nothing changes (graph outputs stay
+  float). The chain grows downstream only: a float layer's activation (its SiLU) stays float,
+  so a layer moved to float is a float island with one DequantizeLinear before it and the next
+  chain's QuantizeLinear after it;
 - :func:`chain_tensors`: the float activation tensors those nodes read and write — each gets one
   ``QuantizeLinear`` → ``DequantizeLinear`` (uint8, per tensor) that all its readers read;
 - :func:`chain_specs`: each tensor's scale and zero point calibrated (qcore's calibration
@@ -80,17 +82,13 @@ def _data_outputs(node: Any) -> list[str]:
 def chain_nodes(model: Any, static: Sequence[str], types: Mapping[str, int] | None = None
                 ) -> set[str]:
     """The names of the nodes that run on uint8: ``static`` (layer node names) and the chain
-    ops connected to them (module doc)."""
+    ops fed only by them (module doc)."""
     onnx = require("onnx")
     g = model.graph
     inits = {t.name for t in g.initializer}
     outputs = {o.name for o in g.output}
     types = types if types is not None else tensor_types(model)
     producer = {o: n for n in g.node for o in n.output}
-    readers: dict[str, list[Any]] = defaultdict(list)
-    for n in g.node:
-        for t in n.input:
-            readers[t].append(n)
     inside = {n.name for n in g.node if n.name in set(static)}
 
     def joins(n: Any) -> bool:
@@ -112,9 +110,8 @@ def chain_nodes(model: Any, static: Sequence[str], types: Mapping[str, int] | No
         for n in g.node:
             if n.name in inside or not joins(n):
                 continue
-            near = [producer[t] for t in _data_inputs(n) if t in producer]
-            near += [r for t in _data_outputs(n) for r in readers[t]]
-            if any(x.name in inside for x in near):
+            feeders = [producer.get(t) for t in _data_inputs(n)]
+            if all(x is not None and x.name in inside for x in feeders):
                 inside.add(n.name)
                 changed = True
     return inside
