@@ -678,6 +678,9 @@ FAST_LAYOUTS = [
     ("one row", (1, 42), dict(axis=1, block_size=8), (1, 6)),
     ("long rows", (2, 136), dict(axis=1, block_size=8), (2, 17)),
     ("middle blocked", (3, 4, 8), dict(axis=1, block_size=2), (3, 2, 8)),
+    ("tall blocked 4", (13, 8), dict(axis=1, block_size=4), (13, 2)),
+    ("tall per-axis", (10, 16), dict(axis=1), (16,)),
+    ("middle per-axis", (3, 5, 8), dict(axis=1), (5,)),
 ]
 FAST_TARGETS = ["int8", "uint8", "int16", "uint16", "int4", "float8e4m3fn", "float8e5m2",
                 "float4e2m1"]
@@ -719,6 +722,52 @@ def test_specialised_dequantize_families(layout):
         zp = _zero_point("value", x_type, sshape, rng) if x_type != "float8e4m3fn" else None
         for out in ("float", "float16", "bfloat16"):
             both(qcore.dequantize_linear, x, scale, zp, x=x, output_dtype=out, **attrs)
+
+
+#: The layouts of FAST_LAYOUTS the batched rows walk serves (qcore.kernels.cuda_rows), by its
+#: kernel: a scale per column, or one scale per vector and row.
+BATCHED = {"last per-axis": "batch-col", "tall per-axis": "batch-col",
+           "last blocked 8": "batch-vec", "outer per-axis": "batch-vec",
+           "long rows": "batch-vec", "tall blocked 4": "batch-vec",
+           "middle per-axis": "batch-vec"}
+
+
+#: The layouts of FAST_LAYOUTS whose element i has the scale i // q (the flat walk's).
+FLAT = {"last blocked 8", "outer per-axis", "long rows", "tall blocked 4"}
+
+
+def _expected_kernel(name: str, walk: str) -> str:
+    """The kernel layout qcore.kernels.cuda.rows_kernel picks for a FAST_LAYOUTS layout."""
+    if walk == "rows" or name not in BATCHED:
+        return "rows"
+    if walk == "flat":
+        return "flat-vec" if name in FLAT else BATCHED[name]
+    return BATCHED[name].replace("batch", walk)
+
+
+@pytest.mark.parametrize("walk", ["rows", "batch", "stride", "pipe", "flat"])
+def test_rows_walks_give_the_cpu_codes(walk, monkeypatch):
+    """Every rows walk (the one-row walk and the batched ones, which the benchmark sets side by
+    side) on every layout the batched walks serve, which they are chosen for; the others keep
+    the one-row walk."""
+    monkeypatch.setattr(ck, "ROWS_WALK", walk)
+    for name, shape, attrs, sshape in FAST_LAYOUTS:
+        if not sshape:
+            continue
+        rng = np.random.default_rng(zlib.crc32(name.encode()) + 2)
+        n = int(np.prod(shape))
+        scale = _scales(sshape, rng, np.float32)
+        with np.errstate(all="ignore"):
+            x = (_units(n, rng).reshape(shape) * _expand(scale, attrs, shape)).astype(np.float32)
+        call = qcore.ops.prepare_quantize(x, scale, backend="cuda", **attrs)
+        kernel = ck.rows_kernel(call.layout_params(), 1)[0]
+        assert kernel == _expected_kernel(name, walk), name
+        for target in ("int8", "uint8", "float8e4m3fn", "float4e2m1"):
+            zp = _zero_point("value", target, sshape, rng)
+            both(qcore.quantize_linear, x, scale, zp, x=x, output_dtype=target, **attrs)
+        codes = np.resize(get_format("int8").all_codes(), n).reshape(shape)
+        zp = _zero_point("value", "int8", sshape, rng)
+        both(qcore.dequantize_linear, codes, scale, zp, x=codes, **attrs)
 
 
 def test_specialised_minmax_of_every_kind():
@@ -783,12 +832,17 @@ def test_float8_conversion_instruction_matches_the_cpu(target, saturate):
          output_dtype=target, saturate=saturate, x=m)
 
 
+@pytest.mark.parametrize("walk", ["rows", "batch", "stride", "pipe", "flat"])
 @pytest.mark.parametrize("case", ["per-tensor", "blocked 32", "blocked 128", "per-axis rows",
                                   "per-axis columns"])
-def test_large_tensors_on_the_gpu(case):
-    """Large tensors through every grid-stride loop (many blocks, several rounds each)."""
+def test_large_tensors_on_the_gpu(case, walk, monkeypatch):
+    """Large tensors through every grid-stride loop (many blocks, several rounds each), the
+    rows layouts through every rows walk."""
     if numba.config.ENABLE_CUDASIM:
         pytest.skip("a GPU-sized tensor (the simulator runs threads as Python threads)")
+    if case == "per-tensor" and walk != "rows":
+        pytest.skip("per-tensor has no rows walk")
+    monkeypatch.setattr(ck, "ROWS_WALK", walk)
     rng = np.random.default_rng(12)
     x = (rng.standard_normal((1024, 4100)) * 40).astype(np.float32)
     attrs, sshape = {

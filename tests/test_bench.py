@@ -378,3 +378,42 @@ def test_command_line_shows_the_code_changing_variables():
 
     assert (command_line(["--quick"], env)
             == "NUMBA_CPU_NAME=haswell NUMBA_CPU_FEATURES= python -m qcore.bench --quick")
+
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="Linux /proc")
+def test_settle_waits_for_a_running_thread_of_this_process():
+    """A thread of this process running without the GIL (as onnxruntime's spinning pool does)
+    is seen, and settle waits for it up to its limit; once it has ended settle returns."""
+    import threading
+    import time
+
+    from numba import njit
+
+    @njit(nogil=True)
+    def work():
+        x = 0.0
+        for k in range(20_000_000):
+            x += k * 1e-9
+        return x
+
+    work()  # compiled before the thread starts
+    done = threading.Event()
+
+    def run():
+        deadline = time.perf_counter() + 2.0
+        while time.perf_counter() < deadline and not done.is_set():
+            work()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        time.sleep(0.05)
+        seen = max(bench_timing.own_runnable_threads() or 0 for _ in range(50))
+        waited = bench_timing.settle(0.1)
+    finally:
+        done.set()
+        thread.join()
+    assert seen >= 1
+    assert waited >= 0.1
+    assert bench_timing.settle(1.0) < 1.0

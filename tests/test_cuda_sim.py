@@ -170,6 +170,10 @@ def _fast_signatures():
     qp = typeof(QuantizeParams(*[0] * len(QuantizeParams._fields)))
     dp = typeof(DequantizeParams(*[0] * len(DequantizeParams._fields)))
     rp = typeof(ck.row_params(LayoutParams(4, 64, 1, 32, 4, 2, 1, 0), 1))
+    fp = typeof((32, 1.0 / 32, 1))  # the flat kernels' (q, 1/q, zstep)
+
+    def rows_args(layout):
+        return () if layout == "per-tensor" else (fp,) if layout == "flat-vec" else (rp,)
 
     def arr(ty):
         return t.Array(ty, 1, "C")
@@ -178,7 +182,7 @@ def _fast_signatures():
     for (layout, family, width), kernel in cuda_quantize.QUANTIZE_KERNELS.items():
         y = t.uint8 if width == 1 else t.uint16
         sig = (arr(t.float32), arr(y), arr(t.float32), arr(t.float32), qp)
-        sig += (rp,) if layout == "rows" else ()
+        sig += rows_args(layout)
         want = ["ld.global.v4.f32", "st.global.u32" if width == 1 else "st.global.u64"]
         if family == "fp8-cvt":
             want += ["cvt.rn.satfinite.e4m3x2.f32", "cvt.rn.satfinite.e5m2x2.f32"]
@@ -186,7 +190,7 @@ def _fast_signatures():
     for (layout, okind), kernel in cuda_dequantize.DEQUANTIZE_KERNELS.items():
         y = t.float32 if okind == "f32" else t.uint16
         sig = (arr(t.int8), arr(y), arr(t.float32), arr(t.float64), dp, t.int64,
-               arr(t.float64)) + ((rp,) if layout == "rows" else ())
+               arr(t.float64)) + rows_args(layout)
         want = ["ld.global.u32", "st.global.v4.f32" if okind == "f32" else "st.global.u64"]
         out.append((f"dequantize {layout} -> {okind}", kernel, sig, want))
     out.append(("minmax", cuda_minmax.minmax_kernel,

@@ -72,7 +72,12 @@ def _vector_copy(step, width):
 INT_VECTOR_COPIES = {"int_codes_32": _vector_copy(bits.int_codes_32, 32),
                      "int_codes_64": _vector_copy(bits.int_codes_64, 64),
                      "int_codes_128": _vector_copy(bits.int_codes_128, 128),
-                     "int_codes_step": _vector_copy(bits.int_codes_step, bits.INT_STEP)}
+                     "int_codes_step": _vector_copy(bits.int_codes_step, bits.INT_STEP),
+                     # the other store form (bits.int_store_split) than the one this target
+                     # compiles: both hold to the rule on every host
+                     "int_codes_step, other stores": _vector_copy(
+                         bits._int_codes_intrinsic(bits.INT_STEP, 0 if bits.INT_SPLIT else 16),
+                         bits.INT_STEP)}
 
 
 def _quotients(span: int) -> np.ndarray:

@@ -311,6 +311,7 @@ def run(cases: list[Case], shape: tuple[int, int], backend: str = "cpu",
         for _ in range(timing.ROUNDS):
             for name, fn in impls.items():
                 if fn is not None:
+                    timing.settle()  # the previous implementation's threads stop spinning first
                     case.results[name] = max(case.results.get(name, 0.0), timing.time_call(fn, n))
         case.roofline = bandwidth / bytes_per_element(case)
         if case.op == "quantize" and not case.packed:

@@ -176,7 +176,9 @@ def main(argv: list[str] | None = None) -> int:
              "unless the case says otherwise",
              "timing: " + ("CPU time of one thread (qcore and onnxruntime each on one thread)"
                            if args.cpu_time else "wall clock") +
-             f", the fastest repetition of {timing.ROUNDS} interleaved rounds; load average "
+             f", the fastest repetition of {timing.ROUNDS} interleaved rounds, each "
+             "implementation's block started once the process's other threads had stopped "
+             "running (timing.settle); load average "
              f"{os.getloadavg()[0]:.1f} at the end; onnxruntime intra-op threads: "
              f"{timing.ORT_THREADS or 'its default'}"]
     for other in targets_run:

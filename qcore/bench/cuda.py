@@ -131,24 +131,58 @@ def _time_launch(fn, repeat: int) -> float:
 
 
 def _timed_operator(name: str, flat: np.ndarray, d_y, launch, repeat: int,
-                    kernel: str) -> Timing:
+                    kernel: str, transfers: bool = True) -> Timing:
     """The Timing of one operator's launch from flat (on the device) into d_y: the kernel by
-    events, the copies and the launch by wall time (bytes: x read, y written once)."""
+    events, the copies (unless `transfers` is false: another kernel of the same case timed
+    them) and the launch by wall time (bytes: x read, y written once)."""
     kernel_s = _time_events(launch, repeat)
     h_y = np.empty(d_y.size, d_y.dtype)
     t = Timing(name, int(flat.size), int(flat.nbytes + h_y.nbytes), kernel_s,
-               h2d_s=_time_wall(lambda: cuda.to_device(flat), repeat),
-               d2h_s=_time_wall(lambda: d_y.copy_to_host(h_y), repeat),
                launch_s=_time_launch(launch, repeat), device=ck.device_name())
+    if transfers:
+        t.h2d_s = _time_wall(lambda: cuda.to_device(flat), repeat)
+        t.d2h_s = _time_wall(lambda: d_y.copy_to_host(h_y), repeat)
     t.extra["kernel"] = kernel
     return t
 
 
+def _walks(walks: tuple, name: str, flat: np.ndarray, d_y, repeat: int, launcher,
+           kernel_name) -> list[Timing]:
+    """One Timing per rows walk (``launcher(walk)`` gives the launch); with several walks,
+    each after the first starts from a poisoned y and its output is compared with the first
+    walk's (``extra["agrees"]``), so a walk that writes wrong or no codes shows."""
+    out, first = [], None
+    for k, w in enumerate(walks):
+        if k and not ck.SIMULATOR:
+            from numba.cuda.cudadrv.driver import device_memset
+
+            device_memset(d_y, 0xA5, d_y.nbytes)
+        try:
+            t = _timed_operator(name, flat, d_y, launcher(w), repeat, kernel_name(w),
+                                transfers=k == 0)
+        except Exception as exc:  # a walk that fails (to compile, say) leaves the others timed
+            if k == 0 or len(walks) == 1:
+                raise
+            print(f"error: {name}, walk {w}: {type(exc).__name__}: {exc}", flush=True)
+            continue
+        if len(walks) > 1:
+            got = d_y.copy_to_host()
+            if first is None:
+                first = got
+            else:
+                t.extra["agrees"] = bool(np.array_equal(got, first))
+        out.append(t)
+    return out
+
+
 def bench_quantize(x: np.ndarray, y_scale, y_zero_point=None, *, repeat: int = 10,
-                   name: str | None = None, **attributes) -> Timing:
+                   name: str | None = None, walks: tuple = (None,),
+                   **attributes) -> Timing | list[Timing]:
     """Time QuantizeLinear on the GPU for host array x: the kernel alone (x already on the
     device), the x upload and the y download separately. `attributes` are quantize_linear's
-    (axis, block_size, saturate, output_dtype, precision, opset)."""
+    (axis, block_size, saturate, output_dtype, precision, opset). With several `walks` (the
+    rows walks of :func:`qcore.kernels.cuda.rows_kernel`), one Timing per walk, in a list,
+    the transfers timed with the first."""
     call = ops.prepare_quantize(np.asarray(x), y_scale, y_zero_point, backend="cuda",
                                 **attributes)
     plan, qp = call.plan, call.params()
@@ -158,17 +192,18 @@ def bench_quantize(x: np.ndarray, y_scale, y_zero_point=None, *, repeat: int = 1
     d_y = cuda.device_array(flat.size, storage)
     args = (d_x, cuda.to_device(call.scale), cuda.to_device(call.zero_point), d_y,
             call.layout_params(), qp)
-    family = ck.quantize_family(args[4], qp)
-    return _timed_operator(
-        name or f"QuantizeLinear {plan.x.name}->{plan.target.name} {plan.layout.granularity}",
-        flat, d_y, lambda: ck.launch_quantize(*args), repeat,
-        " ".join(map(str, family)) if family else "generic")
+    name = name or f"QuantizeLinear {plan.x.name}->{plan.target.name} {plan.layout.granularity}"
+    out = _walks(walks, name, flat, d_y, repeat,
+                 lambda w: lambda: ck.launch_quantize(*args, walk=w),
+                 lambda w: ck.quantize_kernel_name(args[4], qp, args[2].size, w))
+    return out if len(walks) > 1 else out[0]
 
 
 def bench_dequantize(x: np.ndarray, x_scale, x_zero_point=None, *, repeat: int = 10,
-                     name: str | None = None, **attributes) -> Timing:
+                     name: str | None = None, walks: tuple = (None,),
+                     **attributes) -> Timing | list[Timing]:
     """Time DequantizeLinear on the GPU like :func:`bench_quantize` (axis, block_size,
-    output_dtype, opset)."""
+    output_dtype, opset; `walks`)."""
     call = ops.prepare_dequantize(np.asarray(x), x_scale, x_zero_point, backend="cuda",
                                   **attributes)
     plan = call.plan
@@ -178,11 +213,12 @@ def bench_dequantize(x: np.ndarray, x_scale, x_zero_point=None, *, repeat: int =
     d_y = cuda.device_array(flat.size, out_dtype)
     args = (cuda.to_device(flat), cuda.to_device(call.scale), cuda.to_device(call.zero_point),
             d_y, call.layout_params(), dp, ck.device_table(table))
-    family = ck.dequantize_family(args[4], dp, flat.dtype.itemsize)
-    return _timed_operator(
-        name or f"DequantizeLinear {plan.x.name}->{plan.output.name} {plan.layout.granularity}",
-        flat, d_y, lambda: ck.launch_dequantize(*args), repeat,
-        " ".join(family) if family else "generic")
+    name = name or f"DequantizeLinear {plan.x.name}->{plan.output.name} {plan.layout.granularity}"
+    out = _walks(walks, name, flat, d_y, repeat,
+                 lambda w: lambda: ck.launch_dequantize(*args, walk=w),
+                 lambda w: ck.dequantize_kernel_name(args[4], dp, flat.dtype.itemsize,
+                                                     args[2].size, w))
+    return out if len(walks) > 1 else out[0]
 
 
 def bench_minmax(x: np.ndarray, *, repeat: int = 10,
@@ -255,11 +291,16 @@ def bench_copy(n_bytes: int = 256 << 20, *, repeat: int = 10) -> Timing:
 
 
 def bench_cases(n: int = 1 << 26, *, repeat: int = 10, seed: int = 0,
-                shape: tuple[int, int] | None = None) -> list[Timing]:
+                shape: tuple[int, int] | None = None, walks: tuple = (None,),
+                rows_only: bool = False) -> list[Timing]:
     """The GPU benchmark set on a float32 matrix (`shape`, else (n/1024, 1024)): the copy
-    roofline, QuantizeLinear int8/uint8 per-tensor and blocked 32/128 along the rows, int8
-    per-axis, float8 e4m3fn/e5m2, int4 blocked, float4e2m1, DequantizeLinear int8 per-tensor
-    and blocked 32, uint8 -> float16, and DynamicQuantizeLinear (its min/max pass and whole)."""
+    roofline; QuantizeLinear int8/uint8 per-tensor, float8 e4m3fn/e5m2 and float4e2m1
+    per-tensor; the rows family: int8 per-axis along the last and the first axis, int8/uint8
+    blocked 32/128 along the rows, int4 blocked 32/128, float8e4m3fn blocked 32, MXFP8 and
+    MXFP4 (float8e8m0 scales, blocks of 32), DequantizeLinear int8 blocked 32; DequantizeLinear
+    int8 per-tensor, uint8 -> float16, and DynamicQuantizeLinear (its min/max pass and whole).
+    The rows family runs once per rows walk in `walks` (None: the default walk); `rows_only`
+    keeps the copy and the rows family alone."""
     if shape is None:
         shape = (max(1, n // 1024), 1024 if n >= 1024 else n)
     rows, cols = shape
@@ -267,41 +308,69 @@ def bench_cases(n: int = 1 << 26, *, repeat: int = 10, seed: int = 0,
     x = rng.standard_normal((rows, cols), dtype=np.float32)
     out = [bench_copy(x.nbytes, repeat=repeat)]
 
-    def blocks(b):
-        bs = b if cols >= b else cols
-        return np.full((rows, -(-cols // bs)), 0.05, np.float32), bs
+    def add(result):
+        out.extend(result if isinstance(result, list) else [result])
 
-    out.append(bench_quantize(x, np.float32(0.05), np.int8(0), repeat=repeat,
-                              name="Q int8 per-tensor"))
-    out.append(bench_quantize(x, np.float32(0.05), np.uint8(128), repeat=repeat,
-                              name="Q uint8 per-tensor"))
-    out.append(bench_quantize(x, np.full(cols, 0.05, np.float32), np.zeros(cols, np.int8),
-                              axis=1, repeat=repeat, name="Q int8 per-axis (last axis)"))
+    def blocks(b, value=0.05, dtype=np.float32):
+        bs = b if cols >= b else cols
+        return np.full((rows, -(-cols // bs)), value, np.float32).astype(dtype), bs
+
+    def q_rows(s, zp=None, **kw):
+        add(bench_quantize(x, s, zp, repeat=repeat, walks=walks, **kw))
+
+    if not rows_only:
+        add(bench_quantize(x, np.float32(0.05), np.int8(0), repeat=repeat,
+                           name="Q int8 per-tensor"))
+        add(bench_quantize(x, np.float32(0.05), np.uint8(128), repeat=repeat,
+                           name="Q uint8 per-tensor"))
+    q_rows(np.full(cols, 0.05, np.float32), np.zeros(cols, np.int8), axis=1,
+           name="Q int8 per-axis (last axis)")
+    q_rows(np.full(rows, 0.05, np.float32), np.zeros(rows, np.int8), axis=0,
+           name="Q int8 per-axis (first axis)")
     for b in (32, 128):
         s, bs = blocks(b)
-        out.append(bench_quantize(x, s, np.zeros(s.shape, np.int8), axis=1, block_size=bs,
-                                  repeat=repeat, name=f"Q int8 blocked {b}"))
-        out.append(bench_quantize(x, s, np.full(s.shape, 128, np.uint8), axis=1,
-                                  block_size=bs, repeat=repeat, name=f"Q uint8 blocked {b}"))
-    out.append(bench_quantize(x, np.float32(0.05), output_dtype="float8e4m3fn", repeat=repeat,
-                              name="Q float8e4m3fn per-tensor"))
-    out.append(bench_quantize(x, np.float32(0.05), output_dtype="float8e5m2", repeat=repeat,
-                              name="Q float8e5m2 per-tensor"))
+        q_rows(s, np.zeros(s.shape, np.int8), axis=1, block_size=bs, name=f"Q int8 blocked {b}")
+        q_rows(s, np.full(s.shape, 128, np.uint8), axis=1, block_size=bs,
+               name=f"Q uint8 blocked {b}")
+    for b in (32, 128):
+        s, bs = blocks(b)
+        q_rows(s, output_dtype="int4", axis=1, block_size=bs, name=f"Q int4 blocked {b}")
     s, bs = blocks(32)
-    out.append(bench_quantize(x, s, output_dtype="int4", axis=1, block_size=bs,
-                              repeat=repeat, name="Q int4 blocked 32"))
-    out.append(bench_quantize(x, np.float32(0.5), output_dtype="float4e2m1", repeat=repeat,
-                              name="Q float4e2m1 per-tensor"))
+    q_rows(s, output_dtype="float8e4m3fn", axis=1, block_size=bs,
+           name="Q float8e4m3fn blocked 32")
+    e8m0 = _e8m0()
+    if e8m0 is not None:
+        s8, bs = blocks(32, 2.0 ** -4, e8m0)
+        q_rows(s8, output_dtype="float8e4m3fn", axis=1, block_size=bs,
+               name="Q MXFP8 (float8e4m3fn, e8m0 scales) blocked 32")
+        q_rows(s8, output_dtype="float4e2m1", axis=1, block_size=bs,
+               name="Q MXFP4 (float4e2m1, e8m0 scales) blocked 32")
+    if not rows_only:
+        add(bench_quantize(x, np.float32(0.05), output_dtype="float8e4m3fn", repeat=repeat,
+                           name="Q float8e4m3fn per-tensor"))
+        add(bench_quantize(x, np.float32(0.05), output_dtype="float8e5m2", repeat=repeat,
+                           name="Q float8e5m2 per-tensor"))
+        add(bench_quantize(x, np.float32(0.5), output_dtype="float4e2m1", repeat=repeat,
+                           name="Q float4e2m1 per-tensor"))
     codes = rng.integers(-128, 128, (rows, cols), dtype=np.int8)
-    out.append(bench_dequantize(codes, np.float32(0.05), np.int8(0), repeat=repeat,
-                                name="DQ int8 per-tensor"))
-    out.append(bench_dequantize(codes, s, np.zeros(s.shape, np.int8), axis=1, block_size=bs,
-                                repeat=repeat, name="DQ int8 blocked 32"))
-    out.append(bench_dequantize(codes.view(np.uint8) >> 1, np.float32(0.05), repeat=repeat,
-                                output_dtype="float16", name="DQ uint8 -> float16 per-tensor"))
-    out.append(bench_minmax(x, repeat=repeat))
-    out.append(bench_dynamic(x, repeat=repeat))
+    if not rows_only:
+        add(bench_dequantize(codes, np.float32(0.05), np.int8(0), repeat=repeat,
+                             name="DQ int8 per-tensor"))
+    add(bench_dequantize(codes, s, np.zeros(s.shape, np.int8), axis=1, block_size=bs,
+                         repeat=repeat, walks=walks, name="DQ int8 blocked 32"))
+    if not rows_only:
+        add(bench_dequantize(codes.view(np.uint8) >> 1, np.float32(0.05), repeat=repeat,
+                             output_dtype="float16", name="DQ uint8 -> float16 per-tensor"))
+        add(bench_minmax(x, repeat=repeat))
+        add(bench_dynamic(x, repeat=repeat))
     return out
+
+
+def _e8m0():
+    """ml_dtypes' float8e8m0 (the MX scale type), or None with an ml_dtypes without it."""
+    import ml_dtypes
+
+    return getattr(ml_dtypes, "float8_e8m0fnu", None)
 
 
 #: GPU speed targets (issue 30, on a real GPU): per case, the minimum fraction of the copy
@@ -309,10 +378,17 @@ def bench_cases(n: int = 1 << 26, *, repeat: int = 10, seed: int = 0,
 CUDA_TARGETS = {
     "Q int8 per-tensor": (0.7, 1.0),
     "Q uint8 per-tensor": (0.7, 1.0),
+    "Q int8 per-axis (last axis)": (0.7, 1.0),
+    "Q int8 per-axis (first axis)": (0.7, 1.0),
     "Q int8 blocked 32": (0.7, 1.0),
     "Q uint8 blocked 32": (0.7, 1.0),
     "Q int8 blocked 128": (0.7, 1.0),
     "Q uint8 blocked 128": (0.7, 1.0),
+    "Q int4 blocked 32": (0.7, 1.0),
+    "Q int4 blocked 128": (0.7, 1.0),
+    "Q float8e4m3fn blocked 32": (0.7, 1.0),
+    "Q MXFP8 (float8e4m3fn, e8m0 scales) blocked 32": (0.7, 1.0),
+    "Q MXFP4 (float4e2m1, e8m0 scales) blocked 32": (0.7, None),
     "Q float8e4m3fn per-tensor": (None, 0.9),
     "DQ int8 per-tensor": (0.7, None),
     "DQ int8 blocked 32": (0.7, None),
@@ -344,65 +420,6 @@ def cuda_verdict(t: Timing, copy: Timing, torch_rate: float | None) -> str:
     return "; ".join(out) or "—"
 
 
-def torch_rates(shape: tuple[int, int], *, repeat: int = 10) -> dict[str, float]:
-    """torch on the same GPU, elements/s of the same cases, timed as qcore's kernels are
-    (:func:`_time_events`: a spin, then events around back-to-back calls of eager torch):
-    divide-round-clamp-cast for the integer cases (per block through a view), ``(x /
-    s).to(torch.float8_e4m3fn)``, ``(codes.float() - zp) * s``, ``torch.aminmax``. Empty
-    without torch or its GPU."""
-    try:
-        import torch
-    except ImportError:
-        return {}
-    if not torch.cuda.is_available():
-        return {}
-    rows, cols = shape
-    n = rows * cols
-    x = torch.randn(rows, cols, device="cuda")
-    codes = torch.randint(-128, 128, (rows, cols), device="cuda", dtype=torch.int8)
-
-    def blocked(b, lo, hi, zp, dtype):
-        if cols % b:
-            return None
-        s = torch.full((rows, cols // b, 1), 0.05, device="cuda")
-        xb = x.view(rows, cols // b, b)
-        return lambda: (xb / s).round().add(zp).clamp(lo, hi).to(dtype)
-
-    fns = {
-        "Q int8 per-tensor": lambda: (x / 0.05).round().clamp(-128, 127).to(torch.int8),
-        "Q uint8 per-tensor": lambda: (x / 0.05).round().add(128).clamp(0, 255).to(
-            torch.uint8),
-        "Q int8 blocked 32": blocked(32, -128, 127, 0, torch.int8),
-        "Q uint8 blocked 32": blocked(32, 0, 255, 128, torch.uint8),
-        "Q int8 blocked 128": blocked(128, -128, 127, 0, torch.int8),
-        "Q uint8 blocked 128": blocked(128, 0, 255, 128, torch.uint8),
-        "DQ int8 per-tensor": lambda: (codes.float() - 0) * 0.05,
-        "DynamicQuantizeLinear min/max pass": lambda: torch.aminmax(x),
-    }
-    if hasattr(torch, "float8_e4m3fn"):
-        fns["Q float8e4m3fn per-tensor"] = lambda: (x / 0.05).to(torch.float8_e4m3fn)
-    if hasattr(torch, "float8_e5m2"):
-        fns["Q float8e5m2 per-tensor"] = lambda: (x / 0.05).to(torch.float8_e5m2)
-    sleep = getattr(torch.cuda, "_sleep", None)  # a spin of N GPU clock cycles
-    rates = {}
-    for name, fn in fns.items():
-        if fn is None:
-            continue
-        fn()
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        fn()
-        host = time.perf_counter() - t0
-        torch.cuda.synchronize()
-        cycles = int(max(1e-3, 2 * LAUNCHES * host) * 2e9)
-        spin = (lambda c=cycles: sleep(c)) if sleep is not None else (lambda: None)
-        rates[name] = n / _event_rounds(fn, repeat, LAUNCHES,
-                                        lambda: torch.cuda.Event(enable_timing=True), spin)
-    fns.clear()
-    torch.cuda.empty_cache()
-    return rates
-
-
 def gpu_description() -> dict:
     """The GPU, its compute capability and the CUDA driver version, as numba sees them."""
     ck.backend_or_raise("gpu_description")
@@ -424,7 +441,15 @@ def gpu_description() -> dict:
 
 def _operator_note(t: Timing) -> str:
     op = t.extra.get("operator_s")
-    return f" (whole operator call {op * 1e6:.0f} µs)" if op else ""
+    agrees = t.extra.get("agrees")
+    same = "" if agrees is None else (", the first kernel's output" if agrees
+                                      else ", OUTPUT DIFFERS from the first kernel's")
+    return (f" (whole operator call {op * 1e6:.0f} µs)" if op else "") + same
+
+
+def _ms(seconds: float) -> str:
+    """A transfer time in ms, "—" where it was not timed (another kernel of the case timed it)."""
+    return f"{seconds * 1e3:.1f}" if seconds else "—"
 
 
 def markdown_table(timings: list[Timing], rates: dict[str, float]) -> str:
@@ -448,7 +473,7 @@ def markdown_table(timings: list[Timing], rates: dict[str, float]) -> str:
             f"| {t.name} | {t.kernel_s * 1e6:.1f} | {t.launch_s * 1e6:.0f} | "
             f"{t.elements_per_s / 1e9:.1f} | "
             f"{t.bandwidth / 1e9:.0f} | {100 * t.bandwidth / roofline(copy):.0f}% | {vs} | "
-            f"{t.extra.get('kernel', '—')}{_operator_note(t)} | {t.h2d_s * 1e3:.1f} | {t.d2h_s * 1e3:.1f} | "
+            f"{t.extra.get('kernel', '—')}{_operator_note(t)} | {_ms(t.h2d_s)} | {_ms(t.d2h_s)} | "
             f"{cuda_verdict(t, copy, rate)} |")
     return "\n".join(lines)
 
@@ -479,6 +504,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="comma-separated ROWSxCOLS float32 matrices")
     parser.add_argument("--repeat", type=int, default=10)
     parser.add_argument("--no-peers", action="store_true", help="qcore only (no torch)")
+    parser.add_argument("--walks", default="",
+                        help="comma-separated rows walks to time the rows family with, side by "
+                             "side (rows, batch; default: the default walk alone)")
+    parser.add_argument("--rows-only", action="store_true",
+                        help="the copy roofline and the rows family alone")
     parser.add_argument("--json", metavar="FILE")
     parser.add_argument("--markdown", metavar="FILE")
     parser.add_argument("--from-json", metavar="FILE",
@@ -491,6 +521,14 @@ def main(argv: list[str] | None = None) -> int:
     if reason:
         print(f"error: no usable GPU ({reason})")
         return 2
+    walks = tuple(w.strip() for w in args.walks.split(",") if w.strip()) or (None,)
+    bad = [w for w in walks if w is not None and w not in ck.cuda_rows.WALKS]
+    if bad:
+        print(f"error: --walks: {bad[0]!r} is not a rows walk (valid: "
+              f"{', '.join(ck.cuda_rows.WALKS)})")
+        return 2
+    from qcore.bench import cuda_torch
+
     info = gpu_description()
     report = [f"GPU: {info}"]
     results = {"device": info, "sizes": []}
@@ -498,8 +536,10 @@ def main(argv: list[str] | None = None) -> int:
     for text in args.size.split(","):
         rows, cols = (int(v) for v in text.lower().split("x"))
         t0 = time.perf_counter()
-        timings = bench_cases(shape=(rows, cols), repeat=args.repeat)
-        rates = {} if args.no_peers else torch_rates((rows, cols), repeat=args.repeat)
+        timings = bench_cases(shape=(rows, cols), repeat=args.repeat, walks=walks,
+                              rows_only=args.rows_only)
+        rates = {} if args.no_peers else cuda_torch.torch_rates(
+            (rows, cols), repeat=args.repeat, names={t.name for t in timings})
         table = markdown_table(timings, rates)
         block = f"\n### {rows}x{cols} float32 ({time.perf_counter() - t0:.0f} s)\n\n{table}"
         print(block, flush=True)

@@ -20,6 +20,50 @@ ORT_THREADS = 0
 ROUNDS = 3
 
 
+#: Longest wait of :func:`settle` for the other threads of this process to stop running.
+SETTLE_MAX_S = 1.0
+
+
+def own_runnable_threads() -> int | None:
+    """Threads of this process other than the calling one that are running or runnable now
+    (Linux: state R in /proc/self/task/*/stat); None where that cannot be read."""
+    import os
+    import threading
+
+    me = threading.get_native_id()
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return None
+    count = 0
+    for tid in tasks:
+        if int(tid) == me:
+            continue
+        try:
+            with open(f"/proc/self/task/{tid}/stat", "rb") as f:
+                state = f.read().rsplit(b")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue  # a thread that ended meanwhile
+        count += state == b"R"
+    return count
+
+
+def settle(max_s: float | None = None) -> float:
+    """Wait until no other thread of this process runs (at most `max_s`, SETTLE_MAX_S by
+    default); the seconds waited. Run before each implementation's timed block: onnxruntime's
+    intra-op threads spin for tens of milliseconds of CPU after each Run (numba's OpenMP workers
+    for a few after a parallel call), and a block that starts meanwhile finds a core taken,
+    which qcore's worker count reads as a busy core (qcore.config.ADAPTIVE_WORKERS)."""
+    limit = SETTLE_MAX_S if max_s is None else max_s
+    start = time.perf_counter()
+    while time.perf_counter() - start < limit:
+        busy = own_runnable_threads()
+        if not busy:
+            break
+        time.sleep(0.002)
+    return time.perf_counter() - start
+
+
 def time_call(fn: Callable[[], object], n_elements: int, min_time: float = 0.3,
               max_reps: int = 15) -> float:
     """Elements/s of the fastest repetition (after one warm-up call), by :data:`CLOCK`.

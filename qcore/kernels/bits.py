@@ -216,25 +216,37 @@ def _quotients(context, builder, xs_ty, xs_v, index, scale_v, width: int):
     return builder.fdiv(builder.load(xp, align=4), _splat(builder, scale_v, fvec))
 
 
-def _store_codes(context, builder, ys_ty, ys_v, index, codes):
-    """ys[index:index + lanes] = an int32 vector of codes, truncated to ys's item type."""
+def _store_codes(context, builder, ys_ty, ys_v, index, codes, split: int = 0):
+    """ys[index:index + lanes] = an int32 vector of codes, truncated to ys's item type: as one
+    truncation and one store, or as one truncation and store per `split` lanes (see
+    :func:`int_store_split`)."""
     item = ir.IntType(ys_ty.dtype.bitwidth)
-    ovec = ir.VectorType(item, codes.type.count)
-    if item.width < 32:
-        codes = builder.trunc(codes, ovec)
     ydata = context.make_array(ys_ty)(context, builder, ys_v).data
-    yp = builder.bitcast(builder.gep(ydata, [index]), ovec.as_pointer())
-    builder.store(codes, yp, align=item.width // 8)
+    lanes = codes.type.count
+    step = split if split and split < lanes else lanes
+    for k in range(0, lanes, step):
+        part = codes
+        if step < lanes:
+            part = builder.shuffle_vector(codes, ir.Constant(codes.type, ir.Undefined),
+                                          ir.Constant(ir.VectorType(ir.IntType(32), step),
+                                                      list(range(k, k + step))))
+        ovec = ir.VectorType(item, step)
+        if item.width < 32:
+            part = builder.trunc(part, ovec)
+        at = builder.add(index, ir.Constant(index.type, k)) if k else index
+        yp = builder.bitcast(builder.gep(ydata, [at]), ovec.as_pointer())
+        builder.store(part, yp, align=item.width // 8)
 
 
-def _int_codes_intrinsic(width: int):
+def _int_codes_intrinsic(width: int, split: int = 0):
     """An intrinsic that writes `width` integer codes at once: ys[j + k] =
     (lrint(clamp(xs[j + k] / scale, a, b)) + zero) & mask for k < width, as one vector
     division, two compare-and-selects, one lrint, an add, an AND, a truncation to ys's item
-    and one store, with the same IEEE operations per lane as the scalar rule (so the same
-    bits). `a`, `b` are the clamp bounds (lo - zero point, hi - zero point); NaN fails the first
-    test and becomes `a`. xs (float32) and ys (integers) are contiguous 1-D arrays and
-    j + width <= their sizes (not checked)."""
+    and one store (one per `split` lanes, see :func:`int_store_split`), with the same IEEE
+    operations per lane as the scalar rule (so the same bits). `a`, `b` are the clamp bounds
+    (lo - zero point, hi - zero point); NaN fails the first test and becomes `a`. xs
+    (float32) and ys (integers) are contiguous 1-D arrays and j + width <= their sizes (not
+    checked)."""
 
     def typer(typingctx, xs, j, ys, scale, a, b, zero, mask):
         if not (isinstance(xs, types.Array) and xs.dtype == types.float32 and xs.ndim == 1
@@ -261,24 +273,63 @@ def _int_codes_intrinsic(width: int):
                 f"llvm.lrint.v{width}i32.v{width}f32")
             codes = builder.add(builder.call(lrint, [q]), _splat(builder, zero_v, ivec))
             codes = builder.and_(codes, _splat(builder, mask_v, ivec))
-            _store_codes(context, builder, ys_ty, ys_v, index, codes)
+            _store_codes(context, builder, ys_ty, ys_v, index, codes, split)
             return context.get_dummy_value()
 
         return sig, codegen
 
-    typer.__name__ = f"int_codes_{width}"
+    typer.__name__ = f"int_codes_{width}" + (f"_split{split}" if split else "")
     return intrinsic(typer)
 
 
-int_codes_32 = _int_codes_intrinsic(32)
-int_codes_64 = _int_codes_intrinsic(64)
-int_codes_128 = _int_codes_intrinsic(128)
+def _target_cpu_name() -> str:
+    """The LLVM CPU name numba compiles for: NUMBA_CPU_NAME when set, else the host's."""
+    try:
+        from numba.core import config
+
+        if config.CPU_NAME:
+            return str(config.CPU_NAME)
+        import llvmlite.binding as llvm
+
+        return str(llvm.get_host_cpu_name())
+    except Exception:  # noqa: BLE001 - unknown target: the generic choice
+        return ""
+
+
+def _zen_generation(cpu_name: str) -> int:
+    """N of an AMD "znverN" LLVM CPU name; 0 for any other name."""
+    digits = cpu_name[5:] if cpu_name.startswith("znver") else ""
+    return int(digits) if digits.isdigit() else 0
+
+
+def int_store_split(cpu_name: str, features: set[str]) -> int:
+    """Lanes per store of the integer code steps on target `cpu_name` with `features` (the
+    "+name" set of :func:`_target_features`); 0: the step's codes as one truncation and one
+    store.
+
+    16 on AMD's AVX-512 cores (Zen 4 and later): LLVM narrows each 16 lanes with one vpmovdb,
+    and a store of a whole step's bytes then rebuilds 64-byte vectors with three inserts per
+    64 codes, which its Zen 4/5 model issues on the pipe the float divisions occupy (FP1; 6
+    cycles per 16-lane vdivps): the step is bound by that pipe, 114 cycles per 256 codes
+    against 96 with a store per 16 lanes (llvm-mca, -mcpu=znver5). onnxruntime's AVX-512
+    kernel stores 16 codes at a time too. 0 elsewhere: AVX2's pack chains store whole
+    vectors (a store per 16 lanes spills there), and LLVM's Intel models time the AVX-512 step
+    the same either way."""
+    return 16 if "+avx512f" in features and _zen_generation(cpu_name) >= 4 else 0
+
+
+#: Lanes per store of the integer code steps on the target numba compiles for.
+INT_SPLIT = int_store_split(_target_cpu_name(), _target_features())
+
+int_codes_32 = _int_codes_intrinsic(32, INT_SPLIT)
+int_codes_64 = _int_codes_intrinsic(64, INT_SPLIT)
+int_codes_128 = _int_codes_intrinsic(128, INT_SPLIT)
 
 #: Lanes of the integer kernels' widest step: more independent loads and divisions in flight
 #: per iteration, as many as the registers hold without spilling (AVX-512: 32 registers of 16
 #: lanes; AVX2: 16 of 8, where 256 lanes spill).
 INT_STEP = 256 if "+avx512f" in _target_features() else 128
-int_codes_step = _int_codes_intrinsic(INT_STEP)
+int_codes_step = _int_codes_intrinsic(INT_STEP, INT_SPLIT)
 
 
 def _float_codes_intrinsic(width: int, fnuz: bool, add: bool):

@@ -21,7 +21,7 @@ from functools import lru_cache
 import numpy as np
 
 from ..errors import QuantizationError
-from . import cuda_dequantize, cuda_device, cuda_minmax, cuda_quantize
+from . import cuda_dequantize, cuda_device, cuda_minmax, cuda_quantize, cuda_rows
 from .cuda_kernels import (
     _IMPORT_ERROR,
     _SIM_MAX_BLOCKS,
@@ -35,6 +35,7 @@ from .cuda_kernels import (
     quantize_kernel,
     unpack_kernel,
 )
+from .cuda_rows import row_params  # noqa: F401 - the rows view, part of this API
 from .params import DXKind, NanStyle, PKind, TKind, XKind
 
 # ---------------------------------------------------------------------------------------------
@@ -224,39 +225,18 @@ def quantize_family(lp, qp) -> tuple[str, str, int] | None:
     return ("per-tensor" if lp.uniform == 1 else "rows"), target, width
 
 
-def row_params(lp, z_size: int, aligned: bool = True) -> tuple:
-    """The rows view of a layout for the ``rows`` kernels (see cuda_device.rows_walk):
-    x as rows of contiguous elements, where each row's scales start at one index and step
-    every Bc columns."""
-    if lp.post == 1:  # along the last axis: a row per `pre`, blocks of `block` columns
-        rows, length, d1, b, bc = lp.pre, lp.dim, 1, 1, lp.block
-    else:  # an outer axis: a row per (pre, dim); one scale per row or one per column
-        rows, length, d1, b = lp.pre * lp.dim, lp.post, lp.dim, lp.block
-        bc = 1 if lp.scale_post > 1 else length
-    vec = int(aligned and (length % 4 == 0 or rows == 1)
-              and (bc == 1 or bc % 4 == 0 or bc >= length))
-    return (int(rows), int(length), int(d1), 1.0 / d1, int(b), 1.0 / b, int(lp.scale_blocks),
-            int(lp.scale_post), int(lp.scale_pre > 1), int(bc), 1.0 / bc, int(z_size > 1), vec)
+#: The rows walk the rows layouts take by default (:mod:`qcore.kernels.cuda_rows`): "flat"
+#: where a layout's scale index is i // q, the batched walk where it serves the layout, the
+#: one-row walk elsewhere ("rows", "batch", "stride", "pipe" pick one walk instead, for the
+#: benchmark; on an H200 the flat and batched walks measured fastest, docs/cuda.md).
+ROWS_WALK = "flat"
 
 
-def row_launch(lp, z_size: int) -> tuple[tuple[int, int], int, tuple]:
-    """(grid, threads, row params) of a rows kernel: threads across a row's four-element
-    vectors in whole warps (at most THREADS), enough blocks along x to cover a row (capped),
-    then blocks along y over the rows, up to the device's block budget."""
-    rp = row_params(lp, z_size)
-    rows, length = rp[0], rp[1]
-    warp = 1 if SIMULATOR else 32
-    vectors = (length + 3) // 4
-    threads = max(min(THREADS, (vectors + warp - 1) // warp * warp), 1)
-    budget = _max_blocks()
-    gx = max(1, min((vectors + threads - 1) // threads, budget))
-    gy = max(1, min(rows, budget // gx, 65535))
-    return (gx, gy), threads, rp
-
-
-@lru_cache(maxsize=256)
-def _row_launch_cached(lp, z_size: int):
-    return row_launch(lp, z_size)
+def rows_kernel(lp, z_size: int, walk: str | None = None):
+    """(kernel layout, grid, threads, params) of a rows layout for `walk` (default
+    :data:`ROWS_WALK`): :func:`qcore.kernels.cuda_rows.rows_kernel` on this device."""
+    return cuda_rows.rows_kernel(lp, z_size, ROWS_WALK if walk is None else walk,
+                                 _max_blocks())
 
 
 _OVERLOADS: dict = {}
@@ -336,9 +316,22 @@ def _resident_blocks(overload, threads: int) -> int:
     return hit
 
 
-def launch_quantize(d_x, d_s, d_z, d_y, lp, qp) -> None:
+def quantize_kernel_name(lp, qp, z_size: int, walk: str | None = None) -> str:
+    """The kernel :func:`launch_quantize` runs for these parameters (an aligned x), as the
+    benchmark names it: "per-tensor int 1", "batch-vec fp8-cvt 1", "rows int 2", "generic"."""
+    family = quantize_family(lp, qp)
+    if family is None:
+        return "generic"
+    if family[0] == "rows":
+        family = (rows_kernel(lp, z_size, walk)[0],) + family[1:]
+    return " ".join(map(str, family))
+
+
+def launch_quantize(d_x, d_s, d_z, d_y, lp, qp, walk: str | None = None) -> None:
     """Launch QuantizeLinear on device arrays (asynchronous; the params go by value): the
-    specialised kernel of :func:`quantize_family` where there is one, else the generic one."""
+    specialised kernel of :func:`quantize_family` where there is one, else the generic one.
+    `walk` picks the rows walk of a rows layout (:func:`rows_kernel`; default
+    :data:`ROWS_WALK`)."""
     n = d_x.size
     if not n:
         return
@@ -346,11 +339,12 @@ def launch_quantize(d_x, d_s, d_z, d_y, lp, qp) -> None:
     if family is None or not _aligned(d_x, 16):
         launch(quantize_kernel, grid(n), THREADS, d_x, d_s, d_z, d_y, lp, qp)
         return
-    kernel = cuda_quantize.QUANTIZE_KERNELS[family]
     if family[0] == "per-tensor":
+        kernel = cuda_quantize.QUANTIZE_KERNELS[family]
         launch(kernel, grid(n, 4 * THREADS), THREADS, d_x, d_y, d_s, d_z, qp)
     else:
-        grid2, threads, rp = _row_launch_cached(lp, d_z.size)
+        layout, grid2, threads, rp = rows_kernel(lp, d_z.size, walk)
+        kernel = cuda_quantize.QUANTIZE_KERNELS[(layout,) + family[1:]]
         launch(kernel, grid2, threads, d_x, d_y, d_s, d_z, qp, rp)
 
 
@@ -365,9 +359,21 @@ def dequantize_family(lp, dp, x_itemsize: int) -> tuple[str, str] | None:
                                                           else "half")
 
 
-def launch_dequantize(d_x, d_s, d_z, d_y, lp, dp, d_tab) -> None:
+def dequantize_kernel_name(lp, dp, x_itemsize: int, z_size: int,
+                           walk: str | None = None) -> str:
+    """The kernel :func:`launch_dequantize` runs (an aligned x), as the benchmark names it."""
+    family = dequantize_family(lp, dp, x_itemsize)
+    if family is None:
+        return "generic"
+    if family[0] == "rows":
+        family = (rows_kernel(lp, z_size, walk)[0], family[1])
+    return " ".join(family)
+
+
+def launch_dequantize(d_x, d_s, d_z, d_y, lp, dp, d_tab, walk: str | None = None) -> None:
     """Launch DequantizeLinear on device arrays (asynchronous; the params go by value): 8-bit
-    codes through the specialised kernels (four per 32-bit load), the rest the generic one."""
+    codes through the specialised kernels (four per 32-bit load), the rest the generic one.
+    `walk` picks the rows walk of a rows layout (:func:`rows_kernel`)."""
     n = d_x.size
     if not n:
         return
@@ -375,12 +381,13 @@ def launch_dequantize(d_x, d_s, d_z, d_y, lp, dp, d_tab) -> None:
     if family is None or not _aligned(d_x, 4):
         launch(dequantize_kernel, grid(n), THREADS, d_x, d_s, d_z, d_y, lp, dp, d_tab)
         return
-    kernel = cuda_dequantize.DEQUANTIZE_KERNELS[family]
     signed = int(d_x.dtype == np.int8)
     if family[0] == "per-tensor":
+        kernel = cuda_dequantize.DEQUANTIZE_KERNELS[family]
         launch(kernel, grid(n, 4 * THREADS), THREADS, d_x, d_y, d_s, d_z, dp, signed, d_tab)
     else:
-        grid2, threads, rp = _row_launch_cached(lp, d_z.size)
+        layout, grid2, threads, rp = rows_kernel(lp, d_z.size, walk)
+        kernel = cuda_dequantize.DEQUANTIZE_KERNELS[(layout, family[1])]
         launch(kernel, grid2, threads, d_x, d_y, d_s, d_z, dp, signed, d_tab, rp)
 
 

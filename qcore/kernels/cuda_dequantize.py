@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import cuda_rows
 from .cuda_device import load_word, pack16, rows_walk, store4, store_word
 from .cuda_kernels import _IMPORT_ERROR, cuda, device_function, nan_f64_to_f32
+from .cuda_rows import batch_walk, flat_walk
 from .params import DXKind
 from .scalar import half_bits
 
@@ -132,11 +134,63 @@ def _dequantize_rows(out4, out1):
     return kernel
 
 
+def _dequantize_batch(out4, walk):
+    """The batched rows kernels (:mod:`qcore.kernels.cuda_rows`): (per-column scales, one
+    scale per vector), of `walk` ("batch", "stride" or "pipe")."""
+
+    @device_function
+    def put4(y, j, word, s0, s1, s2, s3, z0, z1, z2, z3, k):
+        xkind, okind, signed, tab = k
+        v0, v1, v2, v3 = _dq_four(word, s0, s1, s2, s3, z0, z1, z2, z3, xkind, signed, tab)
+        out4(y, j, v0, v1, v2, v3, okind)
+
+    walk_col, walk_vec = batch_walk(_blank_word, load_word, _reload4, put4, walk)
+
+    @cuda.jit
+    def kernel_col(x, y, s, z, dp, signed, tab, rp):
+        """A scale per column, read once: each thread's rows BATCH at a time."""
+        walk_col(x, y, s, z, (dp.xkind, dp.okind, signed, tab), rp, int64(cuda.grid(1)),
+                 int64(cuda.gridsize(1)), int64(cuda.blockIdx.y), int64(cuda.gridDim.y))
+
+    @cuda.jit
+    def kernel_vec(x, y, s, z, dp, signed, tab, rp):
+        """One scale per vector and row: each thread's rows BATCH at a time, scales with them."""
+        walk_vec(x, y, s, z, (dp.xkind, dp.okind, signed, tab), rp, int64(cuda.grid(1)),
+                 int64(cuda.gridsize(1)), int64(cuda.blockIdx.y), int64(cuda.gridDim.y))
+
+    return kernel_col, kernel_vec
+
+
+def _dequantize_flat(out4):
+    """The flat kernel (:func:`qcore.kernels.cuda_rows.flat_walk`): element i's scale is
+    i // q; four codes per 32-bit load, a scale per word."""
+
+    @device_function
+    def put4(y, j, word, s0, s1, s2, s3, z0, z1, z2, z3, k):
+        xkind, okind, signed, tab = k
+        v0, v1, v2, v3 = _dq_four(word, s0, s1, s2, s3, z0, z1, z2, z3, xkind, signed, tab)
+        out4(y, j, v0, v1, v2, v3, okind)
+
+    walk = flat_walk(_blank_word, load_word, put4)
+
+    @cuda.jit
+    def kernel(x, y, s, z, dp, signed, tab, fp):
+        """Four codes per step, their scale with them; the next step's loaded first."""
+        walk(x, y, s, z, (dp.xkind, dp.okind, signed, tab), fp, int64(cuda.grid(1)),
+             int64(cuda.gridsize(1)), int64(x.size >> 2))
+
+    return kernel
+
+
 def _build_dequantize():
     kernels = {}
     for okind, (out4, out1) in (("f32", (_out_f32, _one_f32)), ("half", (_out_half, _one_half))):
         kernels[("per-tensor", okind)] = _dequantize_per_tensor(out4, out1)
         kernels[("rows", okind)] = _dequantize_rows(out4, out1)
+        kernels[("flat-vec", okind)] = _dequantize_flat(out4)
+        for walk in cuda_rows.BATCHED:
+            col, vec = _dequantize_batch(out4, walk)
+            kernels[(f"{walk}-col", okind)], kernels[(f"{walk}-vec", okind)] = col, vec
     return kernels
 
 

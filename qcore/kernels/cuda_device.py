@@ -202,7 +202,7 @@ def div_exact(n, d, inv):
 @device_function
 def row_first_scale(p, d, d1, bb, inv_b, sb, sp, pmul):
     """The first scale of row (p, d) of a rows layout: ((p * pmul) * SB + d // B) * SP
-    (:func:`qcore.kernels.cuda.row_params`)."""
+    (:func:`qcore.kernels.cuda_rows.row_params`)."""
     db = int64(0)
     if bb > 1:
         db, _ = div_exact(d, bb, inv_b)
@@ -229,7 +229,7 @@ def rows_walk(blank, load, reload4, put4, put1):
     of index t along x (tx threads along x) and block r0 along y (gy blocks along y); k holds
     the operator's constants.
 
-    x is rows of L contiguous elements (rp = :func:`qcore.kernels.cuda.row_params` = (rows, L,
+    x is rows of L contiguous elements (rp = :func:`qcore.kernels.cuda_rows.row_params` = (rows, L,
     D1, 1/D1, B, 1/B, SB, SP, pmul, Bc, 1/Bc, zstep, vec)): each thread keeps four columns and
     steps through the rows r0, r0 + gy, ...; row r is (p, d) = divmod(r, D1), its first scale
     ((p * pmul) * SB + d // B) * SP (:func:`row_first_scale`, then by adds), and column c adds

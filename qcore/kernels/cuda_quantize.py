@@ -24,13 +24,14 @@ written here):
   packed into one 32-bit store (64-bit for 16-bit codes) on the code array itself.
 
 Grid-stride loops over a grid sized to the device (:func:`qcore.kernels.cuda.grid`,
-:func:`qcore.kernels.cuda.row_launch`).
+:func:`qcore.kernels.cuda_rows.row_launch`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from . import cuda_rows
 from .cuda_device import (
     cvt_e4m3x2,
     cvt_e5m2x2,
@@ -41,6 +42,7 @@ from .cuda_device import (
     store_word,
 )
 from .cuda_kernels import _IMPORT_ERROR, bits_to_f32, cuda, device_function, f32_to_bits, rint_f32
+from .cuda_rows import batch_walk, flat_walk
 from .params import NanStyle
 from .scalar import encode_consts, encode_with, saturate_int
 
@@ -237,6 +239,54 @@ def _quantize_rows(consts, one, four, pack):
     return kernel
 
 
+def _quantize_batch(consts, four, pack, walk):
+    """The batched rows kernels (:mod:`qcore.kernels.cuda_rows`): (per-column scales, one
+    scale per vector), of `walk` ("batch", "stride" or "pipe")."""
+
+    @device_function
+    def put4(y, j, xv, s0, s1, s2, s3, z0, z1, z2, z3, k):
+        v0, v1, v2, v3 = xv
+        c0, c1, c2, c3 = four(v0, v1, v2, v3, s0, s1, s2, s3, z0, z1, z2, z3, k)
+        store_word(y, j, pack(c0, c1, c2, c3))
+
+    walk_col, walk_vec = batch_walk(_blank4, load4, _reload4, put4, walk)
+
+    @cuda.jit
+    def kernel_col(x, y, s, z, qp, rp):
+        """A scale per column, read once: each thread's rows BATCH at a time."""
+        walk_col(x, y, s, z, consts(qp), rp, int64(cuda.grid(1)), int64(cuda.gridsize(1)),
+                 int64(cuda.blockIdx.y), int64(cuda.gridDim.y))
+
+    @cuda.jit
+    def kernel_vec(x, y, s, z, qp, rp):
+        """One scale per vector and row: each thread's rows BATCH at a time, scales with them."""
+        walk_vec(x, y, s, z, consts(qp), rp, int64(cuda.grid(1)), int64(cuda.gridsize(1)),
+                 int64(cuda.blockIdx.y), int64(cuda.gridDim.y))
+
+    return kernel_col, kernel_vec
+
+
+def _quantize_flat(consts, four, pack):
+    """The flat kernel (:func:`qcore.kernels.cuda_rows.flat_walk`): a layout whose element i
+    has the scale i // q, walked as the per-tensor kernel walks, a scale per vector."""
+
+    @device_function
+    def put4(y, j, xv, s0, s1, s2, s3, z0, z1, z2, z3, k):
+        v0, v1, v2, v3 = xv
+        c0, c1, c2, c3 = four(v0, v1, v2, v3, s0, s1, s2, s3, z0, z1, z2, z3, k)
+        store_word(y, j, pack(c0, c1, c2, c3))
+
+    walk = flat_walk(_blank4, load4, put4)
+
+    @cuda.jit
+    def kernel(x, y, s, z, qp, fp):
+        """Four elements per step, their scale with them; the next step's loaded first."""
+        walk(x, y, s, z, consts(qp), fp, int64(cuda.grid(1)), int64(cuda.gridsize(1)),
+             int64(x.size >> 2))
+
+    return kernel
+
+
 def _build_quantize():
     kernels = {}
     for fam, (consts, one, four) in TARGET_FAMILIES.items():
@@ -245,6 +295,11 @@ def _build_quantize():
                 continue
             kernels[("per-tensor", fam, width)] = _quantize_per_tensor(consts, one, four, pack)
             kernels[("rows", fam, width)] = _quantize_rows(consts, one, four, pack)
+            kernels[("flat-vec", fam, width)] = _quantize_flat(consts, four, pack)
+            for walk in cuda_rows.BATCHED:
+                col, vec = _quantize_batch(consts, four, pack, walk)
+                kernels[(f"{walk}-col", fam, width)] = col
+                kernels[(f"{walk}-vec", fam, width)] = vec
     return kernels
 
 
