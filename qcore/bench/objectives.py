@@ -206,7 +206,8 @@ def rows_for(key: str, model: Any, make: Callable[[int], dict], repeats: int = 1
         target = _target(first)
         if math.isfinite(target):
             try:
-                m, forms, stated[MIN_SQNR] = _min_sqnr_export(model, ev, cal, threads, target)
+                m, forms, stated[MIN_SQNR] = _min_sqnr_export(model, ev, cal, threads, target,
+                                                              repeats)
                 exports[MIN_SQNR] = (m, forms)
             except Exception as exc:  # noqa: BLE001 - the row says what failed
                 err = f"--min-sqnr: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
@@ -224,13 +225,14 @@ def _target(table: list[dict]) -> float:
 
 
 def _min_sqnr_export(model: Any, batches: Sequence[dict], calibration: Sequence[dict],
-                     threads: int, db: float) -> tuple[Any, dict[str, int], dict[str, Any]]:
+                     threads: int, db: float, repeats: int = 15
+                     ) -> tuple[Any, dict[str, int], dict[str, Any]]:
     """qcore's ``--min-sqnr DB`` export (:func:`qcore.model.objectives.plan_for_speed`, as the
     CLI runs it with ``--inputs`` and ``--calibrate``): (model, {form: layers}, what the plan
     states: its latency ratio and deployed SQNR, met)."""
     case = SpeedCase(model, [dict(b) for b in batches], [dict(b) for b in calibration],
                      threads)
-    plan = plan_for_speed(case, min_sqnr=db)
+    plan = plan_for_speed(case, min_sqnr=db, repeats=repeats)  # the bench's --repeats
     forms: dict[str, int] = {}
     for r in plan.table():
         forms[r["form"]] = forms.get(r["form"], 0) + 1
