@@ -111,29 +111,35 @@ def pack_nbits8(q: Quantized, block: int) -> tuple[np.ndarray, np.ndarray, np.nd
     return packed, scales, None if np.all(zp == 128) else zp
 
 
-def write_nbits8(ex: Export, job: Job, block: int) -> None:
-    """8-bit codes as one ``MatMulNBits`` node (``bits=8``) at the unset accuracy level, which
-    computes in float: equal to DequantizeLinear → MatMul. onnxruntime's own fusion of that
-    pair sets level 4 (``session.qdq_matmulnbits_accuracy_level``), which quantizes the
-    activations to int8 per block and changes the outputs (41.53 dB stated, 40.15 dB run, on a
-    two-layer test model)."""
-    w, t, q, use, site = ex.w, job.tensor, job.q, job.use, job.site
-    packed, scales, zps = pack_nbits8(q, block)
+def _replace_with_nbits(ex: Export, job: Job, packed: np.ndarray, scales: np.ndarray,
+                        zps: np.ndarray | None, *, bits: int, block: int) -> None:
+    """The job's MatMul (and its bias Add) or Gemm → one MatMulNBits node over the packed
+    codes, scales and zero points (the same node for 4 and 8 bits)."""
+    w, t, use = ex.w, job.tensor, job.use
     k, n_out = job.x.shape
-    ins = [site, w.init(t + ".nbits", packed), w.init(t + ".nbits_scales", scales)]
+    ins = [job.site, w.init(t + ".nbits", packed), w.init(t + ".nbits_scales", scales)]
     ins.append(w.init(t + ".nbits_zero_points", zps) if zps is not None else "")
     y = job.node.output[0]
-    if use.bias is not None and job.n_bias == n_out:
+    if use.bias is not None and job.n_bias == n_out:  # input 4 (g_idx) absent
         ins += ["", use.bias]
-        if use.add is not None:
+        if use.add is not None:  # the Add after a MatMul goes into the node
             y = ex.by_id[use.add].output[0]
             ex.replaced[use.add] = []
     while ins[-1] == "":
         ins.pop()
     ex.replaced[use.node] = [ex.helper.make_node(
         "MatMulNBits", ins, [y], name=w.name(t + ".matmulnbits"),
-        domain="com.microsoft", K=k, N=n_out, bits=8, block_size=block)]
+        domain="com.microsoft", K=k, N=n_out, bits=bits, block_size=block)]
     ex.uses_ms = True
+
+
+def write_nbits8(ex: Export, job: Job, block: int) -> None:
+    """8-bit codes as one ``MatMulNBits`` node (``bits=8``) at the unset accuracy level, which
+    computes in float: equal to DequantizeLinear → MatMul. onnxruntime's own fusion of that
+    pair sets level 4 (``session.qdq_matmulnbits_accuracy_level``), which quantizes the
+    activations to int8 per block and changes the outputs (41.53 dB stated, 40.15 dB run, on a
+    two-layer test model)."""
+    _replace_with_nbits(ex, job, *pack_nbits8(job.q, block), bits=8, block=block)
 
 
 def _weights(r: Recipe, nbits_form: str) -> bool:
@@ -151,23 +157,7 @@ def _demote(r: Recipe, use: WeightUse, x: np.ndarray, n_bias: int | None) -> str
 
 def write(ex: Export, job: Job) -> None:
     """The MatMul (and its bias Add) or Gemm → one MatMulNBits node."""
-    w, t, q, use, site = ex.w, job.tensor, job.q, job.use, job.site
-    packed, scales, zps = pack_nbits(q)
-    k, n_out = job.x.shape
-    ins = [site, w.init(t + ".nbits", packed), w.init(t + ".nbits_scales", scales)]
-    ins.append(w.init(t + ".nbits_zero_points", zps) if zps is not None else "")
-    y = job.node.output[0]
-    if use.bias is not None and job.n_bias == n_out:  # input 4 (g_idx) absent
-        ins += ["", use.bias]
-        if use.add is not None:  # the Add after a MatMul goes into the node
-            y = ex.by_id[use.add].output[0]
-            ex.replaced[use.add] = []
-    while ins[-1] == "":
-        ins.pop()
-    ex.replaced[use.node] = [ex.helper.make_node(
-        "MatMulNBits", ins, [y], name=w.name(t + ".matmulnbits"),
-        domain="com.microsoft", K=k, N=n_out, bits=4, block_size=int(q.block_size))]
-    ex.uses_ms = True
+    _replace_with_nbits(ex, job, *pack_nbits(job.q), bits=4, block=int(job.q.block_size))
 
 
 MATMULNBITS_NODE = Form("matmulnbits-node", ("MatMul", "Gemm"), no_site, _weights,
