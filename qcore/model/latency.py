@@ -20,8 +20,8 @@ import numpy as np
 
 from . import require
 
-__all__ = ["THREADS", "deploy_session", "latency_ms", "latency_runs_ms", "model_latency",
-           "spread", "thread_label"]
+__all__ = ["THREADS", "deploy_session", "interleaved_runs_ms", "latency_ms", "latency_runs_ms",
+           "model_latency", "spread", "thread_label"]
 
 #: The thread counts every latency figure is given for (0: onnxruntime's default, all cores).
 THREADS = (1, 0)
@@ -71,6 +71,14 @@ def latency_runs_ms(models: Mapping[str, Any], batches: Sequence[Mapping[str, np
     """Milliseconds of every timed pass per model, as :func:`latency_ms` times them."""
     configs = configs or {}
     sessions = {k: deploy_session(m, threads, configs.get(k)) for k, m in models.items()}
+    return interleaved_runs_ms(sessions, batches, repeats, warmup)
+
+
+def interleaved_runs_ms(sessions: Mapping[str, Any], batches: Sequence[Mapping[str, np.ndarray]],
+                        repeats: int, warmup: int) -> dict[str, list[float]]:
+    """Milliseconds of every timed pass per session: ``warmup`` untimed passes each, then the
+    sessions take turns pass by pass (one pass runs every batch), so a change in the machine's
+    load falls on all of them alike."""
     times: dict[str, list[float]] = {k: [] for k in sessions}
     for s in sessions.values():
         for _ in range(warmup):

@@ -211,7 +211,7 @@ def measure(models: Mapping[str, Any], batches: Sequence[Mapping[str, np.ndarray
     outputs: the share of equal elements, never an SQNR), ``file_bytes`` (the serialized
     model, or ``file_bytes[key]``: the file onnxruntime's quantizer wrote)."""
     from .fidelity import compare
-    from .latency import deploy_session
+    from .latency import deploy_session, interleaved_runs_ms
 
     if reference not in models:
         raise KeyError(f"the reference {reference!r} is not among the models")
@@ -221,17 +221,8 @@ def measure(models: Mapping[str, Any], batches: Sequence[Mapping[str, np.ndarray
     outs = {k: _outputs(s, batches) for k, s in sessions.items()}
     # decisions (integer / boolean outputs) are compared by agreement, never by SQNR
     floats = [i for i, y in enumerate(outs[reference]) if np.issubdtype(y.dtype, np.floating)]
-    for s in sessions.values():
-        for _ in range(max(0, warmup - 1)):  # the output run above was the first warm-up
-            for b in batches:
-                s.run(None, dict(b))
-    times: dict[str, list[float]] = {k: [] for k in sessions}
-    for _ in range(max(1, int(repeats))):
-        for k, s in sessions.items():
-            t0 = time.perf_counter()
-            for b in batches:
-                s.run(None, dict(b))
-            times[k].append((time.perf_counter() - t0) * 1000.0)
+    # the output run above was the first warm-up
+    times = interleaved_runs_ms(sessions, batches, repeats, max(0, warmup - 1))
     base = statistics.median(times[reference])
     res: dict[str, dict[str, Any]] = {}
     for k, m in models.items():
