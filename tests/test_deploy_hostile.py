@@ -23,9 +23,8 @@ import pytest
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 
+from model_cli import cli, refused  # noqa: E402
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
-
-from qcore.model.__main__ import main  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TOL_DB = 0.05  # DESIGN.md §10: the deployed and the stated figure agree to 0.05 dB
@@ -68,26 +67,6 @@ def _save(model, path: Path, **kw) -> Path:
     model.ir_version = 8
     onnx.save(model, path, **kw)
     return path
-
-
-def cli(argv, capsys) -> tuple[int, str, str]:
-    try:
-        rc = main([str(a) for a in argv])
-    except SystemExit as exc:
-        rc = exc.code
-    cap = capsys.readouterr()
-    return rc, cap.out, cap.err
-
-
-def refused(argv, capsys, word: str) -> str:
-    rc, out, err = cli(argv, capsys)
-    lines = err.strip().splitlines()
-    assert rc == 2, (rc, out, err)
-    assert len(lines) == 1 and lines[0].startswith("error: "), err
-    assert "unexpected" not in lines[0] and "Traceback" not in err, err
-    assert word.lower() in lines[0].lower(), (word, lines[0])
-    assert "plan at" not in out and "sensitivity:" not in out, out
-    return lines[0]
 
 
 # ------------------------------------------------------------------------- models

@@ -27,11 +27,11 @@ import pytest
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 
+from model_cli import cli, refused  # noqa: E402
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 from qcore.errors import QuantizationError  # noqa: E402
 from qcore.model import checks, graph  # noqa: E402
-from qcore.model.__main__ import main  # noqa: E402
 from qcore.model.fidelity import qdq  # noqa: E402
 from qcore.model.graph import ModelError  # noqa: E402
 
@@ -273,28 +273,6 @@ def m(tmp_path_factory) -> SimpleNamespace:
 
 
 # ------------------------------------------------------------------------- running the CLI
-
-
-def cli(argv, capsys) -> tuple[int, str, str]:
-    try:
-        rc = main([str(a) for a in argv])
-    except SystemExit as exc:  # argparse's own refusals
-        rc = exc.code
-    cap = capsys.readouterr()
-    return rc, cap.out, cap.err
-
-
-def refused(argv, capsys, word: str) -> str:
-    """The command refuses with exit 2 and one error line holding ``word`` (no traceback, no
-    figure printed, no 'unexpected' catch-all)."""
-    rc, out, err = cli(argv, capsys)
-    lines = err.strip().splitlines()
-    assert rc == 2, (rc, out, err)
-    assert len(lines) == 1 and lines[0].startswith("error: "), err
-    assert "unexpected" not in lines[0] and "Traceback" not in err, err
-    assert word.lower() in lines[0].lower(), (word, lines[0])
-    assert "plan at" not in out and "sensitivity:" not in out, out
-    return lines[0]
 
 
 def T(m) -> list:
