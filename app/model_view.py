@@ -14,7 +14,7 @@ import contextlib
 import math
 import os
 import threading
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
@@ -24,9 +24,6 @@ import streamlit as st
 
 from qcore import models, recipes
 from qcore.model import cases, plan, sensitivity
-from qcore.model import site_stats as _site_stats
-from qcore.model import sites as _sites
-from qcore.model.staged import runner_for
 
 #: Recipes the page starts with (those the chosen runtime cannot run are left out).
 #: The recipes the page offers (:data:`qcore.recipes.CATALOGUE`).
@@ -36,7 +33,6 @@ PAGE_RECIPES = ("int8:per-axis", "int4:blocked32", "mxfp8", "mxfp4")
 #: Labels short enough to show whole in the sidebar's select (the help says the rest).
 RUNTIMES = {"onnxruntime": "onnxruntime", "reference": "any ONNX runtime"}
 #: A channel whose max|x| exceeds this many times the median channel's is an outlier channel.
-OUTLIER_RATIO = _site_stats.OUTLIER_RATIO
 CURVE_POINTS = 5  # plans drawn on the bits-vs-fidelity chart
 _STORE_ENTRIES = 24  # results kept per server (sensitivity tables, plans, curves)
 
@@ -323,78 +319,6 @@ def loads_in_onnxruntime(data: bytes) -> str:
     return ""
 
 
-# ---------------------------------------------------------------------------------------------
-# activations
-
-#: The static activations' calibration methods (``qcore.model.sites.METHODS``).
-ACTIVATION_METHODS = _sites.METHODS
-#: The activation choices the page offers (``--activations`` of ``python -m qcore.model``).
-ACTIVATIONS = {"none": "none (weights only)",
-               "dynamic": "dynamic uint8",
-               "static:int8": "static int8",
-               "static:uint8": "static uint8",
-               "static:float8e4m3fn": "static float8e4m3fn",
-               "static:float8e5m2": "static float8e5m2"}
-
-
-def activation_config(choice: str, method: str) -> Any:
-    """The :class:`qcore.model.activations.ActivationConfig` of a choice (static ones with
-    their calibration ``method``)."""
-    from qcore.model.sites import parse_activations
-
-    return parse_activations(choice + (f"@{method}" if choice.startswith("static") else ""))
-
-
-def activation_study(case: cases.ModelCase, name: str, progress: Progress | None = None
-                     ) -> Any:
-    """Every activation site of the case alone quantized (``name``: an activation mode,
-    ``static:int8@minmax``) and all of them at once, weights float
-    (:func:`qcore.model.activations.study`)."""
-    from qcore.model.activations import study
-
-    return study(case, name, progress=progress)
-
-
-def with_activations(case: cases.ModelCase, study: Any, recipe_names: list[str],
-                     tensors: list[str]) -> list[dict]:
-    """Each recipe on every chosen weight with every activation site quantized too: the
-    W8A8-style figure of a recipe and the study's activation mode."""
-    from qcore.model.fidelity import recipe_weights
-    from qcore.model.staged import evaluate
-
-    out = []
-    for r in recipe_names:
-        fid = evaluate(case, study.specs, recipe_weights(case, r, tensors))
-        out.append({"weights": r, "activations": study.config.name,
-                    "output SQNR (dB)": fid["output_sqnr_db"], "max |Δ|": fid["max_abs"]})
-    return out
-
-
-def uniform_with_activations(uniform: list[dict], both: list[dict]) -> list[dict]:
-    """The uniform rows (bits per weight) with the output SQNR of the same recipe with the
-    activations quantized too."""
-    by = {r["weights"]: r["output SQNR (dB)"] for r in both}
-    return [{**u, "output_sqnr_db": by.get(u["recipe"], u["output_sqnr_db"])} for u in uniform]
-
-
-def site_chart(study: Any, most: int = 24) -> Any:
-    """The most sensitive activation sites: output SQNR with each alone quantized."""
-    import plotly.graph_objects as go
-
-    from . import charts, theme
-
-    t = site_table(study).head(most)
-    fig = charts.figure(f"Activation sites alone ({study.config.name}): the lowest output SQNR "
-                        "first", "output SQNR (dB), that site alone quantized", "",
-                        height=max(260, 22 * len(t) + 120))
-    fig.add_trace(go.Bar(x=t["output SQNR alone (dB)"], y=t["site"], orientation="h",
-                         marker=dict(color=theme.OUTPUT), customdata=t["tensor"],
-                         hovertemplate="%{y}<br>%{x:.2f} dB<br>tensor %{customdata}"
-                                       "<extra></extra>"))
-    fig.update_yaxes(autorange="reversed", tickfont=dict(size=10))
-    return fig
-
-
 def per_step_chart(measured: dict[str, Any]) -> Any:
     """The output SQNR of each step of a fed-back run (None when the run had no steps)."""
     import plotly.graph_objects as go
@@ -416,41 +340,6 @@ def per_step_chart(measured: dict[str, Any]) -> Any:
                              hovertemplate="step %{x}<br>%{y:.2f} dB<br>max |Δ| "
                                            "%{customdata:.3g}<extra></extra>"))
     return fig
-
-
-def site_table(study: Any) -> pd.DataFrame:
-    """One row per activation site, most sensitive first: the site named by the weights that
-    read it (:func:`qcore.model.activations.site_label`; the tensor name added where two sites
-    share a label, so each bar has its own), the output SQNR with that site alone quantized,
-    its own SQNR and the graph's tensor name."""
-    rows = sorted(study.rows, key=lambda r: r["output_sqnr_db"])
-    seen = Counter(r["label"] for r in rows)
-    stats = site_stats(study)
-    return pd.DataFrame([{"site": r["label"] if seen[r["label"]] == 1
-                          else f"{r['label']} ({r['tensor']})",
-                          "output SQNR alone (dB)": r["output_sqnr_db"],
-                          "site SQNR (dB)": r["tensor_sqnr_db"],
-                          "max |x|": stats[r["tensor"]]["max_abs"],
-                          "std": stats[r["tensor"]]["std"],
-                          "max / std": stats[r["tensor"]]["max_over_std"],
-                          "excess kurtosis": stats[r["tensor"]]["excess_kurtosis"],
-                          "outlier channels": len(stats[r["tensor"]]["outlier_channels"]),
-                          "their share of the range %":
-                              100 * stats[r["tensor"]]["outlier_share"],
-                          "tensor": r["tensor"], "feeds": r.get("consumers", "")}
-                         for r in rows])
-
-
-def site_reading(study: Any, tensor: str) -> str:
-    """The sentence that reads one site's range statistics."""
-    return _site_stats.reading(_site_stats.range_stats(runner_for(study.case).site_values(tensor)))
-
-
-def site_stats(study: Any) -> dict[str, dict[str, Any]]:
-    """Each site's range statistics (:func:`qcore.model.site_stats.range_stats`) on the float
-    values the study measured, by tensor name."""
-    run = runner_for(study.case)
-    return {r["tensor"]: _site_stats.range_stats(run.site_values(r["tensor"])) for r in study.rows}
 
 
 # ---------------------------------------------------------------------------------------------

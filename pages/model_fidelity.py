@@ -8,7 +8,17 @@ import os
 
 import streamlit as st
 
-from app import charts, errors, frame, metrics_view, model_view, sources, warm, widgets
+from app import (
+    activation_view,
+    charts,
+    errors,
+    frame,
+    metrics_view,
+    model_view,
+    sources,
+    warm,
+    widgets,
+)
 
 frame.enter()
 
@@ -93,8 +103,8 @@ if left_out:
                  "plan with them.")
 filt = widgets.text("Tensors containing", "mf_filter", "", where=side,
                     help="Only the weights whose name contains this text (empty: all).")
-act_choice = widgets.select("Activations", list(model_view.ACTIVATIONS), "mf_act", "none",
-                            where=side, format_func=model_view.ACTIVATIONS.get,
+act_choice = widgets.select("Activations", list(activation_view.ACTIVATIONS), "mf_act", "none",
+                            where=side, format_func=activation_view.ACTIVATIONS.get,
                             help="Also quantize the activation sites (the float inputs of the "
                                  "nodes that consume weights: MatMul, Gemm, Conv). Dynamic "
                                  "uint8: DynamicQuantizeLinear at run time, uint8 per tensor. "
@@ -105,7 +115,7 @@ act_choice = widgets.select("Activations", list(model_view.ACTIVATIONS), "mf_act
                                  "float8e4m3fn activations, W8A8 float8.")
 act_method, float_sites = "minmax", 0
 if act_choice.startswith("static"):
-    act_method = widgets.select("Activation calibration", list(model_view.ACTIVATION_METHODS), "mf_act_method",
+    act_method = widgets.select("Activation calibration", list(activation_view.ACTIVATION_METHODS), "mf_act_method",
                                 "minmax", where=side,
                                 help="minmax: the observed range; percentile: |x| clipped at "
                                      "its 99.99th percentile; mse: the clipping of least "
@@ -117,12 +127,12 @@ if act_choice != "none":
                                  min_value=0, max_value=256, where=side,
                                  help="The plan leaves this many of the most sensitive sites "
                                       "(lowest output SQNR alone) in float.")
-act_config = errors.require(model_view.activation_config, act_choice, act_method,
+act_config = errors.require(activation_view.activation_config, act_choice, act_method,
                             what="Activations")
 if feedback.strip() and act_config.mode != "none":
     st.warning("Activations are measured on single runs, not over fed-back steps: with a state "
                "fed back, the page quantizes weights only.", icon=":material/info:")
-    act_config = model_view.activation_config("none", "minmax")
+    act_config = activation_view.activation_config("none", "minmax")
 
 if os.environ.get(warm.SERVER_PID):
     # the app's warm-up process: loading a model compiles no kernel, it would only cost time
@@ -191,11 +201,11 @@ if act_config.mode != "none":
     if study is None:
         with model_view.progress_bar("Activation sites: one run per site…") as act_progress:
             study = errors.require(model_view.compute, ("act",) + case_key + (act_config.name,),
-                                   model_view.activation_study, case, act_config.name,
+                                   activation_view.activation_study, case, act_config.name,
                                    act_progress, what="Measuring the activation sites")
     with st.spinner("Each recipe with the activations…"):
         both = errors.require(model_view.compute, ("wa",) + key + (act_config.name,),
-                              model_view.with_activations, case, study, chosen, tensors,
+                              activation_view.with_activations, case, study, chosen, tensors,
                               what="Recipes with activations")
     st.metric(f"{len(study.specs)} sites quantized, weights float",
               f"{study.activations_only['output_sqnr_db']:.2f} dB", act_config.name,
@@ -207,15 +217,15 @@ if act_config.mode != "none":
     st.caption("Each recipe on every chosen weight with every site quantized: int8 weights "
                "with static int8 activations is W8A8 int8; change the activations in the "
                "sidebar to compare W8A8 float8e4m3fn.")
-    charts.show(model_view.site_chart(study))
-    sites = model_view.site_table(study)
+    charts.show(activation_view.site_chart(study))
+    sites = activation_view.site_table(study)
     if len(sites):
         worst = sites.iloc[0]
         st.markdown(f"**Why {worst['site']} hurts most:** "
-                    + model_view.site_reading(study, worst["tensor"]))
+                    + activation_view.site_reading(study, worst["tensor"]))
     st.caption("Each site's range, beside its sensitivity: max |x|, its standard deviation, "
                "their ratio, the excess kurtosis (0 for a normal distribution), and the "
-               f"outlier channels (max |x| over {model_view.OUTLIER_RATIO:g}× the median "
+               f"outlier channels (max |x| over {activation_view.OUTLIER_RATIO:g}× the median "
                "channel's) with the share of the range only they reach. `tensor` is the "
                "graph's name of the site, `feeds` the weights of the nodes that read it.")
     st.dataframe(sites, hide_index=True, column_config={
@@ -303,7 +313,7 @@ with st.spinner("Plans along the budget, each run…"):
     plans = errors.require(model_view.compute, ("curve",) + key + (bool(allow_float),)
                            + act_key, model_view.curve, case, sens, bool(allow_float), study,
                            int(float_sites), what="Plans along the budget")
-points = uniform if study is None else model_view.uniform_with_activations(uniform, both)
+points = uniform if study is None else activation_view.uniform_with_activations(uniform, both)
 charts.show(model_view.bits_vs_fidelity(points, plans, p))
 
 # ---------------------------------------------------------------------------------------------
