@@ -274,10 +274,15 @@ def _rows(key: str, table: list[dict], err: str | None,
         st = (stated or {}).get(r["name"])
         if st:  # what the plan stated against this separate measurement
             row["stated"] = dict(st, dx=st["x_float"] - r["x_float"],
-                                 ddb=st["sqnr_db"] - r["output_sqnr_db"])
+                                 ddb=_db_gap(st["sqnr_db"], r["output_sqnr_db"]))
         out.append(row)
     out.sort(key=lambda x: x["qcore"] != MIN_SQNR)  # the --min-sqnr row first
     return out
+
+
+def _db_gap(stated: float, measured: float) -> float:
+    """stated − measured in dB; 0 when both agree, exact outputs (inf dB) included."""
+    return 0.0 if stated == measured else stated - measured
 
 
 def _f(v: float, fmt: str) -> str:
