@@ -7,7 +7,11 @@ planner works on measurements only:
 1. **Costs**: every form of every layer timed alone at the user's input shapes and threads
    (:func:`qcore.model.costs.layer_costs`). A layer whose integer forms all measure no faster
    than its float form stays float (``why``: the measured ratio) — it does not pay here.
-2. **Start**: every other layer in its fastest form. The chain tensors' scales come from the
+2. **Start**: two candidates, measured whole: every other layer in its fastest form, and every
+   other layer in its fastest form that reads no static activation chain (``dynamic``,
+   ``conv-integer``, ``weight-only``); the candidate with the higher SQNR wins among those within
+   :data:`START_SLACK` of the faster one's latency (:func:`_pick_start`: a transformer starts
+   dynamic, a conv net static, from the measurements). The chain tensors' scales come from the
    calibration method (minmax, percentile, mse) whose start measures the highest SQNR, and
    SmoothQuant (alpha 0.5; folded into the LayerNormalization before a site where only the
    weights read it, else a Mul) is kept when it raises the start's measured SQNR. SQNR here is always the
@@ -40,7 +44,7 @@ import numpy as np
 from ..errors import QuantizationError
 from . import require
 from .costs import layer_costs, timed
-from .forms.layered import export_forms, layers_of
+from .forms.layered import LAYER_REGISTRY, export_forms, layers_of
 from .forms.layers import Layer, prepare
 from .forms.qlinear import chain_nodes, chain_specs, chain_tensors, tensor_types, weight_qmax
 from .latency import deploy_session
@@ -59,6 +63,10 @@ RECHECK = 12
 #: A weight-only lookup may add this share of the float layers' time (its gain is the file).
 FREE = 0.01
 SMOOTH_ALPHA = 0.5
+#: A start whose measured latency is within this share of the fastest start's, and whose
+#: measured SQNR is higher, is taken instead of the fastest (step 2 of the module doc).
+START_SLACK = 0.10
+_CHAIN = {f.name: f.chain for f in LAYER_REGISTRY}
 
 
 def check_objectives(min_sqnr: float | None, max_latency: float | None) -> None:
@@ -243,6 +251,58 @@ def _fastest(costs: Mapping[str, float], forms: Sequence[str], total_ms: float
     return best, f"{best} measured {ratio:.2f}x float"
 
 
+def _start_candidates(p: _Planner, costs: Mapping[str, Mapping[str, float]], total: float
+                      ) -> dict[str, tuple[dict[str, str], dict[str, str]]]:
+    """The starts a plan chooses from, each ``(forms, why)``: ``fastest`` (every layer in its
+    fastest paying form) and ``chain-free`` (the fastest paying form that reads no static
+    activation chain: ``dynamic``, ``conv-integer``, ``weight-only``), where they differ."""
+    out: dict[str, tuple[dict[str, str], dict[str, str]]] = {}
+    for name, keep in (("fastest", lambda f: True), ("chain-free", lambda f: not _CHAIN[f])):
+        forms: dict[str, str] = {}
+        why: dict[str, str] = {}
+        for x in p.layers:
+            forms[x.name], why[x.name] = _fastest(costs[x.name],
+                                                  [f for f in x.forms if keep(f)], total)
+        if not any(f == forms for f, _ in out.values()):
+            out[name] = (forms, why)
+    return out
+
+
+def _pick_start(p: _Planner, costs: Mapping[str, Mapping[str, float]], total: float,
+                repeats: int, measure: bool, log: Callable[[str], None]
+                ) -> tuple[dict[str, str], dict[str, str], dict[str, Any]]:
+    """(forms, why, what was measured) of the start: of the candidates
+    (:func:`_start_candidates`), the one with the highest measured SQNR among those whose
+    latency is within :data:`START_SLACK` of the fastest one's. Latency is the whole export
+    timed beside the float model (interleaved medians); with ``measure`` False (costs given,
+    tests) it is the sum of the layer costs. Per model, from measurements: a transformer,
+    where per-tensor static activations break the output, starts dynamic at the same speed;
+    a conv net, where the static chain runs far faster, starts static."""
+    cands = _start_candidates(p, costs, total)
+    if len(cands) == 1:
+        return (*cands["fastest"], {})
+    sqnr = {k: _best_method(p, f, log) for k, (f, _) in cands.items()}
+    if measure:
+        t = timed({"float": p.case.model,
+                   **{k: p.export(f, sqnr[k][0]) for k, (f, _) in cands.items()}},
+                  p.case.batches, p.case.threads, repeats)
+        ratio = {k: t[k]["ms"] / t["float"]["ms"] for k in cands}
+    else:
+        ratio = {k: sum(costs[x.name].get(f[x.name], costs[x.name].get("float", 0.0))
+                        for x in p.layers) / (total or 1.0) for k, (f, _) in cands.items()}
+    fastest = min(ratio.values())
+    near = [k for k in cands if ratio[k] <= fastest * (1 + START_SLACK)]
+    pick = max(near, key=lambda k: sqnr[k][1])
+    for k in cands:
+        log(f"start {k}: {ratio[k]:.3f}x float, {_db(sqnr[k][1])} dB"
+            + (" (taken)" if k == pick else ""))
+    forms, why = cands[pick]
+    return dict(forms), dict(why), {
+        "chosen": pick, "method": sqnr[pick],
+        "candidates": {k: {"x_float": ratio[k], "output_sqnr_db": sqnr[k][1],
+                           "method": sqnr[k][0], "measured": measure} for k in cands}}
+
+
 def _bits(layers: Sequence[Layer], forms: Mapping[str, str]) -> tuple[int, int]:
     n = sum(x.elements for x in layers)
     b = sum(x.elements * (32 if forms.get(x.name, "float") == "float" else 8) for x in layers)
@@ -257,6 +317,7 @@ def plan_for_speed(case: SpeedCase, *, min_sqnr: float | None = None,
     (``budget`` may join either). ``costs``: ``{layer: {form: ms}}`` to use instead of timing
     each layer (tests)."""
     check_objectives(min_sqnr, max_latency)
+    measure = costs is None
     if (min_sqnr is None) == (max_latency is None):
         raise QuantizationError("give one objective: --min-sqnr DB or --max-latency R")
     p = _Planner(case, log)
@@ -264,20 +325,18 @@ def plan_for_speed(case: SpeedCase, *, min_sqnr: float | None = None,
         log(f"{len(p.layers)} layers; timing each form alone at the input shapes")
         costs = layer_costs(p.model, p.layers, p.shapes, case.threads, repeats=repeats)
     costs = {k: dict(v) for k, v in costs.items()}
-    forms: dict[str, str] = {}
-    why: dict[str, str] = {}
     total = sum(c.get("float", 0.0) for c in costs.values())
-    for x in p.layers:
-        forms[x.name], why[x.name] = _fastest(costs[x.name], x.forms, total)
+    forms, why, picked = _pick_start(p, costs, total, repeats, measure, log)
     if budget is not None:
         b, n = _bits(p.layers, forms)
         if b > budget * n:
             raise QuantizationError(f"--budget {budget}: the fastest forms already take "
                                     f"{b / n:.2f} bits per weight (8 per quantized weight, 32 "
                                     f"per float one)")
-    method, s0 = _start(p, forms, log)
+    method, s0 = _start(p, forms, log, picked.pop("method", None))
     moves: list[dict[str, Any]] = []
-    start = {"forms": dict(forms), "output_sqnr_db": s0, "method": method, "smooth": p.smooth}
+    start = {"forms": dict(forms), "output_sqnr_db": s0, "method": method, "smooth": p.smooth,
+             **picked}
     cur = s0
     predicted = float_ms = 0.0
     if max_latency is not None:
@@ -378,10 +437,12 @@ def _db(v: float) -> str:
     return f"{v:.2f}" if math.isfinite(v) else str(v)
 
 
-def _start(p: _Planner, forms: dict[str, str], log: Callable[[str], None]) -> tuple[str, float]:
-    """The calibration method (and SmoothQuant) of the start, by measured SQNR."""
+def _best_method(p: _Planner, forms: Mapping[str, str], log: Callable[[str], None]
+                 ) -> tuple[str, float]:
+    """(method, SQNR): the calibration method of the chain tensors that measures highest
+    (minmax where no layer reads a chain)."""
     best = ("minmax", -math.inf)
-    if any(f == "qlinear" for f in forms.values()):
+    if any(_CHAIN.get(f, False) for f in forms.values()):
         for m in METHODS:
             s = p.sqnr(forms, m)
             log(f"start, {m}: {s:.2f} dB")
@@ -389,6 +450,14 @@ def _start(p: _Planner, forms: dict[str, str], log: Callable[[str], None]) -> tu
                 best = (m, s)
     else:
         best = ("minmax", p.sqnr(forms, "minmax"))
+    return best
+
+
+def _start(p: _Planner, forms: dict[str, str], log: Callable[[str], None],
+           best: tuple[str, float] | None = None) -> tuple[str, float]:
+    """The calibration method (and SmoothQuant) of the start, by measured SQNR; ``best``: the
+    method and SQNR already measured."""
+    best = best or _best_method(p, forms, log)
     smoothed = _smoothed(p)
     if smoothed is not None:
         keep = (p.model, p.layers, p.types, p.values, p.shapes, p.specs_by)
