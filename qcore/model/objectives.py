@@ -46,10 +46,12 @@ from . import require
 from .costs import layer_costs, timed
 from .forms.layered import LAYER_REGISTRY, export_forms, layers_of
 from .forms.layers import Layer, prepare
+from .forms.nbits_layers import NBITS_LAYER_FORMS
 from .forms.qlinear import chain_nodes, chain_specs, chain_tensors, tensor_types, weight_qmax
 from .latency import deploy_session
 
-__all__ = ["METHODS", "SpeedCase", "SpeedPlan", "check_objectives", "plan_for_speed"]
+__all__ = ["METHODS", "SpeedCase", "SpeedPlan", "check_objectives", "nbits_verdict",
+           "plan_for_speed"]
 
 #: Calibration methods the start tries for the chain tensors.
 METHODS = ("minmax", "percentile", "mse")
@@ -67,6 +69,8 @@ SMOOTH_ALPHA = 0.5
 #: measured SQNR is higher, is taken instead of the fastest (step 2 of the module doc).
 START_SLACK = 0.10
 _CHAIN = {f.name: f.chain for f in LAYER_REGISTRY}
+#: Bits per weight of a form (8 where not named).
+_BITS = {"float": 32, **{f: 4 for f in NBITS_LAYER_FORMS}}
 
 
 def check_objectives(min_sqnr: float | None, max_latency: float | None) -> None:
@@ -251,25 +255,49 @@ def _fastest(costs: Mapping[str, float], forms: Sequence[str], total_ms: float
     return best, f"{best} measured {ratio:.2f}x float"
 
 
-def _start_candidates(p: _Planner, costs: Mapping[str, Mapping[str, float]], total: float
-                      ) -> dict[str, tuple[dict[str, str], dict[str, str]]]:
+def nbits_verdict(costs: Mapping[str, Mapping[str, float]]) -> dict[str, Any]:
+    """Whether 4 bits pay on this CPU, said before the export: over the layers that can take a
+    4-bit form, the fastest such form's summed time against float and the fastest 8-bit
+    integer form (``{}`` where no layer has a 4-bit form)."""
+    rows = [c for c in costs.values() if any(f in c for f in NBITS_LAYER_FORMS)]
+    if not rows:
+        return {}
+    fl = sum(c["float"] for c in rows)
+    four = {f: sum(c[f] for c in rows) for f in NBITS_LAYER_FORMS if all(f in c for c in rows)}
+    best = min(four, key=four.get)
+    eight = [f for f in ("dynamic", "qlinear") if all(f in c for c in rows)]
+    e8 = min((sum(c[f] for c in rows) for f in eight), default=math.inf)
+    pays = four[best] <= PAYS * min(fl, e8)
+    text = (f"4 bits {'pay' if pays else 'do not pay'} on this CPU: {best} measured "
+            f"{four[best] / fl:.2f}x float" + (f", {four[best] / e8:.2f}x the 8-bit forms"
+                                               if math.isfinite(e8) else "")
+            + " over the layers that can take it"
+            + "; ".join([""] + [f"{f} {v / fl:.2f}x" for f, v in sorted(four.items())]))
+    return {"pays": pays, "form": best, "x_float": four[best] / fl,
+            "x_8bit": four[best] / e8 if math.isfinite(e8) else None, "text": text}
+
+
+def _start_candidates(p: _Planner, costs: Mapping[str, Mapping[str, float]], total: float,
+                      four: bool = True) -> dict[str, tuple[dict[str, str], dict[str, str]]]:
     """The starts a plan chooses from, each ``(forms, why)``: ``fastest`` (every layer in its
     fastest paying form) and ``chain-free`` (the fastest paying form that reads no static
-    activation chain: ``dynamic``, ``conv-integer``, ``weight-only``), where they differ."""
+    activation chain: ``dynamic``, ``conv-integer``, ``weight-only``), where they differ.
+    ``four`` False (4 bits do not pay here, :func:`nbits_verdict`): no 4-bit form."""
     out: dict[str, tuple[dict[str, str], dict[str, str]]] = {}
-    for name, keep in (("fastest", lambda f: True), ("chain-free", lambda f: not _CHAIN[f])):
+    for name, chain in (("fastest", True), ("chain-free", False)):
         forms: dict[str, str] = {}
         why: dict[str, str] = {}
         for x in p.layers:
-            forms[x.name], why[x.name] = _fastest(costs[x.name],
-                                                  [f for f in x.forms if keep(f)], total)
+            ok = [f for f in x.forms if (chain or not _CHAIN[f])
+                  and (four or f not in NBITS_LAYER_FORMS)]
+            forms[x.name], why[x.name] = _fastest(costs[x.name], ok, total)
         if not any(f == forms for f, _ in out.values()):
             out[name] = (forms, why)
     return out
 
 
 def _pick_start(p: _Planner, costs: Mapping[str, Mapping[str, float]], total: float,
-                repeats: int, measure: bool, log: Callable[[str], None]
+                repeats: int, measure: bool, log: Callable[[str], None], four: bool = True
                 ) -> tuple[dict[str, str], dict[str, str], dict[str, Any]]:
     """(forms, why, what was measured) of the start: of the candidates
     (:func:`_start_candidates`), the one with the highest measured SQNR among those whose
@@ -278,7 +306,7 @@ def _pick_start(p: _Planner, costs: Mapping[str, Mapping[str, float]], total: fl
     tests) it is the sum of the layer costs. Per model, from measurements: a transformer,
     where per-tensor static activations break the output, starts dynamic at the same speed;
     a conv net, where the static chain runs far faster, starts static."""
-    cands = _start_candidates(p, costs, total)
+    cands = _start_candidates(p, costs, total, four)
     if len(cands) == 1:
         return (*cands["fastest"], {})
     sqnr = {k: _best_method(p, f, log) for k, (f, _) in cands.items()}
@@ -305,7 +333,7 @@ def _pick_start(p: _Planner, costs: Mapping[str, Mapping[str, float]], total: fl
 
 def _bits(layers: Sequence[Layer], forms: Mapping[str, str]) -> tuple[int, int]:
     n = sum(x.elements for x in layers)
-    b = sum(x.elements * (32 if forms.get(x.name, "float") == "float" else 8) for x in layers)
+    b = sum(x.elements * _BITS.get(forms.get(x.name, "float"), 8) for x in layers)
     return b, n
 
 
@@ -326,7 +354,13 @@ def plan_for_speed(case: SpeedCase, *, min_sqnr: float | None = None,
         costs = layer_costs(p.model, p.layers, p.shapes, case.threads, repeats=repeats)
     costs = {k: dict(v) for k, v in costs.items()}
     total = sum(c.get("float", 0.0) for c in costs.values())
-    forms, why, picked = _pick_start(p, costs, total, repeats, measure, log)
+    nbits = nbits_verdict(costs)
+    if nbits:
+        log(nbits["text"])
+    forms, why, picked = _pick_start(p, costs, total, repeats, measure, log,
+                                     four=not nbits or nbits["pays"])
+    if nbits:
+        picked["nbits"] = nbits
     if budget is not None:
         b, n = _bits(p.layers, forms)
         if b > budget * n:
@@ -418,7 +452,8 @@ class _Round:
                 continue
             c = costs[x.name]
             for to in x.forms:
-                if to in (f, "weight-only") or (to != "float" and c[to] >= c["float"]):
+                if (to in (f, "weight-only") or to in NBITS_LAYER_FORMS
+                        or (to != "float" and c[to] >= c["float"])):
                     continue
                 gain = p.sqnr(dict(forms, **{x.name: to}), method) - cur
                 if gain > 0:
