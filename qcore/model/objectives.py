@@ -70,7 +70,9 @@ SMOOTH_ALPHA = 0.5
 START_SLACK = 0.10
 _CHAIN = {f.name: f.chain for f in LAYER_REGISTRY}
 #: Bits per weight of a form (8 where not named).
-_BITS = {"float": 32, **{f: 4 for f in NBITS_LAYER_FORMS}}
+_BITS = {"float": 32, "weight-only-int4": 4, **{f: 4 for f in NBITS_LAYER_FORMS}}
+#: The weight-only forms of a table lookup, fewest bits first.
+_LOOKUPS = ("weight-only-int4", "weight-only")
 
 
 def check_objectives(min_sqnr: float | None, max_latency: float | None) -> None:
@@ -238,13 +240,16 @@ def chain_specs_subset(model: Any, inside: set[str], tensors: Sequence[str],
 def _fastest(costs: Mapping[str, float], forms: Sequence[str], total_ms: float
              ) -> tuple[str, str]:
     """(form, why) of a layer: its fastest integer form if it pays (module doc), else float.
-    ``weight-only`` (a table lookup: only the file shrinks) is taken when it adds at most
+    A weight-only lookup (``weight-only-int4``, else ``weight-only``: only the file shrinks; a
+    plan moves it only to the other one) is taken when it adds at most
     :data:`FREE` of the float layers' total time."""
-    if "weight-only" in forms and "weight-only" in costs:
-        added = costs["weight-only"] - costs.get("float", 0.0)
-        if added <= FREE * total_ms:
-            return "weight-only", f"weight-only adds {added:.3f} ms (the file shrinks)"
-        return "float", f"weight-only would add {added:.3f} ms"
+    lookups = [f for f in _LOOKUPS if f in forms and f in costs]  # fewest bits first
+    if lookups:
+        for f in lookups:
+            added = costs[f] - costs.get("float", 0.0)
+            if added <= FREE * total_ms:
+                return f, f"{f} adds {added:.3f} ms (the file shrinks)"
+        return "float", f"{lookups[-1]} would add {added:.3f} ms"
     quant = [f for f in forms if f != "float" and f in costs]
     if not quant:
         return "float", "no integer form for this op"
@@ -452,8 +457,8 @@ class _Round:
                 continue
             c = costs[x.name]
             for to in x.forms:
-                if (to in (f, "weight-only") or to in NBITS_LAYER_FORMS
-                        or (to != "float" and c[to] >= c["float"])):
+                if (to == f or to in NBITS_LAYER_FORMS or (f in _LOOKUPS) != (to in _LOOKUPS)
+                        or (to != "float" and c[to] >= c["float"] and to not in _LOOKUPS)):
                     continue
                 gain = p.sqnr(dict(forms, **{x.name: to}), method) - cur
                 if gain > 0:

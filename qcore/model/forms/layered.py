@@ -25,7 +25,7 @@ import numpy as np
 from ...errors import QuantizationError
 from .. import require
 from ..sites import ActivationSpec
-from . import integer, lookup, nbits_layers, qlinear
+from . import integer, lookup, lookup4, nbits_layers, qlinear
 from .layers import LAYER_OPS, Layer, LayerForm, Out, _attr
 
 __all__ = ["LAYER_FORMS", "LAYER_REGISTRY", "export_forms", "layers_of"]
@@ -40,6 +40,7 @@ LAYER_REGISTRY: tuple[LayerForm, ...] = (
     integer.DYNAMIC,
     lookup.WEIGHT_ONLY,
     nbits_layers.INT4_ACC0, nbits_layers.INT4_ACC1, nbits_layers.INT4_ACC4,
+    lookup4.WEIGHT_ONLY_INT4,
 )
 _BY_NAME = {f.name: f for f in LAYER_REGISTRY}
 #: Form name → the onnxruntime kernels it fuses into (empty: nothing fuses).
