@@ -39,7 +39,7 @@ import numpy as np
 
 from ..errors import QuantizationError
 from . import require
-from .costs import layer_costs, timed
+from .costs import in_chain_costs, layer_costs, timed
 from .forms.layered import export_forms, layers_of
 from .forms.layers import Layer, prepare
 from .forms.qlinear import chain_nodes, chain_specs, chain_tensors, tensor_types, weight_qmax
@@ -261,8 +261,7 @@ def plan_for_speed(case: SpeedCase, *, min_sqnr: float | None = None,
         raise QuantizationError("give one objective: --min-sqnr DB or --max-latency R")
     p = _Planner(case, log)
     if costs is None:
-        log(f"{len(p.layers)} layers; timing each form alone at the input shapes")
-        costs = layer_costs(p.model, p.layers, p.shapes, case.threads, repeats=repeats)
+        costs = _costs(p, repeats, log)
     costs = {k: dict(v) for k, v in costs.items()}
     forms: dict[str, str] = {}
     why: dict[str, str] = {}
@@ -343,6 +342,30 @@ def plan_for_speed(case: SpeedCase, *, min_sqnr: float | None = None,
                      start, result, size, met, exported)
 
 
+def _costs(p: _Planner, repeats: int, log: Callable[[str], None]
+           ) -> dict[str, dict[str, float]]:
+    """Each layer's cost per form. A conv net's static layers are costed in the chain, from
+    one profiled run of the float model and one of the export with every static-capable layer
+    in ``qlinear`` (:func:`qcore.model.costs.in_chain_costs`: onnxruntime's static quantizer
+    writes that export too, so the start fuses as well as it does); other layers are timed
+    alone in each form (:func:`qcore.model.costs.layer_costs`)."""
+    chain = [x for x in p.layers if "qlinear" in x.forms]
+    alone = p.layers
+    out: dict[str, dict[str, float]] = {}
+    if any(x.op == "Conv" for x in chain):
+        log(f"{len(p.layers)} layers; profiling the float model and the all-static export")
+        forms = {x.name: "qlinear" for x in chain}
+        owned = {x.name: chain_nodes(p.model, [x.name], p.types) for x in chain}
+        elements = {t: int(v[0].size) for t, v in p.values.items()}
+        out = in_chain_costs(p.model, p.export(forms, "minmax"), chain, owned, elements,
+                             p.case.batches, p.case.threads)
+        alone = [x for x in p.layers if x.name not in out]
+    if alone:
+        log(f"timing each form of {len(alone)} layers alone at the input shapes")
+        out.update(layer_costs(p.model, alone, p.shapes, p.case.threads, repeats=repeats))
+    return out
+
+
 class _Round:
     """One round of moves: every quantized layer's gain measured from the current plan for
     each other form it can take (float, or an integer form faster than float), ranked by dB
@@ -359,7 +382,8 @@ class _Round:
                 continue
             c = costs[x.name]
             for to in x.forms:
-                if to in (f, "weight-only") or (to != "float" and c[to] >= c["float"]):
+                if to in (f, "weight-only") or to not in c or (to != "float"
+                                                               and c[to] >= c["float"]):
                     continue
                 gain = p.sqnr(dict(forms, **{x.name: to}), method) - cur
                 if gain > 0:
