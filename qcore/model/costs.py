@@ -175,9 +175,9 @@ def layer_costs(prepared: Any, layers: Sequence[Any], shapes: Mapping[str, Seque
 
 
 def profile_ms(model: Any, batches: Sequence[Mapping[str, np.ndarray]], threads: int = 1,
-               passes: int = 2) -> dict[str, float]:
-    """Milliseconds per pass over ``batches`` of every node of the model onnxruntime runs
-    (its optimized graph: fused nodes under their own names), from onnxruntime's profiler
+               passes: int = 5) -> dict[str, float]:
+    """Milliseconds per pass over ``batches`` (the fastest of ``passes``) of every node of the
+    model onnxruntime runs (its optimized graph: fused nodes under their own names), from onnxruntime's profiler
     (the session of :func:`qcore.model.latency.deploy_session`, profiling on; one warm-up
     pass not counted)."""
     import json
@@ -208,11 +208,12 @@ def profile_ms(model: Any, batches: Sequence[Mapping[str, np.ndarray]], threads:
         if e.get("cat") == "Node" and name.endswith("_kernel_time"):
             durs.setdefault(name[:-len("_kernel_time")], []).append((e["ts"], e["dur"]))
     out: dict[str, float] = {}
-    n = max(1, passes)
+    n = max(1, passes) + 1
     for name, v in durs.items():
         v.sort()
-        counted = v[len(v) // (n + 1):]  # every pass runs a node as often: drop the first
-        out[name] = sum(d for _, d in counted) / 1000.0 / n
+        k = len(v) // n  # every pass runs a node as often; the first pass is the warm-up
+        sums = [sum(d for _, d in v[i * k:(i + 1) * k]) for i in range(1, n)] if k else [0]
+        out[name] = min(sums) / 1000.0  # the pass that got the core (a shared host)
     return out
 
 
@@ -232,7 +233,7 @@ def owner(name: str, names: set[str]) -> str | None:
 def in_chain_costs(prepared: Any, export: Any, layers: Sequence[Any],
                    owned: Mapping[str, set[str]], elements: Mapping[str, int],
                    batches: Sequence[Mapping[str, np.ndarray]], threads: int = 1,
-                   passes: int = 2) -> dict[str, dict[str, float]]:
+                   passes: int = 5) -> dict[str, dict[str, float]]:
     """``{layer: {"float": ms, "qlinear": ms}}`` from two profiled runs (:func:`profile_ms`):
     the prepared float model and ``export`` (every layer of ``layers`` in the static chain).
     A layer's cost is the time of the nodes it ``owned`` (the layer and the activation ops

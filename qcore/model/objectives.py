@@ -4,14 +4,23 @@
 A plan gives every layer of the prepared model (:mod:`qcore.model.forms.layers`) a form. The
 planner works on measurements only:
 
-1. **Costs**: every form of every layer timed alone at the user's input shapes and threads
-   (:func:`qcore.model.costs.layer_costs`). A layer whose integer forms all measure no faster
-   than its float form stays float (``why``: the measured ratio) — it does not pay here.
-2. **Start**: every other layer in its fastest form. The chain tensors' scales come from the
-   calibration method (minmax, percentile, mse) whose start measures the highest SQNR, and
-   SmoothQuant (alpha 0.5; folded into the LayerNormalization before a site where only the
-   weights read it, else a Mul) is kept when it raises the start's measured SQNR. SQNR here is always the
-   export as onnxruntime runs it with default optimizations (the deployed figure).
+1. **Costs** (:func:`_costs`): a conv net's static-capable layers are costed in the chain
+   they run in — one onnxruntime profile of the float model and one of the export with all of
+   them in ``qlinear`` (what onnxruntime's ``quantize_static`` writes), each layer's nodes
+   summed, a float layer paying the DequantizeLinear / QuantizeLinear at its edges; other
+   layers (and every layer of a model without a Conv) are timed alone in each form
+   (:func:`qcore.model.costs.layer_costs`). A layer whose integer forms all cost no less than
+   its float form stays float (``why``: the measured ratio) — it does not pay here.
+2. **Start**: every other layer in its fastest form; for a conv net, the all-static chain
+   instead where the two, timed whole, say the chain is faster (so the start never runs
+   slower than the chain quantize_static writes). The chain tensors' scales come from the
+   calibration method (minmax, percentile, mse) whose start measures the highest SQNR; where
+   the uint8 × int8 kernels saturate (7-bit weights), 8-bit weights are kept when they
+   measure higher; bias correction (:mod:`qcore.model.forms.bias`) is kept when it measures
+   higher; SmoothQuant (alpha 0.5; folded into the LayerNormalization before a site
+   where only the weights read it, else a Mul) is kept when it raises the start's measured
+   SQNR. These moves cost no latency. SQNR here is always the export as onnxruntime runs it
+   with default optimizations (the deployed figure).
 3. **Moves**: a layer to a more faithful form — float, or another integer form that runs
    faster than float (a MatMul from ``qlinear`` to ``dynamic``). In each round (at most
    :data:`ROUNDS`) every quantized layer's gain is measured for each such form (the current
@@ -40,6 +49,7 @@ import numpy as np
 from ..errors import QuantizationError
 from . import require
 from .costs import in_chain_costs, layer_costs, timed
+from .forms.bias import bias_corrected
 from .forms.layered import export_forms, layers_of
 from .forms.layers import Layer, prepare
 from .forms.qlinear import chain_nodes, chain_specs, chain_tensors, tensor_types, weight_qmax
@@ -59,6 +69,9 @@ RECHECK = 12
 #: A weight-only lookup may add this share of the float layers' time (its gain is the file).
 FREE = 0.01
 SMOOTH_ALPHA = 0.5
+#: A move must gain more than this many dB alone to be taken (smaller gains cost time for a
+#: change no user sees).
+MIN_GAIN = 0.02
 
 
 def check_objectives(min_sqnr: float | None, max_latency: float | None) -> None:
@@ -160,6 +173,7 @@ class SpeedPlan:
     size: dict[str, int] = field(default_factory=dict)
     met: bool = True
     export: Any = None
+    qmax: int = 127
 
     def table(self) -> list[dict[str, Any]]:
         """One row per layer: layer, op, weight shape, form, why."""
@@ -173,7 +187,7 @@ class SpeedPlan:
                 "smooth": self.smooth, "output_sqnr_db": self.output_sqnr_db,
                 "deploy": {"output_sqnr_db": self.output_sqnr_db},
                 "latency": self.latency, "size": self.size, "start": self.start,
-                "moves": self.moves, "weight_qmax": weight_qmax(), "layers": self.table()}
+                "moves": self.moves, "weight_qmax": self.qmax, "layers": self.table()}
 
 
 class _Planner:
@@ -183,6 +197,8 @@ class _Planner:
         self.case, self.log = case, log
         self.model = case.prepared
         self.smooth: float | None = None
+        self.qmax = weight_qmax()
+        self.bias_correct = False
         self._setup()
 
     def _setup(self) -> None:
@@ -209,7 +225,12 @@ class _Planner:
         return chain_specs_subset(self.model, inside, tensors, base)
 
     def export(self, forms: Mapping[str, str], method: str) -> Any:
-        return export_forms(self.model, forms, self.specs(forms, method))
+        model = self.model
+        if self.bias_correct:
+            model = bias_corrected(model, [x for x in self.layers
+                                           if forms.get(x.name) == "qlinear"],
+                                   self.values, self.qmax)
+        return export_forms(model, forms, self.specs(forms, method), self.qmax)
 
     def sqnr(self, forms: Mapping[str, str], method: str) -> float:
         return self.case.deployed_sqnr(self.export(forms, method))
@@ -260,6 +281,7 @@ def plan_for_speed(case: SpeedCase, *, min_sqnr: float | None = None,
     if (min_sqnr is None) == (max_latency is None):
         raise QuantizationError("give one objective: --min-sqnr DB or --max-latency R")
     p = _Planner(case, log)
+    profiled = costs is None
     if costs is None:
         costs = _costs(p, repeats, log)
     costs = {k: dict(v) for k, v in costs.items()}
@@ -268,6 +290,8 @@ def plan_for_speed(case: SpeedCase, *, min_sqnr: float | None = None,
     total = sum(c.get("float", 0.0) for c in costs.values())
     for x in p.layers:
         forms[x.name], why[x.name] = _fastest(costs[x.name], x.forms, total)
+    if profiled:
+        forms, why = _chain_or_start(p, forms, why, costs, repeats, log)
     if budget is not None:
         b, n = _bits(p.layers, forms)
         if b > budget * n:
@@ -276,7 +300,8 @@ def plan_for_speed(case: SpeedCase, *, min_sqnr: float | None = None,
                                     f"per float one)")
     method, s0 = _start(p, forms, log)
     moves: list[dict[str, Any]] = []
-    start = {"forms": dict(forms), "output_sqnr_db": s0, "method": method, "smooth": p.smooth}
+    start = {"forms": dict(forms), "output_sqnr_db": s0, "method": method, "smooth": p.smooth,
+             "weight_qmax": p.qmax, "bias_correction": p.bias_correct}
     cur = s0
     predicted = float_ms = 0.0
     if max_latency is not None:
@@ -339,7 +364,7 @@ def plan_for_speed(case: SpeedCase, *, min_sqnr: float | None = None,
     size = {"float_bytes": case.model.ByteSize(), "export_bytes": exported.ByteSize(),
             "bits_per_weight": b / n if n else 0.0}
     return SpeedPlan(objective, forms, why, p.layers, method, p.smooth, cur, costs, moves,
-                     start, result, size, met, exported)
+                     start, result, size, met, exported, p.qmax)
 
 
 def _costs(p: _Planner, repeats: int, log: Callable[[str], None]
@@ -366,6 +391,29 @@ def _costs(p: _Planner, repeats: int, log: Callable[[str], None]
     return out
 
 
+def _chain_or_start(p: _Planner, forms: dict[str, str], why: dict[str, str],
+                    costs: Mapping[str, Mapping[str, float]], repeats: int,
+                    log: Callable[[str], None]) -> tuple[dict[str, str], dict[str, str]]:
+    """The start, or the all-static chain (every profiled layer in ``qlinear``, as
+    onnxruntime's static quantizer writes it) where that measures faster whole: the start
+    never runs slower than the chain (module doc)."""
+    chain = {k: "qlinear" for k, c in costs.items() if set(c) == {"float", "qlinear"}}
+    if not chain or all(forms.get(k) == "qlinear" for k in chain):
+        return forms, why
+    alt = dict(forms, **chain)
+    t = timed({"chain": p.export(alt, "minmax"), "start": p.export(forms, "minmax")},
+              p.case.batches, p.case.threads, repeats)
+    log(f"start {t['start']['ms']:.1f} ms, all-static chain {t['chain']['ms']:.1f} ms")
+    if t["chain"]["ms"] >= t["start"]["ms"]:
+        return forms, why
+    why = dict(why)
+    for k in chain:
+        if forms.get(k) != "qlinear":
+            why[k] = (f"qlinear: the all-static chain measured {t['chain']['ms']:.1f} ms "
+                      f"against {t['start']['ms']:.1f} with this layer float")
+    return alt, why
+
+
 class _Round:
     """One round of moves: every quantized layer's gain measured from the current plan for
     each other form it can take (float, or an integer form faster than float), ranked by dB
@@ -386,7 +434,7 @@ class _Round:
                                                                and c[to] >= c["float"]):
                     continue
                 gain = p.sqnr(dict(forms, **{x.name: to}), method) - cur
-                if gain > 0:
+                if gain > MIN_GAIN:
                     added = c[to] - c[f]
                     score = math.inf if added <= 0 else gain / max(added, 1e-4)
                     self.items.append((score, x, to, gain))
@@ -413,6 +461,25 @@ def _start(p: _Planner, forms: dict[str, str], log: Callable[[str], None]) -> tu
                 best = (m, s)
     else:
         best = ("minmax", p.sqnr(forms, "minmax"))
+    if best[1] < math.inf and p.qmax < 127 and any(f == "qlinear" for f in forms.values()):
+        # 8-bit weights where the kernels may saturate: the measured (deployed) figure says
+        # whether saturation costs more than the 7th bit gains on these inputs
+        p.qmax = 127
+        s = p.sqnr(forms, best[0])
+        log(f"start, 8-bit weights (the u8s8 kernels saturate here): {s:.2f} dB")
+        if s > best[1]:
+            best = (best[0], s)
+        else:
+            p.qmax = weight_qmax()
+    if best[1] < math.inf and any(forms.get(x.name) == "qlinear" and x.op == "Conv"
+                                  for x in p.layers):
+        p.bias_correct = True
+        s = p.sqnr(forms, best[0])
+        log(f"start, bias correction: {s:.2f} dB")
+        if s > best[1]:
+            best = (best[0], s)
+        else:
+            p.bias_correct = False
     smoothed = _smoothed(p)
     if smoothed is not None:
         keep = (p.model, p.layers, p.types, p.values, p.shapes, p.specs_by)
