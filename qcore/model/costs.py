@@ -67,7 +67,7 @@ def timed(models: Mapping[str, Any], batches: Sequence[Mapping[str, np.ndarray]]
     for k, v in times.items():
         q = np.percentile(v, [10, 90])
         out[k] = {"ms": float(statistics.median(v)), "p10": float(q[0]), "p90": float(q[1]),
-                  "min": float(min(v)), "passes": len(v)}
+                  "min": float(min(v)), "passes": len(v), "runs": list(v)}
     out["load"] = [load0, load_average()]
     return out
 

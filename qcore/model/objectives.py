@@ -40,6 +40,7 @@ planner works on measurements only:
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -519,10 +520,14 @@ def _smoothed(p: _Planner) -> Any:
 
 def _measure(p: _Planner, forms: Mapping[str, str], method: str, repeats: int
              ) -> dict[str, Any]:
-    """The whole export beside the float model (module doc)."""
+    """The whole export beside the float model (module doc); the ratio is the median of the
+    passes' ratios (each export pass over the float pass beside it: on a shared host the
+    load drifts, and a pair of neighbouring passes sees about the same load)."""
     t = timed({"export": p.export(forms, method), "float": p.case.model}, p.case.batches,
               p.case.threads, repeats)
     return {"ms": t["export"]["ms"], "p10": t["export"]["p10"], "p90": t["export"]["p90"],
             "float_ms": t["float"]["ms"], "float_p10": t["float"]["p10"],
-            "float_p90": t["float"]["p90"], "ratio": t["export"]["ms"] / t["float"]["ms"],
+            "float_p90": t["float"]["p90"],
+            "ratio": statistics.median(e / f for e, f in zip(t["export"]["runs"],
+                                                             t["float"]["runs"])),
             "load": t["load"], "threads": p.case.threads, "passes": repeats}
