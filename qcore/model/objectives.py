@@ -11,16 +11,21 @@ planner works on measurements only:
    layers (and every layer of a model without a Conv) are timed alone in each form
    (:func:`qcore.model.costs.layer_costs`). A layer whose integer forms all cost no less than
    its float form stays float (``why``: the measured ratio) — it does not pay here.
-2. **Start**: every other layer in its fastest form; for a conv net, the all-static chain
-   instead where the two, timed whole, say the chain is faster (so the start never runs
-   slower than the chain quantize_static writes). The chain tensors' scales come from the
-   calibration method (minmax, percentile, mse) whose start measures the highest SQNR; where
-   the uint8 × int8 kernels saturate (7-bit weights), 8-bit weights are kept when they
-   measure higher; bias correction (:mod:`qcore.model.forms.bias`) is kept when it measures
-   higher; SmoothQuant (alpha 0.5; folded into the LayerNormalization before a site
-   where only the weights read it, else a Mul) is kept when it raises the start's measured
-   SQNR. These moves cost no latency. SQNR here is always the export as onnxruntime runs it
-   with default optimizations (the deployed figure).
+2. **Start**: two candidates, measured whole: every other layer in its fastest form, and every
+   other layer in its fastest form that reads no static activation chain (``dynamic``,
+   ``conv-integer``, ``weight-only``); the candidate with the higher SQNR wins among those within
+   :data:`START_SLACK` of the faster one's latency (:func:`_pick_start`: a transformer starts
+   dynamic, a conv net static, from the measurements). A conv net whose fastest start keeps
+   static-capable layers float takes the all-static chain instead where that times faster
+   whole (:func:`_chain_or_start`: the start never runs slower than the chain quantize_static
+   writes). The chain tensors' scales come from the calibration method (minmax, percentile,
+   mse) whose start measures the highest SQNR; where the uint8 × int8 kernels saturate (7-bit
+   weights), 8-bit weights are kept when they measure higher; Conv bias correction
+   (:mod:`qcore.model.forms.bias`) is kept when it measures higher; SmoothQuant (alpha 0.5;
+   folded into the LayerNormalization before a site where only the weights read it, else a
+   Mul) is kept when it raises the start's measured SQNR. These moves cost no latency. SQNR
+   here is always the export as onnxruntime runs it with default optimizations (the deployed
+   figure).
 3. **Moves**: a layer to a more faithful form — float, or another integer form that runs
    faster than float (a MatMul from ``qlinear`` to ``dynamic``). In each round (at most
    :data:`ROUNDS`) every quantized layer's gain is measured for each such form (the current
@@ -51,12 +56,14 @@ from ..errors import QuantizationError
 from . import require
 from .costs import in_chain_costs, layer_costs, timed
 from .forms.bias import bias_corrected
-from .forms.layered import export_forms, layers_of
+from .forms.layered import LAYER_REGISTRY, export_forms, layers_of
 from .forms.layers import Layer, prepare
+from .forms.nbits_layers import NBITS_LAYER_FORMS
 from .forms.qlinear import chain_nodes, chain_specs, chain_tensors, tensor_types, weight_qmax
 from .latency import deploy_session
 
-__all__ = ["METHODS", "SpeedCase", "SpeedPlan", "check_objectives", "plan_for_speed"]
+__all__ = ["METHODS", "SpeedCase", "SpeedPlan", "check_objectives", "nbits_verdict",
+           "plan_for_speed"]
 
 #: Calibration methods the start tries for the chain tensors.
 METHODS = ("minmax", "percentile", "mse")
@@ -73,6 +80,14 @@ SMOOTH_ALPHA = 0.5
 #: A move must gain more than this many dB alone to be taken (smaller gains cost time for a
 #: change no user sees).
 MIN_GAIN = 0.02
+#: A start whose measured latency is within this share of the fastest start's, and whose
+#: measured SQNR is higher, is taken instead of the fastest (step 2 of the module doc).
+START_SLACK = 0.10
+_CHAIN = {f.name: f.chain for f in LAYER_REGISTRY}
+#: Bits per weight of a form (8 where not named).
+_BITS = {"float": 32, "weight-only-int4": 4, **{f: 4 for f in NBITS_LAYER_FORMS}}
+#: The weight-only forms of a table lookup, fewest bits first.
+_LOOKUPS = ("weight-only-int4", "weight-only")
 
 
 def check_objectives(min_sqnr: float | None, max_latency: float | None) -> None:
@@ -248,13 +263,16 @@ def chain_specs_subset(model: Any, inside: set[str], tensors: Sequence[str],
 def _fastest(costs: Mapping[str, float], forms: Sequence[str], total_ms: float
              ) -> tuple[str, str]:
     """(form, why) of a layer: its fastest integer form if it pays (module doc), else float.
-    ``weight-only`` (a table lookup: only the file shrinks) is taken when it adds at most
+    A weight-only lookup (``weight-only-int4``, else ``weight-only``: only the file shrinks; a
+    plan moves it only to the other one) is taken when it adds at most
     :data:`FREE` of the float layers' total time."""
-    if "weight-only" in forms and "weight-only" in costs:
-        added = costs["weight-only"] - costs.get("float", 0.0)
-        if added <= FREE * total_ms:
-            return "weight-only", f"weight-only adds {added:.3f} ms (the file shrinks)"
-        return "float", f"weight-only would add {added:.3f} ms"
+    lookups = [f for f in _LOOKUPS if f in forms and f in costs]  # fewest bits first
+    if lookups:
+        for f in lookups:
+            added = costs[f] - costs.get("float", 0.0)
+            if added <= FREE * total_ms:
+                return f, f"{f} adds {added:.3f} ms (the file shrinks)"
+        return "float", f"{lookups[-1]} would add {added:.3f} ms"
     quant = [f for f in forms if f != "float" and f in costs]
     if not quant:
         return "float", "no integer form for this op"
@@ -265,9 +283,85 @@ def _fastest(costs: Mapping[str, float], forms: Sequence[str], total_ms: float
     return best, f"{best} measured {ratio:.2f}x float"
 
 
+def nbits_verdict(costs: Mapping[str, Mapping[str, float]]) -> dict[str, Any]:
+    """Whether 4 bits pay on this CPU, said before the export: over the layers that can take a
+    4-bit form, the fastest such form's summed time against float and the fastest 8-bit
+    integer form (``{}`` where no layer has a 4-bit form)."""
+    rows = [c for c in costs.values() if any(f in c for f in NBITS_LAYER_FORMS)]
+    if not rows:
+        return {}
+    fl = sum(c["float"] for c in rows)
+    four = {f: sum(c[f] for c in rows) for f in NBITS_LAYER_FORMS if all(f in c for c in rows)}
+    best = min(four, key=four.get)
+    eight = [f for f in ("dynamic", "qlinear") if all(f in c for c in rows)]
+    e8 = min((sum(c[f] for c in rows) for f in eight), default=math.inf)
+    pays = four[best] <= PAYS * min(fl, e8)
+    text = (f"4 bits {'pay' if pays else 'do not pay'} on this CPU: {best} measured "
+            f"{four[best] / fl:.2f}x float" + (f", {four[best] / e8:.2f}x the 8-bit forms"
+                                               if math.isfinite(e8) else "")
+            + " over the layers that can take it"
+            + "; ".join([""] + [f"{f} {v / fl:.2f}x" for f, v in sorted(four.items())]))
+    return {"pays": pays, "form": best, "x_float": four[best] / fl,
+            "x_8bit": four[best] / e8 if math.isfinite(e8) else None, "text": text}
+
+
+def _start_candidates(p: _Planner, costs: Mapping[str, Mapping[str, float]], total: float,
+                      four: bool = True) -> dict[str, tuple[dict[str, str], dict[str, str]]]:
+    """The starts a plan chooses from, each ``(forms, why)``: ``fastest`` (every layer in its
+    fastest paying form) and ``chain-free`` (the fastest paying form that reads no static
+    activation chain: ``dynamic``, ``conv-integer``, ``weight-only``), where they differ.
+    ``four`` False (4 bits do not pay here, :func:`nbits_verdict`): no 4-bit form."""
+    out: dict[str, tuple[dict[str, str], dict[str, str]]] = {}
+    for name, chain in (("fastest", True), ("chain-free", False)):
+        forms: dict[str, str] = {}
+        why: dict[str, str] = {}
+        for x in p.layers:
+            ok = [f for f in x.forms if (chain or not _CHAIN[f])
+                  and (four or f not in NBITS_LAYER_FORMS)]
+            forms[x.name], why[x.name] = _fastest(costs[x.name], ok, total)
+        if not any(f == forms for f, _ in out.values()):
+            out[name] = (forms, why)
+    return out
+
+
+def _pick_start(p: _Planner, costs: Mapping[str, Mapping[str, float]], total: float,
+                repeats: int, measure: bool, log: Callable[[str], None], four: bool = True
+                ) -> tuple[dict[str, str], dict[str, str], dict[str, Any]]:
+    """(forms, why, what was measured) of the start: of the candidates
+    (:func:`_start_candidates`), the one with the highest measured SQNR among those whose
+    latency is within :data:`START_SLACK` of the fastest one's. Latency is the whole export
+    timed beside the float model (interleaved medians); with ``measure`` False (costs given,
+    tests) it is the sum of the layer costs. Per model, from measurements: a transformer,
+    where per-tensor static activations break the output, starts dynamic at the same speed;
+    a conv net, where the static chain runs far faster, starts static."""
+    cands = _start_candidates(p, costs, total, four)
+    if len(cands) == 1:
+        return (*cands["fastest"], {})
+    sqnr = {k: _best_method(p, f, log) for k, (f, _) in cands.items()}
+    if measure:
+        t = timed({"float": p.case.model,
+                   **{k: p.export(f, sqnr[k][0]) for k, (f, _) in cands.items()}},
+                  p.case.batches, p.case.threads, repeats)
+        ratio = {k: t[k]["ms"] / t["float"]["ms"] for k in cands}
+    else:
+        ratio = {k: sum(costs[x.name].get(f[x.name], costs[x.name].get("float", 0.0))
+                        for x in p.layers) / (total or 1.0) for k, (f, _) in cands.items()}
+    fastest = min(ratio.values())
+    near = [k for k in cands if ratio[k] <= fastest * (1 + START_SLACK)]
+    pick = max(near, key=lambda k: sqnr[k][1])
+    for k in cands:
+        log(f"start {k}: {ratio[k]:.3f}x float, {_db(sqnr[k][1])} dB"
+            + (" (taken)" if k == pick else ""))
+    forms, why = cands[pick]
+    return dict(forms), dict(why), {
+        "chosen": pick, "method": sqnr[pick],
+        "candidates": {k: {"x_float": ratio[k], "output_sqnr_db": sqnr[k][1],
+                           "method": sqnr[k][0], "measured": measure} for k in cands}}
+
+
 def _bits(layers: Sequence[Layer], forms: Mapping[str, str]) -> tuple[int, int]:
     n = sum(x.elements for x in layers)
-    b = sum(x.elements * (32 if forms.get(x.name, "float") == "float" else 8) for x in layers)
+    b = sum(x.elements * _BITS.get(forms.get(x.name, "float"), 8) for x in layers)
     return b, n
 
 
@@ -279,30 +373,37 @@ def plan_for_speed(case: SpeedCase, *, min_sqnr: float | None = None,
     (``budget`` may join either). ``costs``: ``{layer: {form: ms}}`` to use instead of timing
     each layer (tests)."""
     check_objectives(min_sqnr, max_latency)
+    measure = costs is None
     if (min_sqnr is None) == (max_latency is None):
         raise QuantizationError("give one objective: --min-sqnr DB or --max-latency R")
     p = _Planner(case, log)
-    profiled = costs is None
     if costs is None:
         costs = _costs(p, repeats, log)
     costs = {k: dict(v) for k, v in costs.items()}
-    forms: dict[str, str] = {}
-    why: dict[str, str] = {}
     total = sum(c.get("float", 0.0) for c in costs.values())
-    for x in p.layers:
-        forms[x.name], why[x.name] = _fastest(costs[x.name], x.forms, total)
-    if profiled:
-        forms, why = _chain_or_start(p, forms, why, costs, repeats, log)
+    nbits = nbits_verdict(costs)
+    if nbits:
+        log(nbits["text"])
+    forms, why, picked = _pick_start(p, costs, total, repeats, measure, log,
+                                     four=not nbits or nbits["pays"])
+    if nbits:
+        picked["nbits"] = nbits
+    if measure and picked.get("chosen", "fastest") == "fastest":
+        chained, why = _chain_or_start(p, forms, why, costs, repeats, log)
+        if chained != forms:
+            forms = chained
+            picked.pop("method", None)
+            picked["chosen"] = "all-static chain"
     if budget is not None:
         b, n = _bits(p.layers, forms)
         if b > budget * n:
             raise QuantizationError(f"--budget {budget}: the fastest forms already take "
                                     f"{b / n:.2f} bits per weight (8 per quantized weight, 32 "
                                     f"per float one)")
-    method, s0 = _start(p, forms, log)
+    method, s0 = _start(p, forms, log, picked.pop("method", None))
     moves: list[dict[str, Any]] = []
     start = {"forms": dict(forms), "output_sqnr_db": s0, "method": method, "smooth": p.smooth,
-             "weight_qmax": p.qmax, "bias_correction": p.bias_correct}
+             "weight_qmax": p.qmax, "bias_correction": p.bias_correct, **picked}
     cur = s0
     predicted = float_ms = 0.0
     if max_latency is not None:
@@ -431,8 +532,9 @@ class _Round:
                 continue
             c = costs[x.name]
             for to in x.forms:
-                if to in (f, "weight-only") or to not in c or (to != "float"
-                                                               and c[to] >= c["float"]):
+                if (to == f or to not in c or to in NBITS_LAYER_FORMS
+                        or (f in _LOOKUPS) != (to in _LOOKUPS)
+                        or (to != "float" and c[to] >= c["float"] and to not in _LOOKUPS)):
                     continue
                 gain = p.sqnr(dict(forms, **{x.name: to}), method) - cur
                 if gain > MIN_GAIN:
@@ -451,10 +553,12 @@ def _db(v: float) -> str:
     return f"{v:.2f}" if math.isfinite(v) else str(v)
 
 
-def _start(p: _Planner, forms: dict[str, str], log: Callable[[str], None]) -> tuple[str, float]:
-    """The calibration method (and SmoothQuant) of the start, by measured SQNR."""
+def _best_method(p: _Planner, forms: Mapping[str, str], log: Callable[[str], None]
+                 ) -> tuple[str, float]:
+    """(method, SQNR): the calibration method of the chain tensors that measures highest
+    (minmax where no layer reads a chain)."""
     best = ("minmax", -math.inf)
-    if any(f == "qlinear" for f in forms.values()):
+    if any(_CHAIN.get(f, False) for f in forms.values()):
         for m in METHODS:
             s = p.sqnr(forms, m)
             log(f"start, {m}: {s:.2f} dB")
@@ -462,6 +566,14 @@ def _start(p: _Planner, forms: dict[str, str], log: Callable[[str], None]) -> tu
                 best = (m, s)
     else:
         best = ("minmax", p.sqnr(forms, "minmax"))
+    return best
+
+
+def _start(p: _Planner, forms: dict[str, str], log: Callable[[str], None],
+           best: tuple[str, float] | None = None) -> tuple[str, float]:
+    """The calibration method (and SmoothQuant) of the start, by measured SQNR; ``best``: the
+    method and SQNR already measured."""
+    best = best or _best_method(p, forms, log)
     if best[1] < math.inf and p.qmax < 127 and any(f == "qlinear" for f in forms.values()):
         # 8-bit weights where the kernels may saturate: the measured (deployed) figure says
         # whether saturation costs more than the 7th bit gains on these inputs
