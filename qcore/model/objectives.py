@@ -4,18 +4,28 @@
 A plan gives every layer of the prepared model (:mod:`qcore.model.forms.layers`) a form. The
 planner works on measurements only:
 
-1. **Costs**: every form of every layer timed alone at the user's input shapes and threads
-   (:func:`qcore.model.costs.layer_costs`). A layer whose integer forms all measure no faster
-   than its float form stays float (``why``: the measured ratio) — it does not pay here.
+1. **Costs** (:func:`_costs`): a conv net's static-capable layers are costed in the chain
+   they run in — one onnxruntime profile of the float model and one of the export with all of
+   them in ``qlinear`` (what onnxruntime's ``quantize_static`` writes), each layer's nodes
+   summed, a float layer paying the DequantizeLinear / QuantizeLinear at its edges; other
+   layers (and every layer of a model without a Conv) are timed alone in each form
+   (:func:`qcore.model.costs.layer_costs`). A layer whose integer forms all cost no less than
+   its float form stays float (``why``: the measured ratio) — it does not pay here.
 2. **Start**: two candidates, measured whole: every other layer in its fastest form, and every
    other layer in its fastest form that reads no static activation chain (``dynamic``,
    ``conv-integer``, ``weight-only``); the candidate with the higher SQNR wins among those within
    :data:`START_SLACK` of the faster one's latency (:func:`_pick_start`: a transformer starts
-   dynamic, a conv net static, from the measurements). The chain tensors' scales come from the
-   calibration method (minmax, percentile, mse) whose start measures the highest SQNR, and
-   SmoothQuant (alpha 0.5; folded into the LayerNormalization before a site where only the
-   weights read it, else a Mul) is kept when it raises the start's measured SQNR. SQNR here is always the
-   export as onnxruntime runs it with default optimizations (the deployed figure).
+   dynamic, a conv net static, from the measurements). A conv net whose fastest start keeps
+   static-capable layers float takes the all-static chain instead where that times faster
+   whole (:func:`_chain_or_start`: the start never runs slower than the chain quantize_static
+   writes). The chain tensors' scales come from the calibration method (minmax, percentile,
+   mse) whose start measures the highest SQNR; where the uint8 × int8 kernels saturate (7-bit
+   weights), 8-bit weights are kept when they measure higher; Conv bias correction
+   (:mod:`qcore.model.forms.bias`) is kept when it measures higher; SmoothQuant (alpha 0.5;
+   folded into the LayerNormalization before a site where only the weights read it, else a
+   Mul) is kept when it raises the start's measured SQNR. These moves cost no latency. SQNR
+   here is always the export as onnxruntime runs it with default optimizations (the deployed
+   figure).
 3. **Moves**: a layer to a more faithful form — float, or another integer form that runs
    faster than float (a MatMul from ``qlinear`` to ``dynamic``). In each round (at most
    :data:`ROUNDS`) every quantized layer's gain is measured for each such form (the current
@@ -35,6 +45,7 @@ planner works on measurements only:
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,7 +54,8 @@ import numpy as np
 
 from ..errors import QuantizationError
 from . import require
-from .costs import layer_costs, timed
+from .costs import in_chain_costs, layer_costs, timed
+from .forms.bias import bias_corrected
 from .forms.layered import LAYER_REGISTRY, export_forms, layers_of
 from .forms.layers import Layer, prepare
 from .forms.nbits_layers import NBITS_LAYER_FORMS
@@ -65,6 +77,9 @@ RECHECK = 12
 #: A weight-only lookup may add this share of the float layers' time (its gain is the file).
 FREE = 0.01
 SMOOTH_ALPHA = 0.5
+#: A move must gain more than this many dB alone to be taken (smaller gains cost time for a
+#: change no user sees).
+MIN_GAIN = 0.02
 #: A start whose measured latency is within this share of the fastest start's, and whose
 #: measured SQNR is higher, is taken instead of the fastest (step 2 of the module doc).
 START_SLACK = 0.10
@@ -174,6 +189,7 @@ class SpeedPlan:
     size: dict[str, int] = field(default_factory=dict)
     met: bool = True
     export: Any = None
+    qmax: int = 127
 
     def table(self) -> list[dict[str, Any]]:
         """One row per layer: layer, op, weight shape, form, why."""
@@ -187,7 +203,7 @@ class SpeedPlan:
                 "smooth": self.smooth, "output_sqnr_db": self.output_sqnr_db,
                 "deploy": {"output_sqnr_db": self.output_sqnr_db},
                 "latency": self.latency, "size": self.size, "start": self.start,
-                "moves": self.moves, "weight_qmax": weight_qmax(), "layers": self.table()}
+                "moves": self.moves, "weight_qmax": self.qmax, "layers": self.table()}
 
 
 class _Planner:
@@ -197,6 +213,8 @@ class _Planner:
         self.case, self.log = case, log
         self.model = case.prepared
         self.smooth: float | None = None
+        self.qmax = weight_qmax()
+        self.bias_correct = False
         self._setup()
 
     def _setup(self) -> None:
@@ -223,7 +241,12 @@ class _Planner:
         return chain_specs_subset(self.model, inside, tensors, base)
 
     def export(self, forms: Mapping[str, str], method: str) -> Any:
-        return export_forms(self.model, forms, self.specs(forms, method))
+        model = self.model
+        if self.bias_correct:
+            model = bias_corrected(model, [x for x in self.layers
+                                           if forms.get(x.name) == "qlinear"],
+                                   self.values, self.qmax)
+        return export_forms(model, forms, self.specs(forms, method), self.qmax)
 
     def sqnr(self, forms: Mapping[str, str], method: str) -> float:
         return self.case.deployed_sqnr(self.export(forms, method))
@@ -355,8 +378,7 @@ def plan_for_speed(case: SpeedCase, *, min_sqnr: float | None = None,
         raise QuantizationError("give one objective: --min-sqnr DB or --max-latency R")
     p = _Planner(case, log)
     if costs is None:
-        log(f"{len(p.layers)} layers; timing each form alone at the input shapes")
-        costs = layer_costs(p.model, p.layers, p.shapes, case.threads, repeats=repeats)
+        costs = _costs(p, repeats, log)
     costs = {k: dict(v) for k, v in costs.items()}
     total = sum(c.get("float", 0.0) for c in costs.values())
     nbits = nbits_verdict(costs)
@@ -366,6 +388,12 @@ def plan_for_speed(case: SpeedCase, *, min_sqnr: float | None = None,
                                      four=not nbits or nbits["pays"])
     if nbits:
         picked["nbits"] = nbits
+    if measure and picked.get("chosen", "fastest") == "fastest":
+        chained, why = _chain_or_start(p, forms, why, costs, repeats, log)
+        if chained != forms:
+            forms = chained
+            picked.pop("method", None)
+            picked["chosen"] = "all-static chain"
     if budget is not None:
         b, n = _bits(p.layers, forms)
         if b > budget * n:
@@ -375,7 +403,7 @@ def plan_for_speed(case: SpeedCase, *, min_sqnr: float | None = None,
     method, s0 = _start(p, forms, log, picked.pop("method", None))
     moves: list[dict[str, Any]] = []
     start = {"forms": dict(forms), "output_sqnr_db": s0, "method": method, "smooth": p.smooth,
-             **picked}
+             "weight_qmax": p.qmax, "bias_correction": p.bias_correct, **picked}
     cur = s0
     predicted = float_ms = 0.0
     if max_latency is not None:
@@ -438,7 +466,54 @@ def plan_for_speed(case: SpeedCase, *, min_sqnr: float | None = None,
     size = {"float_bytes": case.model.ByteSize(), "export_bytes": exported.ByteSize(),
             "bits_per_weight": b / n if n else 0.0}
     return SpeedPlan(objective, forms, why, p.layers, method, p.smooth, cur, costs, moves,
-                     start, result, size, met, exported)
+                     start, result, size, met, exported, p.qmax)
+
+
+def _costs(p: _Planner, repeats: int, log: Callable[[str], None]
+           ) -> dict[str, dict[str, float]]:
+    """Each layer's cost per form. A conv net's static layers are costed in the chain, from
+    one profiled run of the float model and one of the export with every static-capable layer
+    in ``qlinear`` (:func:`qcore.model.costs.in_chain_costs`: onnxruntime's static quantizer
+    writes that export too, so the start fuses as well as it does); other layers are timed
+    alone in each form (:func:`qcore.model.costs.layer_costs`)."""
+    chain = [x for x in p.layers if "qlinear" in x.forms]
+    alone = p.layers
+    out: dict[str, dict[str, float]] = {}
+    if any(x.op == "Conv" for x in chain):
+        log(f"{len(p.layers)} layers; profiling the float model and the all-static export")
+        forms = {x.name: "qlinear" for x in chain}
+        owned = {x.name: chain_nodes(p.model, [x.name], p.types) for x in chain}
+        elements = {t: int(v[0].size) for t, v in p.values.items()}
+        out = in_chain_costs(p.model, p.export(forms, "minmax"), chain, owned, elements,
+                             p.case.batches, p.case.threads)
+        alone = [x for x in p.layers if x.name not in out]
+    if alone:
+        log(f"timing each form of {len(alone)} layers alone at the input shapes")
+        out.update(layer_costs(p.model, alone, p.shapes, p.case.threads, repeats=repeats))
+    return out
+
+
+def _chain_or_start(p: _Planner, forms: dict[str, str], why: dict[str, str],
+                    costs: Mapping[str, Mapping[str, float]], repeats: int,
+                    log: Callable[[str], None]) -> tuple[dict[str, str], dict[str, str]]:
+    """The start, or the all-static chain (every profiled layer in ``qlinear``, as
+    onnxruntime's static quantizer writes it) where that measures faster whole: the start
+    never runs slower than the chain (module doc)."""
+    chain = {k: "qlinear" for k, c in costs.items() if set(c) == {"float", "qlinear"}}
+    if not chain or all(forms.get(k) == "qlinear" for k in chain):
+        return forms, why
+    alt = dict(forms, **chain)
+    t = timed({"chain": p.export(alt, "minmax"), "start": p.export(forms, "minmax")},
+              p.case.batches, p.case.threads, repeats)
+    log(f"start {t['start']['ms']:.1f} ms, all-static chain {t['chain']['ms']:.1f} ms")
+    if t["chain"]["ms"] >= t["start"]["ms"]:
+        return forms, why
+    why = dict(why)
+    for k in chain:
+        if forms.get(k) != "qlinear":
+            why[k] = (f"qlinear: the all-static chain measured {t['chain']['ms']:.1f} ms "
+                      f"against {t['start']['ms']:.1f} with this layer float")
+    return alt, why
 
 
 class _Round:
@@ -457,11 +532,12 @@ class _Round:
                 continue
             c = costs[x.name]
             for to in x.forms:
-                if (to == f or to in NBITS_LAYER_FORMS or (f in _LOOKUPS) != (to in _LOOKUPS)
+                if (to == f or to not in c or to in NBITS_LAYER_FORMS
+                        or (f in _LOOKUPS) != (to in _LOOKUPS)
                         or (to != "float" and c[to] >= c["float"] and to not in _LOOKUPS)):
                     continue
                 gain = p.sqnr(dict(forms, **{x.name: to}), method) - cur
-                if gain > 0:
+                if gain > MIN_GAIN:
                     added = c[to] - c[f]
                     score = math.inf if added <= 0 else gain / max(added, 1e-4)
                     self.items.append((score, x, to, gain))
@@ -498,6 +574,25 @@ def _start(p: _Planner, forms: dict[str, str], log: Callable[[str], None],
     """The calibration method (and SmoothQuant) of the start, by measured SQNR; ``best``: the
     method and SQNR already measured."""
     best = best or _best_method(p, forms, log)
+    if best[1] < math.inf and p.qmax < 127 and any(f == "qlinear" for f in forms.values()):
+        # 8-bit weights where the kernels may saturate: the measured (deployed) figure says
+        # whether saturation costs more than the 7th bit gains on these inputs
+        p.qmax = 127
+        s = p.sqnr(forms, best[0])
+        log(f"start, 8-bit weights (the u8s8 kernels saturate here): {s:.2f} dB")
+        if s > best[1]:
+            best = (best[0], s)
+        else:
+            p.qmax = weight_qmax()
+    if best[1] < math.inf and any(forms.get(x.name) == "qlinear" and x.op == "Conv"
+                                  for x in p.layers):
+        p.bias_correct = True
+        s = p.sqnr(forms, best[0])
+        log(f"start, bias correction: {s:.2f} dB")
+        if s > best[1]:
+            best = (best[0], s)
+        else:
+            p.bias_correct = False
     smoothed = _smoothed(p)
     if smoothed is not None:
         keep = (p.model, p.layers, p.types, p.values, p.shapes, p.specs_by)
@@ -537,10 +632,14 @@ def _smoothed(p: _Planner) -> Any:
 
 def _measure(p: _Planner, forms: Mapping[str, str], method: str, repeats: int
              ) -> dict[str, Any]:
-    """The whole export beside the float model (module doc)."""
+    """The whole export beside the float model (module doc); the ratio is the median of the
+    passes' ratios (each export pass over the float pass beside it: on a shared host the
+    load drifts, and a pair of neighbouring passes sees about the same load)."""
     t = timed({"export": p.export(forms, method), "float": p.case.model}, p.case.batches,
               p.case.threads, repeats)
     return {"ms": t["export"]["ms"], "p10": t["export"]["p10"], "p90": t["export"]["p90"],
             "float_ms": t["float"]["ms"], "float_p10": t["float"]["p10"],
-            "float_p90": t["float"]["p90"], "ratio": t["export"]["ms"] / t["float"]["ms"],
+            "float_p90": t["float"]["p90"],
+            "ratio": statistics.median(e / f for e, f in zip(t["export"]["runs"],
+                                                             t["float"]["runs"])),
             "load": t["load"], "threads": p.case.threads, "passes": repeats}
