@@ -13,8 +13,8 @@ planner works on measurements only:
    its float form stays float (``why``: the measured ratio) — it does not pay here.
 2. **Start**: two candidates, measured whole: every other layer in its fastest form, and every
    other layer in its fastest form that reads no static activation chain (``dynamic``,
-   ``conv-integer``, ``weight-only``); the candidate with the higher SQNR wins among those within
-   :data:`START_SLACK` of the faster one's latency (:func:`_pick_start`: a transformer starts
+   ``conv-integer``, ``weight-only``); the candidate whose measured SQNR less its latency's
+   price (:data:`START_RATE`) is highest wins (:func:`_pick_start`: a transformer starts
    dynamic, a conv net static, from the measurements). A conv net whose fastest start keeps
    static-capable layers float takes the all-static chain instead where that times faster
    whole (:func:`_chain_or_start`: the start never runs slower than the chain quantize_static
@@ -80,9 +80,11 @@ SMOOTH_ALPHA = 0.5
 #: A move must gain more than this many dB alone to be taken (smaller gains cost time for a
 #: change no user sees).
 MIN_GAIN = 0.02
-#: A start whose measured latency is within this share of the fastest start's, and whose
-#: measured SQNR is higher, is taken instead of the fastest (step 2 of the module doc).
-START_SLACK = 0.10
+#: The price of a dB when starts are compared: a start is worth its measured SQNR less
+#: (its latency / the fastest start's − 1) / START_RATE dB, so a start 3% slower must
+#: measure 1 dB more (about what a move to float pays per dB on MiniLM; step 2 of the module
+#: doc). A conv net's chain-free start (near float speed) loses by tens of dB.
+START_RATE = 0.03
 _CHAIN = {f.name: f.chain for f in LAYER_REGISTRY}
 #: Bits per weight of a form (8 where not named).
 _BITS = {"float": 32, "weight-only-int4": 4, **{f: 4 for f in NBITS_LAYER_FORMS}}
@@ -328,8 +330,8 @@ def _pick_start(p: _Planner, costs: Mapping[str, Mapping[str, float]], total: fl
                 repeats: int, measure: bool, log: Callable[[str], None], four: bool = True
                 ) -> tuple[dict[str, str], dict[str, str], dict[str, Any]]:
     """(forms, why, what was measured) of the start: of the candidates
-    (:func:`_start_candidates`), the one with the highest measured SQNR among those whose
-    latency is within :data:`START_SLACK` of the fastest one's. Latency is the whole export
+    (:func:`_start_candidates`), the one with the highest measured SQNR less the price of its
+    latency over the fastest one's (:data:`START_RATE`). Latency is the whole export
     timed beside the float model (interleaved medians); with ``measure`` False (costs given,
     tests) it is the sum of the layer costs. Per model, from measurements: a transformer,
     where per-tensor static activations break the output, starts dynamic at the same speed;
@@ -347,15 +349,15 @@ def _pick_start(p: _Planner, costs: Mapping[str, Mapping[str, float]], total: fl
         ratio = {k: sum(costs[x.name].get(f[x.name], costs[x.name].get("float", 0.0))
                         for x in p.layers) / (total or 1.0) for k, (f, _) in cands.items()}
     fastest = min(ratio.values())
-    near = [k for k in cands if ratio[k] <= fastest * (1 + START_SLACK)]
-    pick = max(near, key=lambda k: sqnr[k][1])
+    worth = {k: sqnr[k][1] - (ratio[k] / fastest - 1) / START_RATE for k in cands}
+    pick = max(cands, key=lambda k: worth[k])
     for k in cands:
         log(f"start {k}: {ratio[k]:.3f}x float, {_db(sqnr[k][1])} dB"
             + (" (taken)" if k == pick else ""))
     forms, why = cands[pick]
     return dict(forms), dict(why), {
         "chosen": pick, "method": sqnr[pick],
-        "candidates": {k: {"x_float": ratio[k], "output_sqnr_db": sqnr[k][1],
+        "candidates": {k: {"x_float": ratio[k], "output_sqnr_db": sqnr[k][1], "worth_db": worth[k],
                            "method": sqnr[k][0], "measured": measure} for k in cands}}
 
 
