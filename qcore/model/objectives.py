@@ -311,7 +311,8 @@ def _start_candidates(p: _Planner, costs: Mapping[str, Mapping[str, float]], tot
                       four: bool = True) -> dict[str, tuple[dict[str, str], dict[str, str]]]:
     """The starts a plan chooses from, each ``(forms, why)``: ``fastest`` (every layer in its
     fastest paying form) and ``chain-free`` (the fastest paying form that reads no static
-    activation chain: ``dynamic``, ``conv-integer``, ``weight-only``), where they differ.
+    activation chain: ``dynamic``, ``conv-integer``, ``weight-only``), where they differ and
+    quantize some layer other than a lookup.
     ``four`` False (4 bits do not pay here, :func:`nbits_verdict`): no 4-bit form."""
     out: dict[str, tuple[dict[str, str], dict[str, str]]] = {}
     for name, chain in (("fastest", True), ("chain-free", False)):
@@ -321,17 +322,23 @@ def _start_candidates(p: _Planner, costs: Mapping[str, Mapping[str, float]], tot
             ok = [f for f in x.forms if (chain or not _CHAIN[f])
                   and (four or f not in NBITS_LAYER_FORMS)]
             forms[x.name], why[x.name] = _fastest(costs[x.name], ok, total)
-        if not any(f == forms for f, _ in out.values()):
+        quantizes = any(forms[x.name] != "float" for x in p.layers if x.op != "Gather")
+        if quantizes and not any(f == forms for f, _ in out.values()):
             out[name] = (forms, why)
+    if not out:  # nothing pays anywhere: the all-float start
+        out["fastest"] = (forms, why)
     return out
 
 
 def _pick_start(p: _Planner, costs: Mapping[str, Mapping[str, float]], total: float,
-                repeats: int, measure: bool, log: Callable[[str], None], four: bool = True
+                repeats: int, measure: bool, log: Callable[[str], None], four: bool = True,
+                min_sqnr: float | None = None, max_latency: float | None = None
                 ) -> tuple[dict[str, str], dict[str, str], dict[str, Any]]:
     """(forms, why, what was measured) of the start: of the candidates
-    (:func:`_start_candidates`), the one with the highest measured SQNR less the price of its
-    latency over the fastest one's (:data:`START_RATE`). Latency is the whole export
+    (:func:`_start_candidates`): under ``min_sqnr``, the highest measured SQNR (dB above the
+    floor count for nothing) less the price of its latency over the fastest one's
+    (:data:`START_RATE`); under ``max_latency``, the highest SQNR at or under the bound, else
+    the fastest. Latency is the whole export
     timed beside the float model (interleaved medians); with ``measure`` False (costs given,
     tests) it is the sum of the layer costs. Per model, from measurements: a transformer,
     where per-tensor static activations break the output, starts dynamic at the same speed;
@@ -349,15 +356,20 @@ def _pick_start(p: _Planner, costs: Mapping[str, Mapping[str, float]], total: fl
         ratio = {k: sum(costs[x.name].get(f[x.name], costs[x.name].get("float", 0.0))
                         for x in p.layers) / (total or 1.0) for k, (f, _) in cands.items()}
     fastest = min(ratio.values())
-    worth = {k: sqnr[k][1] - (ratio[k] / fastest - 1) / START_RATE for k in cands}
-    pick = max(cands, key=lambda k: worth[k])
+    if max_latency is not None:  # the most faithful start under the bound, else the fastest
+        worth = {k: sqnr[k][1] if ratio[k] <= max_latency else -math.inf for k in cands}
+    else:  # dB above the floor are worth nothing
+        worth = {k: min(sqnr[k][1], min_sqnr if min_sqnr is not None else math.inf)
+                 - (ratio[k] / fastest - 1) / START_RATE for k in cands}
+    pick = max(cands, key=lambda k: (worth[k], -ratio[k]))
     for k in cands:
         log(f"start {k}: {ratio[k]:.3f}x float, {_db(sqnr[k][1])} dB"
             + (" (taken)" if k == pick else ""))
     forms, why = cands[pick]
     return dict(forms), dict(why), {
         "chosen": pick, "method": sqnr[pick],
-        "candidates": {k: {"x_float": ratio[k], "output_sqnr_db": sqnr[k][1], "worth_db": worth[k],
+        "candidates": {k: {"x_float": ratio[k], "output_sqnr_db": sqnr[k][1],
+                           "worth_db": worth[k],
                            "method": sqnr[k][0], "measured": measure} for k in cands}}
 
 
@@ -387,7 +399,8 @@ def plan_for_speed(case: SpeedCase, *, min_sqnr: float | None = None,
     if nbits:
         log(nbits["text"])
     forms, why, picked = _pick_start(p, costs, total, repeats, measure, log,
-                                     four=not nbits or nbits["pays"])
+                                     four=not nbits or nbits["pays"], min_sqnr=min_sqnr,
+                                     max_latency=max_latency)
     if nbits:
         picked["nbits"] = nbits
     if measure and picked.get("chosen", "fastest") == "fastest":
