@@ -446,7 +446,7 @@ def plan_for_speed(case: SpeedCase, *, min_sqnr: float | None = None,
             if max_latency is not None and predicted + added / float_ms > max_latency:
                 continue
             s = p.sqnr(trial, method)
-            if s > cur:
+            if s > cur + MIN_GAIN:  # in turn too: a move that no longer gains costs for nothing
                 forms, cur = trial, s
                 taken += 1
                 moved.add(x.name)
