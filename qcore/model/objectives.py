@@ -613,8 +613,11 @@ def _start(p: _Planner, forms: dict[str, str], log: Callable[[str], None],
         keep = (p.model, p.layers, p.types, p.values, p.shapes, p.specs_by)
         p.model = smoothed
         p._setup()
-        s = p.sqnr(forms, best[0])
-        log(f"start, SmoothQuant {SMOOTH_ALPHA}: {s:.2f} dB")
+        same = [(x.name, x.op) for x in p.layers] == [(x.name, x.op) for x in keep[1]]
+        s = p.sqnr(forms, best[0]) if same else -math.inf  # renamed nodes: forms do not map
+        log(f"start, SmoothQuant {SMOOTH_ALPHA}: "
+            + (f"{s:.2f} dB" if same else "not tried (the smoothed graph names its layers "
+               "otherwise)"))
         if s > best[1]:
             p.smooth = SMOOTH_ALPHA
             return best[0], s
