@@ -13,8 +13,8 @@ planner works on measurements only:
    its float form stays float (``why``: the measured ratio) — it does not pay here.
 2. **Start**: two candidates, measured whole: every other layer in its fastest form, and every
    other layer in its fastest form that reads no static activation chain (``dynamic``,
-   ``conv-integer``, ``weight-only``); the candidate with the higher SQNR wins among those within
-   :data:`START_SLACK` of the faster one's latency (:func:`_pick_start`: a transformer starts
+   ``conv-integer``, ``weight-only``); the candidate whose measured SQNR less its latency's
+   price (:data:`START_RATE`) is highest wins (:func:`_pick_start`: a transformer starts
    dynamic, a conv net static, from the measurements). A conv net whose fastest start keeps
    static-capable layers float takes the all-static chain instead where that times faster
    whole (:func:`_chain_or_start`: the start never runs slower than the chain quantize_static
@@ -80,9 +80,11 @@ SMOOTH_ALPHA = 0.5
 #: A move must gain more than this many dB alone to be taken (smaller gains cost time for a
 #: change no user sees).
 MIN_GAIN = 0.02
-#: A start whose measured latency is within this share of the fastest start's, and whose
-#: measured SQNR is higher, is taken instead of the fastest (step 2 of the module doc).
-START_SLACK = 0.10
+#: The price of a dB when starts are compared: a start is worth its measured SQNR less
+#: (its latency / the fastest start's − 1) / START_RATE dB, so a start 3% slower must
+#: measure 1 dB more (about what a move to float pays per dB on MiniLM; step 2 of the module
+#: doc). A conv net's chain-free start (near float speed) loses by tens of dB.
+START_RATE = 0.03
 _CHAIN = {f.name: f.chain for f in LAYER_REGISTRY}
 #: Bits per weight of a form (8 where not named).
 _BITS = {"float": 32, "weight-only-int4": 4, **{f: 4 for f in NBITS_LAYER_FORMS}}
@@ -309,7 +311,8 @@ def _start_candidates(p: _Planner, costs: Mapping[str, Mapping[str, float]], tot
                       four: bool = True) -> dict[str, tuple[dict[str, str], dict[str, str]]]:
     """The starts a plan chooses from, each ``(forms, why)``: ``fastest`` (every layer in its
     fastest paying form) and ``chain-free`` (the fastest paying form that reads no static
-    activation chain: ``dynamic``, ``conv-integer``, ``weight-only``), where they differ.
+    activation chain: ``dynamic``, ``conv-integer``, ``weight-only``), where they differ and
+    quantize some layer other than a lookup.
     ``four`` False (4 bits do not pay here, :func:`nbits_verdict`): no 4-bit form."""
     out: dict[str, tuple[dict[str, str], dict[str, str]]] = {}
     for name, chain in (("fastest", True), ("chain-free", False)):
@@ -319,17 +322,23 @@ def _start_candidates(p: _Planner, costs: Mapping[str, Mapping[str, float]], tot
             ok = [f for f in x.forms if (chain or not _CHAIN[f])
                   and (four or f not in NBITS_LAYER_FORMS)]
             forms[x.name], why[x.name] = _fastest(costs[x.name], ok, total)
-        if not any(f == forms for f, _ in out.values()):
+        quantizes = any(forms[x.name] != "float" for x in p.layers if x.op != "Gather")
+        if quantizes and not any(f == forms for f, _ in out.values()):
             out[name] = (forms, why)
+    if not out:  # nothing pays anywhere: the all-float start
+        out["fastest"] = (forms, why)
     return out
 
 
 def _pick_start(p: _Planner, costs: Mapping[str, Mapping[str, float]], total: float,
-                repeats: int, measure: bool, log: Callable[[str], None], four: bool = True
+                repeats: int, measure: bool, log: Callable[[str], None], four: bool = True,
+                min_sqnr: float | None = None, max_latency: float | None = None
                 ) -> tuple[dict[str, str], dict[str, str], dict[str, Any]]:
     """(forms, why, what was measured) of the start: of the candidates
-    (:func:`_start_candidates`), the one with the highest measured SQNR among those whose
-    latency is within :data:`START_SLACK` of the fastest one's. Latency is the whole export
+    (:func:`_start_candidates`): under ``min_sqnr``, the highest measured SQNR (dB above the
+    floor count for nothing) less the price of its latency over the fastest one's
+    (:data:`START_RATE`); under ``max_latency``, the highest SQNR at or under the bound, else
+    the fastest. Latency is the whole export
     timed beside the float model (interleaved medians); with ``measure`` False (costs given,
     tests) it is the sum of the layer costs. Per model, from measurements: a transformer,
     where per-tensor static activations break the output, starts dynamic at the same speed;
@@ -347,8 +356,12 @@ def _pick_start(p: _Planner, costs: Mapping[str, Mapping[str, float]], total: fl
         ratio = {k: sum(costs[x.name].get(f[x.name], costs[x.name].get("float", 0.0))
                         for x in p.layers) / (total or 1.0) for k, (f, _) in cands.items()}
     fastest = min(ratio.values())
-    near = [k for k in cands if ratio[k] <= fastest * (1 + START_SLACK)]
-    pick = max(near, key=lambda k: sqnr[k][1])
+    if max_latency is not None:  # the most faithful start under the bound, else the fastest
+        worth = {k: sqnr[k][1] if ratio[k] <= max_latency else -math.inf for k in cands}
+    else:  # dB above the floor are worth nothing
+        worth = {k: min(sqnr[k][1], min_sqnr if min_sqnr is not None else math.inf)
+                 - (ratio[k] / fastest - 1) / START_RATE for k in cands}
+    pick = max(cands, key=lambda k: (worth[k], -ratio[k]))
     for k in cands:
         log(f"start {k}: {ratio[k]:.3f}x float, {_db(sqnr[k][1])} dB"
             + (" (taken)" if k == pick else ""))
@@ -356,6 +369,7 @@ def _pick_start(p: _Planner, costs: Mapping[str, Mapping[str, float]], total: fl
     return dict(forms), dict(why), {
         "chosen": pick, "method": sqnr[pick],
         "candidates": {k: {"x_float": ratio[k], "output_sqnr_db": sqnr[k][1],
+                           "worth_db": worth[k],
                            "method": sqnr[k][0], "measured": measure} for k in cands}}
 
 
@@ -385,7 +399,8 @@ def plan_for_speed(case: SpeedCase, *, min_sqnr: float | None = None,
     if nbits:
         log(nbits["text"])
     forms, why, picked = _pick_start(p, costs, total, repeats, measure, log,
-                                     four=not nbits or nbits["pays"])
+                                     four=not nbits or nbits["pays"], min_sqnr=min_sqnr,
+                                     max_latency=max_latency)
     if nbits:
         picked["nbits"] = nbits
     if measure and picked.get("chosen", "fastest") == "fastest":
@@ -431,7 +446,7 @@ def plan_for_speed(case: SpeedCase, *, min_sqnr: float | None = None,
             if max_latency is not None and predicted + added / float_ms > max_latency:
                 continue
             s = p.sqnr(trial, method)
-            if s > cur:
+            if s > cur + MIN_GAIN:  # in turn too: a move that no longer gains costs for nothing
                 forms, cur = trial, s
                 taken += 1
                 moved.add(x.name)
