@@ -4,7 +4,7 @@
 A plan gives every layer of the prepared model (:mod:`qcore.model.forms.layers`) a form. The
 planner works on measurements only:
 
-1. **Costs** (:func:`_costs`): a conv net's static-capable layers are costed in the chain
+1. **Costs** (:func:`qcore.model.chain_start.planner_costs`): a conv net's static-capable layers are costed in the chain
    they run in — one onnxruntime profile of the float model and one of the export with all of
    them in ``qlinear`` (what onnxruntime's ``quantize_static`` writes), each layer's nodes
    summed, a float layer paying the DequantizeLinear / QuantizeLinear at its edges; other
@@ -17,7 +17,7 @@ planner works on measurements only:
    price (:data:`START_RATE`) is highest wins (:func:`_pick_start`: a transformer starts
    dynamic, a conv net static, from the measurements). A conv net whose fastest start keeps
    static-capable layers float takes the all-static chain instead where that times faster
-   whole (:func:`_chain_or_start`: the start never runs slower than the chain quantize_static
+   whole (:func:`qcore.model.chain_start.chain_or_start`: the start never runs slower than the chain quantize_static
    writes). The chain tensors' scales come from the calibration method (minmax, percentile,
    mse) whose start measures the highest SQNR; where the uint8 × int8 kernels saturate (7-bit
    weights), 8-bit weights are kept when they measure higher; Conv bias correction
@@ -54,7 +54,8 @@ import numpy as np
 
 from ..errors import QuantizationError
 from . import require
-from .costs import in_chain_costs, layer_costs, timed
+from .chain_start import chain_or_start, latency_free_moves, planner_costs
+from .costs import timed
 from .forms.bias import bias_corrected
 from .forms.layered import LAYER_REGISTRY, export_forms, layers_of
 from .forms.layers import Layer, prepare
@@ -77,8 +78,7 @@ RECHECK = 12
 #: A weight-only lookup may add this share of the float layers' time (its gain is the file).
 FREE = 0.01
 SMOOTH_ALPHA = 0.5
-#: A move must gain more than this many dB alone to be taken (smaller gains cost time for a
-#: change no user sees).
+#: A move must gain more than this many dB (smaller gains cost time no user sees).
 MIN_GAIN = 0.02
 #: The price of a dB when starts are compared: a start is worth its measured SQNR less
 #: (its latency / the fastest start's − 1) / START_RATE dB, so a start 3% slower must
@@ -392,7 +392,7 @@ def plan_for_speed(case: SpeedCase, *, min_sqnr: float | None = None,
         raise QuantizationError("give one objective: --min-sqnr DB or --max-latency R")
     p = _Planner(case, log)
     if costs is None:
-        costs = _costs(p, repeats, log)
+        costs = planner_costs(p, repeats, log)
     costs = {k: dict(v) for k, v in costs.items()}
     total = sum(c.get("float", 0.0) for c in costs.values())
     nbits = nbits_verdict(costs)
@@ -404,7 +404,7 @@ def plan_for_speed(case: SpeedCase, *, min_sqnr: float | None = None,
     if nbits:
         picked["nbits"] = nbits
     if measure and picked.get("chosen", "fastest") == "fastest":
-        chained, why = _chain_or_start(p, forms, why, costs, repeats, log)
+        chained, why = chain_or_start(p, forms, why, costs, repeats, log)
         if chained != forms:
             forms = chained
             picked.pop("method", None)
@@ -484,53 +484,6 @@ def plan_for_speed(case: SpeedCase, *, min_sqnr: float | None = None,
                      start, result, size, met, exported, p.qmax)
 
 
-def _costs(p: _Planner, repeats: int, log: Callable[[str], None]
-           ) -> dict[str, dict[str, float]]:
-    """Each layer's cost per form. A conv net's static layers are costed in the chain, from
-    one profiled run of the float model and one of the export with every static-capable layer
-    in ``qlinear`` (:func:`qcore.model.costs.in_chain_costs`: onnxruntime's static quantizer
-    writes that export too, so the start fuses as well as it does); other layers are timed
-    alone in each form (:func:`qcore.model.costs.layer_costs`)."""
-    chain = [x for x in p.layers if "qlinear" in x.forms]
-    alone = p.layers
-    out: dict[str, dict[str, float]] = {}
-    if any(x.op == "Conv" for x in chain):
-        log(f"{len(p.layers)} layers; profiling the float model and the all-static export")
-        forms = {x.name: "qlinear" for x in chain}
-        owned = {x.name: chain_nodes(p.model, [x.name], p.types) for x in chain}
-        elements = {t: int(v[0].size) for t, v in p.values.items()}
-        out = in_chain_costs(p.model, p.export(forms, "minmax"), chain, owned, elements,
-                             p.case.batches, p.case.threads)
-        alone = [x for x in p.layers if x.name not in out]
-    if alone:
-        log(f"timing each form of {len(alone)} layers alone at the input shapes")
-        out.update(layer_costs(p.model, alone, p.shapes, p.case.threads, repeats=repeats))
-    return out
-
-
-def _chain_or_start(p: _Planner, forms: dict[str, str], why: dict[str, str],
-                    costs: Mapping[str, Mapping[str, float]], repeats: int,
-                    log: Callable[[str], None]) -> tuple[dict[str, str], dict[str, str]]:
-    """The start, or the all-static chain (every profiled layer in ``qlinear``, as
-    onnxruntime's static quantizer writes it) where that measures faster whole: the start
-    never runs slower than the chain (module doc)."""
-    chain = {k: "qlinear" for k, c in costs.items() if set(c) == {"float", "qlinear"}}
-    if not chain or all(forms.get(k) == "qlinear" for k in chain):
-        return forms, why
-    alt = dict(forms, **chain)
-    t = timed({"chain": p.export(alt, "minmax"), "start": p.export(forms, "minmax")},
-              p.case.batches, p.case.threads, repeats)
-    log(f"start {t['start']['ms']:.1f} ms, all-static chain {t['chain']['ms']:.1f} ms")
-    if t["chain"]["ms"] >= t["start"]["ms"]:
-        return forms, why
-    why = dict(why)
-    for k in chain:
-        if forms.get(k) != "qlinear":
-            why[k] = (f"qlinear: the all-static chain measured {t['chain']['ms']:.1f} ms "
-                      f"against {t['start']['ms']:.1f} with this layer float")
-    return alt, why
-
-
 class _Round:
     """One round of moves: every quantized layer's gain measured from the current plan for
     each other form it can take (float, or an integer form faster than float), ranked by dB
@@ -589,35 +542,22 @@ def _start(p: _Planner, forms: dict[str, str], log: Callable[[str], None],
     """The calibration method (and SmoothQuant) of the start, by measured SQNR; ``best``: the
     method and SQNR already measured."""
     best = best or _best_method(p, forms, log)
-    if best[1] < math.inf and p.qmax < 127 and any(f == "qlinear" for f in forms.values()):
-        # 8-bit weights where the kernels may saturate: the measured (deployed) figure says
-        # whether saturation costs more than the 7th bit gains on these inputs
-        p.qmax = 127
-        s = p.sqnr(forms, best[0])
-        log(f"start, 8-bit weights (the u8s8 kernels saturate here): {s:.2f} dB")
-        if s > best[1]:
-            best = (best[0], s)
-        else:
-            p.qmax = weight_qmax()
-    if best[1] < math.inf and any(forms.get(x.name) == "qlinear" and x.op == "Conv"
-                                  for x in p.layers):
-        p.bias_correct = True
-        s = p.sqnr(forms, best[0])
-        log(f"start, bias correction: {s:.2f} dB")
-        if s > best[1]:
-            best = (best[0], s)
-        else:
-            p.bias_correct = False
+    best = latency_free_moves(p, forms, best, log)
     smoothed = _smoothed(p)
     if smoothed is not None:
         keep = (p.model, p.layers, p.types, p.values, p.shapes, p.specs_by)
         p.model = smoothed
         p._setup()
-        same = [(x.name, x.op) for x in p.layers] == [(x.name, x.op) for x in keep[1]]
-        s = p.sqnr(forms, best[0]) if same else -math.inf  # renamed nodes: forms do not map
+        takes = {x.name: x.forms for x in p.layers}
+        # a site smoothed by a Mul before the weights may leave a layer without the form the
+        # start gave it (the weight is computed now), and new nodes may rename the layers
+        # (forms and costs are keyed by node name): then smoothing is not a start move
+        ok = ([(x.name, x.op) for x in p.layers] == [(x.name, x.op) for x in keep[1]]
+              and all(f == "float" or f in takes.get(k, ()) for k, f in forms.items()))
+        s = p.sqnr(forms, best[0]) if ok else -math.inf
         log(f"start, SmoothQuant {SMOOTH_ALPHA}: "
-            + (f"{s:.2f} dB" if same else "not tried (the smoothed graph names its layers "
-               "otherwise)"))
+            + (f"{s:.2f} dB" if ok else "renames a layer or leaves it without its form, "
+               "not taken"))
         if s > best[1]:
             p.smooth = SMOOTH_ALPHA
             return best[0], s
