@@ -550,11 +550,14 @@ def _start(p: _Planner, forms: dict[str, str], log: Callable[[str], None],
         p._setup()
         takes = {x.name: x.forms for x in p.layers}
         # a site smoothed by a Mul before the weights may leave a layer without the form the
-        # start gave it (the weight is computed now): then smoothing is not a start move
-        ok = all(f == "float" or f in takes.get(k, ()) for k, f in forms.items())
+        # start gave it (the weight is computed now), and new nodes may rename the layers
+        # (forms and costs are keyed by node name): then smoothing is not a start move
+        ok = ([(x.name, x.op) for x in p.layers] == [(x.name, x.op) for x in keep[1]]
+              and all(f == "float" or f in takes.get(k, ()) for k, f in forms.items()))
         s = p.sqnr(forms, best[0]) if ok else -math.inf
         log(f"start, SmoothQuant {SMOOTH_ALPHA}: "
-            + (f"{s:.2f} dB" if ok else "leaves a layer without its form, not taken"))
+            + (f"{s:.2f} dB" if ok else "renames a layer or leaves it without its form, "
+               "not taken"))
         if s > best[1]:
             p.smooth = SMOOTH_ALPHA
             return best[0], s
