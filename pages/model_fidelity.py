@@ -222,13 +222,16 @@ if act_config.mode != "none":
     sites = activation_view.site_table(study)
     if len(sites):
         worst = sites.iloc[0]
-        st.markdown(f"**Why {worst['site']} hurts most:** "
+        st.markdown(f"**Why `{worst['site']}` (the input of {worst['weights']}) hurts most:** "
                     + activation_view.site_reading(study, worst["tensor"]))
     st.caption("Each site's range, beside its sensitivity: max |x|, its standard deviation, "
                "their ratio, the excess kurtosis (0 for a normal distribution), and the "
                f"outlier channels (max |x| over {activation_view.OUTLIER_RATIO:g}× the median "
-               "channel's) with the share of the range only they reach. `tensor` is the "
-               "graph's name of the site, `feeds` the weights of the nodes that read it.")
+               "channel's) with the share of the range only they reach, over the real tokens "
+               "(padding left out). `site` is the name Model Report gives the same tensor "
+               "(a BERT layer's sites by the shipped tensors' names — `layer0.ffn.act` is "
+               "layer 0's GELU output — other models' by the graph's names), `feeds` the nodes that read it, `weights` "
+               "the weights those nodes read, `tensor` the graph's own name.")
     st.dataframe(sites, hide_index=True, column_config={
         "site": st.column_config.TextColumn("site", pinned=True),
         "output SQNR alone (dB)": st.column_config.NumberColumn(format="%.2f"),
