@@ -50,10 +50,9 @@ def test_shipped_weights_are_the_checkpoints_under_their_shipped_names():
 def test_shipped_activations_are_the_sites_of_the_same_name():
     """Model Fidelity's site named layer0.ffn.act (graph tensor mul_54) holds, token for token,
     the values of the shipped layer0.ffn.act (torch's GELU output on the same 16 sentences)."""
+    from app.activation_view import site_values
     from qcore.model import cases
     from qcore.model.staged import runner_for
-
-    from app.activation_view import site_values
 
     case = cases.load_case("minilm", sentences=16)
     run = runner_for(case)
