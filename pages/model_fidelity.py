@@ -422,7 +422,8 @@ if sp is None:
             "one thread): press **Plan for speed**. The result is kept for this server.",
             icon=":material/speed:")
 else:
-    (st.success if sp.met else st.warning)(speed_view.objective_met(sp).capitalize() + ".",
+    said = speed_view.objective_met(sp)
+    (st.success if sp.met else st.warning)(said[:1].upper() + said[1:] + ".",
                                            icon=":material/flag:")
     row = metrics_view.cards()
     for label, value, note in speed_view.speed_figures(sp):
