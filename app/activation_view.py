@@ -151,3 +151,16 @@ def site_stats(study: Any) -> dict[str, dict[str, Any]]:
         except AttributeError:  # a frozen study: computed again next time
             pass
     return kept
+
+
+#: How the site table's numbers are written.
+_SITE_FORMATS = {"output SQNR alone (dB)": "{:.2f}", "site SQNR (dB)": "{:.2f}",
+                 "max |x|": "{:.3g}", "std": "{:.3g}", "max / std": "{:.1f}",
+                 "excess kurtosis": "{:.1f}", "their share of the range %": "{:.0f}"}
+
+
+def shown_sites(df: pd.DataFrame) -> Any:
+    """The site table (or some of its columns) styled for ``st.table``: no index, the numbers
+    with the digits they carry."""
+    return df.style.format({c: f for c, f in _SITE_FORMATS.items() if c in df.columns},
+                           na_rep="—").hide(axis="index")

@@ -150,3 +150,19 @@ def float8_notes(p: Any, built: Mapping[str, Any]) -> list[str]:
         threads = "1 thread" if k == "1" else f"{k} threads"
         out.append(f"{threads}: {float8_note(ms / f)}")
     return out
+
+
+#: How the tables' numbers are written (columns not named: as they are).
+_FORMATS = {"ms (median)": "{:.4f}", "× float": "{:.2f}", "output SQNR (dB)": "{:.2f}",
+            "MB": "{:.3f}", "× size": "{:.2f}"}
+
+
+def shown(df: pd.DataFrame) -> Any:
+    """``df`` styled for ``st.table`` (every value whole, the cells wrap): the numbers written
+    with the digits they carry (a form's ms to 0.1 µs), no index, an absent ms or figure as
+    "—", a Pareto mark as ✓."""
+    fmt = {c: "{:.4f}" for c in df.columns
+           if c.endswith(" ms") and pd.api.types.is_numeric_dtype(df[c])}
+    fmt.update({c: f for c, f in _FORMATS.items() if c in df.columns})
+    fmt.update({"Pareto": lambda v: "✓" if v else ""} if "Pareto" in df.columns else {})
+    return df.style.format(fmt, na_rep="—").hide(axis="index")

@@ -228,19 +228,14 @@ if act_config.mode != "none":
                "their ratio, the excess kurtosis (0 for a normal distribution), and the "
                f"outlier channels (max |x| over {activation_view.OUTLIER_RATIO:g}× the median "
                "channel's) with the share of the range only they reach, over the real tokens "
-               "(padding left out). `site` is the name Model Report gives the same tensor "
-               "(a BERT layer's sites by the shipped tensors' names — `layer0.ffn.act` is "
-               "layer 0's GELU output — other models' by the graph's names), `feeds` the nodes that read it, `weights` "
-               "the weights those nodes read, `tensor` the graph's own name.")
-    st.dataframe(sites, hide_index=True, column_config={
-        "site": st.column_config.TextColumn("site", pinned=True),
-        "output SQNR alone (dB)": st.column_config.NumberColumn(format="%.2f"),
-        "site SQNR (dB)": st.column_config.NumberColumn(format="%.2f"),
-        "max |x|": st.column_config.NumberColumn(format="%.3g"),
-        "std": st.column_config.NumberColumn(format="%.3g"),
-        "max / std": st.column_config.NumberColumn(format="%.1f"),
-        "excess kurtosis": st.column_config.NumberColumn(format="%.1f"),
-        "their share of the range %": st.column_config.NumberColumn(format="%.0f")})
+               "(padding left out). `site` is the name Model Report gives the same tensor (a "
+               "BERT layer's sites by the shipped tensors' names — `layer0.ffn.act` is layer "
+               "0's GELU output — other models' by the graph's names), `feeds` the nodes that "
+               "read it, `tensor` the graph's own name.")
+    # st.table: every value whole (a wide data frame would hide its last columns)
+    st.table(activation_view.shown_sites(sites.drop(columns="weights")))
+    with st.expander("The weights each site's nodes read"):
+        st.table(activation_view.shown_sites(sites[["site", "weights"]]))
 
 # ---------------------------------------------------------------------------------------------
 # the plan
@@ -432,10 +427,8 @@ else:
                "input shapes (ms, one thread): a layer stays float where no integer form "
                "measures faster than float here. The figures above are the whole export timed "
                "beside the float model in turns, never the sum of the layers.")
-    ms_cols = {c: st.column_config.NumberColumn(c, format="%.4f")
-               for c in speed_view.forms_table(sp).columns if c.endswith(" ms")}
-    st.dataframe(speed_view.forms_table(sp), hide_index=True, column_config={
-        "layer": st.column_config.TextColumn("layer", pinned=True), **ms_cols})
+    # st.table: every cell whole (the planner's reasons wrap instead of being cut)
+    st.table(speed_view.shown(speed_view.forms_table(sp)))
 
     st.markdown("**The Pareto table:** the float model, qcore's exports and onnxruntime's own "
                 "quantizers (`quantize_static`, `quantize_dynamic`), timed in turns in one "
@@ -457,14 +450,7 @@ else:
         st.caption("qcore-speed is the plan above; qcore-bits the bits plan's model once it "
                    "is built (Build the QDQ model, runtime onnxruntime).")
     else:
-        st.dataframe(table, hide_index=True, column_config={
-            "model": st.column_config.TextColumn("model", pinned=True),
-            "Pareto": st.column_config.CheckboxColumn("Pareto"),
-            "ms (median)": st.column_config.NumberColumn(format="%.4f"),
-            "× float": st.column_config.NumberColumn(format="%.2f"),
-            "output SQNR (dB)": st.column_config.NumberColumn(format="%.2f"),
-            "MB": st.column_config.NumberColumn(format="%.3f"),
-            "× size": st.column_config.NumberColumn(format="%.2f")})
+        st.table(speed_view.shown(table))
         st.caption(f"Pareto: no other row is as fast, as faithful and as small at once "
                    f"(one thread, {speed_view.REPEATS} passes each, medians). A row that is "
                    "not names one that beats it on all three.")

@@ -77,7 +77,7 @@ def test_every_site_on_model_fidelity_is_on_model_report_under_its_name():
     fid = open_app_page("pages/model_fidelity.py", {
         "mf_source": "minilm", "mf_sentences": "16", "mf_recipes": "int8:per-axis",
         "mf_filter": "layer.5.attention.self.query", "mf_act": "static:int8"})
-    sites = fid.dataframe[1].value
+    sites = fid.table[0].value
     assert len(sites) == 24 and "layer0.ffn.act" in set(sites["site"])
     rep = open_app_page("pages/model_report.py", {"mr_source": "sites"})
     rows = rep.dataframe[-1].value  # All rows

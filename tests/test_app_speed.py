@@ -39,7 +39,7 @@ def test_speed_plan_table_pareto_table_and_float8_note(page):
     assert notes and all(re.search(r"in this runtime: \d+\.\d\dx float", n) for n in notes)
     button(at, "Plan for speed").click().run()
     assert not at.exception and not at.error
-    forms = at.dataframe[-1].value
+    forms = at.table[-1].value
     assert len(forms) == sum(n.op_type == "MatMul" for n in tiny_model().graph.node)
     for _, r in forms.iterrows():  # each layer's chosen form was timed, and is one it can take
         assert np.isfinite(r[f"{r['form']} ms"]), r.to_dict()
@@ -49,7 +49,7 @@ def test_speed_plan_table_pareto_table_and_float8_note(page):
 
     button(at, "Measure the Pareto table").click().run()
     assert not at.exception and not at.error
-    table = at.dataframe[-1].value.set_index("model")
+    table = at.table[-1].value.set_index("model")
     assert {"float", "qcore-speed", "qcore-bits", "ort-static", "ort-dynamic"} <= set(table.index)
     assert table["Pareto"].any() and table.loc["float", "× float"] == pytest.approx(1.0)
     # outside: onnxruntime's quantize_dynamic run here on the same inputs gives the same
@@ -71,5 +71,5 @@ def test_speed_plan_table_pareto_table_and_float8_note(page):
     # another page and back: both tables come from the store, no button pressed
     at.switch_page("pages/home.py").run()
     at.switch_page("pages/model_fidelity.py").run()
-    assert "ort-dynamic" in set(at.dataframe[-1].value["model"])
-    assert at.dataframe[-2].value["layer"].tolist() == forms["layer"].tolist()
+    assert "ort-dynamic" in set(at.table[-1].value["model"])
+    assert at.table[-2].value["layer"].tolist() == forms["layer"].tolist()

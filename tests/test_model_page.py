@@ -20,6 +20,11 @@ def open_page(query: dict) -> AppTest:
     return open_app_page("pages/model_fidelity.py", query)
 
 
+def site_rows(at: AppTest):
+    """The activation sites' table joined with the weights each site's nodes read."""
+    return at.table[0].value.merge(at.table[1].value, on="site", how="left")
+
+
 def metrics(at: AppTest) -> dict:
     return {m.label: m.value for m in at.metric}
 
@@ -281,7 +286,7 @@ def test_minilm_w8a8_int8_and_float8_are_one_choice_apart():
         noise = np.sum((y - restored.astype(np.float64)) ** 2)
         assert shown == pytest.approx(10 * np.log10(np.sum(y * y) / noise), abs=1e-9)
     assert at.query_params["mf_act"] == "static:float8e4m3fn"
-    sites = at.dataframe[1].value
+    sites = site_rows(at)
     assert len(sites) == len(specs) and sites["output SQNR alone (dB)"].is_monotonic_increasing
     assert "layer5.input" in set(sites["site"])  # the shipped tensors' name (qcore.names)
     assert "encoder.layer.5.attention.self.query/key/value.weight" in set(sites["weights"])
@@ -306,7 +311,7 @@ def test_activation_sites_are_named_by_the_weights_that_read_them(tmp_path):
                if n.op_type == "MatMul" and n.input[1] in weights}
     nodes = {n.input[0]: f"MatMul {n.output[0]}" for n in g.node
              if n.op_type == "MatMul" and n.input[1] in weights}
-    sites = at.dataframe[1].value
+    sites = site_rows(at)
     assert dict(zip(sites["tensor"], sites["site"])) == {t: t for t in readers}
     assert dict(zip(sites["tensor"], sites["feeds"])) == nodes
     bars = at.get("plotly_chart")[2].proto.spec
