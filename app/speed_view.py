@@ -81,7 +81,7 @@ def speed_figures(sp: Any) -> list[tuple[str, str, str]]:
     db = sp.output_sqnr_db
     return [
         ("Latency, 1 thread", f"{lat['ms']:.3f} ms",
-         f"{ratio:.2f}× float {lat['float_ms']:.3f} ms · p10–p90 {lat['p10']:.3f}–"
+         f"{ratio:.2f}× float ({lat['float_ms']:.3f} ms) · p10–p90 {lat['p10']:.3f}–"
          f"{lat['p90']:.3f} vs {lat['float_p10']:.3f}–{lat['float_p90']:.3f}"
          + (" · within noise" if _overlap(lat) else "")),
         ("Output SQNR as deployed", f"{db:.2f} dB" if math.isfinite(db) else str(db),

@@ -441,11 +441,13 @@ else:
     pareto_key = speed_key + ("pareto", tuple(exports), export_key if "qcore-bits" in exports
                               else ())
     table = model_view.stored(pareto_key)
-    if table is None and st.button("Measure the Pareto table", icon=":material/timer:"):
+    slot = st.empty()  # the button, gone once the table is measured
+    if table is None and slot.button("Measure the Pareto table", icon=":material/timer:"):
         with st.spinner("onnxruntime's quantize_static and quantize_dynamic, then "
                         f"{len(exports) + 3} models timed in turns…"):
             table = errors.require(model_view.compute, pareto_key, speed_view.pareto_table,
                                    case, exports, forms, what="The Pareto table")
+        slot.empty()
     if table is None:
         st.caption("qcore-speed is the plan above; qcore-bits the bits plan's model once it "
                    "is built (Build the QDQ model, runtime onnxruntime).")

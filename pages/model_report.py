@@ -33,7 +33,7 @@ SOURCES = {
     "datasets": "Shipped tensors (datasets/)",
     "synthetic": "Synthetic sharded bfloat16 checkpoint",
     "minilm": "all-MiniLM-L6-v2, whole checkpoint (optional install)",
-    "sites": "all-MiniLM-L6-v2 activations, every site",
+    "sites": "all-MiniLM-L6-v2 activations",
     "upload": "Upload a model file (.safetensors / .onnx / .npz)",
     "path": "A checkpoint on the server, under an allowed folder (path)",
     "report": "A finished report file (.csv / .parquet)",

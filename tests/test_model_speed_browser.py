@@ -18,7 +18,8 @@ onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 pytest.importorskip("playwright")
 
-from tests.test_browser import CUT_VALUES_JS  # noqa: E402
+from qcore.models import installed_models  # noqa: E402
+from tests.test_browser import CUT_VALUES_JS, screenshot  # noqa: E402
 from tests.test_model import tiny_model  # noqa: E402
 
 pytestmark = [
@@ -101,19 +102,29 @@ def test_settings_kept_and_speed_tables_whole(tmp_path, monkeypatch):
         page.get_by_role("button", name=re.compile("Measure the Pareto table")).click()
         bench_app.wait_rendered(page, 600, charts=True)
         tables = page.locator('[data-testid="stTable"]')
-        assert tables.count() == 2
-        assert "ort-dynamic" in tables.nth(1).inner_text()
+        assert tables.count() == 4  # the sites, their weights, the forms, the Pareto table
+        assert "ort-dynamic" in tables.nth(3).inner_text()
         page.wait_for_timeout(1000)
         # the test's own temporary path is longer than the field: not the page's doing
         cut = [c for c in page.evaluate(CUT_VALUES_JS) if not c.startswith("field: /tmp/")]
         tables.nth(0).scroll_into_view_if_needed()
+        page.screenshot(path=str(shots / "model_fidelity_sites_1280.png"))
+        tables.nth(2).scroll_into_view_if_needed()
         page.screenshot(path=str(shots / "model_fidelity_speed_forms_1280.png"))
-        tables.nth(1).scroll_into_view_if_needed()
+        tables.nth(3).scroll_into_view_if_needed()
         page.screenshot(path=str(shots / "model_fidelity_pareto_1280.png"))
         # a table wider than the main column scrolls: some value would be out of sight
         wide = page.evaluate("""() => [...document.querySelectorAll('[data-testid="stTable"]')]
             .filter(t => t.scrollWidth > t.clientWidth + 1)
             .map(t => t.scrollWidth + ' px in ' + t.clientWidth)""")
+        if "minilm" in installed_models():  # the same site names on Model Report
+            page.goto(f"{base}/model_report?mr_source=sites")
+            bench_app.wait_rendered(page, 900, charts=True)
+            page.wait_for_timeout(1000)
+            report_cut = page.evaluate(CUT_VALUES_JS)
+            screenshot(page, "model_report_sites", shots)  # full length, 1440 px
+            assert page.get_by_text("layer0.ffn.act").count(), "no layer0.ffn.act on the report"
+            assert not report_cut, report_cut
         browser.close()
     assert not cut, cut
     assert not wide, wide
