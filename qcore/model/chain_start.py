@@ -43,26 +43,32 @@ def planner_costs(p: Any, repeats: int, log: Callable[[str], None]
 
 
 def chain_or_start(p: Any, forms: dict[str, str], why: dict[str, str],
-                    costs: Mapping[str, Mapping[str, float]], repeats: int,
-                    log: Callable[[str], None]) -> tuple[dict[str, str], dict[str, str]]:
-    """The start, or the all-static chain (every profiled layer in ``qlinear``, as
-    onnxruntime's static quantizer writes it) where that measures faster whole: the start
-    never runs slower than the chain (qcore.model.objectives, step 2)."""
+                   costs: Mapping[str, Mapping[str, float]], repeats: int,
+                   log: Callable[[str], None]) -> tuple[dict[str, str], dict[str, str]]:
+    """The fastest of three, timed whole side by side: the start, the all-static chain (every
+    profiled layer in ``qlinear``, as onnxruntime's static quantizer writes it) and the
+    profiled layers all float. So the start never runs slower than the chain nor than the
+    float layers (where no static layer pays as a whole, the plan says so per layer)."""
     chain = {k: "qlinear" for k, c in costs.items() if set(c) == {"float", "qlinear"}}
-    if not chain or all(forms.get(k) == "qlinear" for k in chain):
+    if not chain:
         return forms, why
-    alt = dict(forms, **chain)
-    t = timed({"chain": p.export(alt, "minmax"), "start": p.export(forms, "minmax")},
-              p.case.batches, p.case.threads, repeats)
-    log(f"start {t['start']['ms']:.1f} ms, all-static chain {t['chain']['ms']:.1f} ms")
-    if t["chain"]["ms"] >= t["start"]["ms"]:
+    cands = {"start": forms, "chain": dict(forms, **chain),
+             "float": dict(forms, **{k: "float" for k in chain})}
+    if cands["chain"] == forms:
+        del cands["chain"]
+    t = timed({k: p.export(f, "minmax") for k, f in cands.items()}, p.case.batches,
+              p.case.threads, repeats)
+    ms = {k: t[k]["ms"] for k in cands}
+    log(", ".join(f"{k} {v:.1f} ms" for k, v in ms.items()))
+    pick = min(ms, key=ms.get)
+    if pick == "start":
         return forms, why
     why = dict(why)
     for k in chain:
-        if forms.get(k) != "qlinear":
-            why[k] = (f"qlinear: the all-static chain measured {t['chain']['ms']:.1f} ms "
-                      f"against {t['start']['ms']:.1f} with this layer float")
-    return alt, why
+        if forms.get(k) != cands[pick][k]:
+            why[k] = (f"{cands[pick][k]}: the {'all-static chain' if pick == 'chain' else 'float layers'}"
+                      f" measured {ms[pick]:.1f} ms whole against the start's {ms['start']:.1f}")
+    return cands[pick], why
 
 
 def latency_free_moves(p: Any, forms: Mapping[str, str], best: tuple[str, float],

@@ -15,10 +15,9 @@ planner works on measurements only:
    other layer in its fastest form that reads no static activation chain (``dynamic``,
    ``conv-integer``, ``weight-only``); the candidate whose measured SQNR less its latency's
    price (:data:`START_RATE`) is highest wins (:func:`_pick_start`: a transformer starts
-   dynamic, a conv net static, from the measurements). A conv net whose fastest start keeps
-   static-capable layers float takes the all-static chain instead where that times faster
-   whole (:func:`qcore.model.chain_start.chain_or_start`: the start never runs slower than the chain quantize_static
-   writes). The chain tensors' scales come from the calibration method (minmax, percentile,
+   dynamic, a conv net static, from the measurements). A conv net's fastest start is timed
+   whole beside the all-static chain and its static-capable layers in float, and the fastest
+   is taken (:func:`qcore.model.chain_start.chain_or_start`). The chain tensors' scales come from the calibration method (minmax, percentile,
    mse) whose start measures the highest SQNR; where the uint8 × int8 kernels saturate (7-bit
    weights), 8-bit weights are kept when they measure higher; Conv bias correction
    (:mod:`qcore.model.forms.bias`) is kept when it measures higher; SmoothQuant (alpha 0.5;
@@ -408,7 +407,8 @@ def plan_for_speed(case: SpeedCase, *, min_sqnr: float | None = None,
         if chained != forms:
             forms = chained
             picked.pop("method", None)
-            picked["chosen"] = "all-static chain"
+            picked["chosen"] = ("all-static chain" if "qlinear" in forms.values()
+                                else "float layers")
     if budget is not None:
         b, n = _bits(p.layers, forms)
         if b > budget * n:
