@@ -544,6 +544,53 @@ def test_force_measures_only_the_float_remainder(tmp_path, capsys):
     assert "already quantized" in (out + err)
 
 
+def half_quantized(tmp: Path) -> Path:
+    """mlp() with its first MatMul through onnxruntime's quantize_dynamic: w1 quantized
+    (MatMulInteger), w2 still float (the float remainder)."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    m = mlp()
+    for i, n in enumerate(m.graph.node):
+        n.name = f"n{i}"
+    src = _save(m, tmp / "f.onnx")
+    dst = tmp / "half.onnx"
+    quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8, nodes_to_quantize=["n0"])
+    return dst
+
+
+def _report(argv, capsys) -> tuple[int, str, str]:
+    from qcore.report.__main__ import main as report_main
+
+    rc = report_main([str(a) for a in argv] + ["--no-progress"])
+    cap = capsys.readouterr()
+    return rc, cap.out, cap.err
+
+
+def test_the_report_names_an_already_quantized_model(tmp_path, capsys):
+    """The report refuses it as the model tool does, naming the quantized nodes, instead of
+    reporting its scales as tensors."""
+    path = half_quantized(tmp_path)
+    rc, out, err = _report([path, "--recipes", "int8:per-axis"], capsys)
+    lines = err.strip().splitlines()
+    assert rc == 2 and len(lines) == 1 and lines[0].startswith("error: "), err
+    assert "already quantized" in lines[0] and "MatMulInteger" in lines[0]
+    assert "--force" in lines[0] and not out
+
+
+def test_the_report_with_force_reports_only_the_float_remainder(tmp_path, capsys):
+    path = half_quantized(tmp_path)
+    t = tmp_path / "r.csv"
+    rc, out, err = _report([path, "--recipes", "int8:per-axis", "--force", "--out", t], capsys)
+    assert rc == 0, err
+    assert "already quantized" in out and "float remainder" in out
+    import csv
+
+    rows = list(csv.DictReader(t.open()))
+    assert {r["tensor"] for r in rows} == {"w2"}
+    rc, out, err = _report([path, "--list"], capsys)
+    assert rc == 0 and "read by a" in out
+
+
 # ------------------------------------------------------------------------- weights, bits, progress
 
 
