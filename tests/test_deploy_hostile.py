@@ -544,6 +544,30 @@ def test_force_measures_only_the_float_remainder(tmp_path, capsys):
     assert "already quantized" in (out + err)
 
 
+def test_a_refined_plan_states_its_deployed_figure(d, tmp_path, capsys):
+    """--refine with --export: the refinement's final figure is the plan's, and the figure it
+    states as deployed is the export's in a default-optimized session (computed here)."""
+    plan = _export_holds(d, tmp_path, capsys, "mlp.onnx", "x64.npz", "--recipes",
+                         "int4:per-axis,int8:per-axis", "--budget", "6", "--refine", "4")
+    r = plan["refine"]
+    assert r["output_sqnr_db"] == plan["output_sqnr_db"]
+    feeds = _feeds(d / "x64.npz")
+    got = deployed_sqnr(mlp(), tmp_path / "q.onnx", feeds)
+    assert r["output_sqnr_db_deployed"] == pytest.approx(got, abs=1e-6)
+    assert abs(r["output_sqnr_db_deployed"] - r["output_sqnr_db"]) <= TOL_DB
+
+
+def test_a_slice_is_measured_as_deployed(d, tmp_path, capsys):
+    plan = _export_holds(d, tmp_path, capsys, "mlp.onnx", "x64.npz", "--recipes",
+                         "int8:per-axis", "--budget", "9", "--no-float", "--slice",
+                         "first=y:1:0:4")
+    feeds = _feeds(d / "x64.npz")
+    ref = ort_run(mlp(), feeds, False)[0]
+    got = ort_run(tmp_path / "q.onnx", feeds, True)[0]
+    assert plan["deploy"]["outputs"]["first"]["sqnr_db"] == pytest.approx(
+        sqnr_db([ref[:, :4]], [got[:, :4]]), abs=1e-6)
+
+
 def half_quantized(tmp: Path) -> Path:
     """mlp() with its first MatMul through onnxruntime's quantize_dynamic: w1 quantized
     (MatMulInteger), w2 still float (the float remainder)."""

@@ -160,6 +160,9 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     plan_json = plan.to_json()
     if refined is not None:
         plan_json["refine"] = refined.to_json()
+        if "deploy" in plan.deploy:  # the final plan's figure as users run it (0.05 dB)
+            plan_json["refine"]["output_sqnr_db_deployed"] = plan_json["deploy"][
+                "output_sqnr_db"]
     if floor is not None:
         plan_json["min_metric"] = floor
     if getattr(args, "peers", False):
