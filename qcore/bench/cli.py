@@ -223,27 +223,22 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-#: The most timed passes --models takes per model and thread count (as the model tool's
-#: --latency-repeats: the bound keeps a typo from timing for days).
-MAX_REPEATS = 1000
-
-
 def _check_args(args) -> str | None:
     """What is wrong with the arguments, checked before anything is loaded or timed (one
     ``error:`` line, exit 2), else None: --repeats and --sentences in range (--models), and
     every file the run will write (--json, --markdown FILE) writable now, not after the whole
     benchmark has run."""
+    from qcore.cli_args import check_repeats
     from qcore.errors import QuantizationError
+    from qcore.model.checks import check_sentences
     from qcore.paths import check_writable_file
 
     if args.models:
-        if isinstance(args.repeats, bool) or not 1 <= args.repeats <= MAX_REPEATS:
-            return (f"--repeats {args.repeats}: give 1 to {MAX_REPEATS} timed passes per model "
-                    f"(the latency is their median)")
-        shipped = _shipped_sentences()
-        if not 0 <= args.sentences <= shipped:
-            return (f"--sentences {args.sentences}: give 0 (all the shipped sentences) or 1 to "
-                    f"{shipped}")
+        try:
+            check_repeats("--repeats", args.repeats, " (the latency is their median)")
+            check_sentences(args.sentences, _shipped_sentences())
+        except QuantizationError as exc:
+            return str(exc)
     for flag, path in (("--json", args.json), ("--markdown", args.markdown)):
         if path is None or path == "-":
             continue

@@ -11,8 +11,8 @@ Bounds: generated or read inputs take at most :data:`MAX_INPUT_BYTES` in all (an
 checked from its zip directory and each member's ``.npy`` header before any array is read);
 ``--threads`` is 0 (onnxruntime's default) or 1..4 × the cores; ``--sentences`` is 0 (all) or
 1..the shipped count; a budget is a finite number of bits per weight in (0, 1024];
-``--latency-repeats`` is 1..:data:`MAX_LATENCY_REPEATS`; ``--workers`` is 0 (none) or
-1..4 × the cores.
+``--latency-repeats`` is 1..:data:`qcore.cli_args.MAX_REPEATS` (the bench's bound too);
+``--workers`` is 0 (none) or 1..4 × the cores.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from ..cli_args import check_repeats, is_count
 from ..io.onnx import ModelError
 from ..paths import check_writable_file
 
@@ -41,9 +42,6 @@ __all__ = ["MAX_BUDGET", "MAX_INPUT_BYTES", "ModelError", "check_budget", "check
 MAX_INPUT_BYTES = 1 << 30
 #: The largest budget in bits per weight (every recipe and float32 cost less).
 MAX_BUDGET = 1024.0
-#: The most timed passes per model for an export's latency (each pass runs every batch of the
-#: float model and the export, at one thread and at all threads).
-MAX_LATENCY_REPEATS = 1000
 #: The most budgets --budgets takes.
 MAX_BUDGETS = 64
 #: Table suffixes --out writes.
@@ -90,13 +88,6 @@ def parse_budgets(text: str | None) -> list[float]:
     return out
 
 
-def _is_count(value: Any, lo: int, hi: int | None = None) -> bool:
-    """Whether ``value`` is an integer (a bool is not one) in ``lo``..``hi`` (no top when
-    ``hi`` is None): the one test behind every integer option below."""
-    return (not isinstance(value, bool) and isinstance(value, (int, np.integer))
-            and lo <= value and (hi is None or value <= hi))
-
-
 def max_threads() -> int:
     """The most onnxruntime intra-op threads allowed: 4 × this machine's cores."""
     return 4 * (os.cpu_count() or 1)
@@ -108,12 +99,10 @@ def check_threads(threads: int) -> int:
 
 
 def check_latency_repeats(repeats: int) -> int:
-    """``--latency-repeats``: timed passes per model, 1..:data:`MAX_LATENCY_REPEATS` (0 times
-    nothing; the bound keeps a typo from timing for days)."""
-    if not _is_count(repeats, 1, MAX_LATENCY_REPEATS):
-        raise ModelError(f"--latency-repeats {repeats}: give 1 to {MAX_LATENCY_REPEATS} timed "
-                         f"passes per model")
-    return int(repeats)
+    """``--latency-repeats``: timed passes per model, the bound the bench's ``--repeats`` shares
+    (:func:`qcore.cli_args.check_repeats`; each pass runs every batch of the float model and
+    the export, at one thread and at all threads)."""
+    return check_repeats("--latency-repeats", repeats)
 
 
 def check_workers(workers: int) -> int:
@@ -126,7 +115,7 @@ def _check_up_to_max_threads(flag: str, value: int, zero: str, unit: str = "") -
     """0 (meaning ``zero``) or 1..:func:`max_threads`, the bound ``--threads`` and
     ``--workers`` share (4 × the cores: more only oversubscribes the machine)."""
     hi = max_threads()
-    if not _is_count(value, 0, hi):
+    if not is_count(value, 0, hi):
         raise ModelError(f"{flag} {value}: give 0 ({zero}) or 1 to {hi}{unit} "
                          f"(4 x this machine's {os.cpu_count() or 1} cores)")
     return int(value)
@@ -134,7 +123,7 @@ def _check_up_to_max_threads(flag: str, value: int, zero: str, unit: str = "") -
 
 def check_dim(dim: int) -> int:
     """``--dim``: the size of symbolic dimensions, >= 1 (0 leaves no outputs to measure)."""
-    if not _is_count(dim, 1):
+    if not is_count(dim, 1):
         why = " (an empty batch leaves no outputs to measure)" if dim == 0 else ""
         raise ModelError(f"--dim {dim}: give the size of the symbolic dimensions, 1 or "
                          f"more{why}")
@@ -143,7 +132,7 @@ def check_dim(dim: int) -> int:
 
 def check_seed(seed: int) -> int:
     """``--seed``: an integer >= 0 (what NumPy's generators take)."""
-    if not _is_count(seed, 0):
+    if not is_count(seed, 0):
         raise ModelError(f"--seed {seed}: give an integer >= 0")
     return int(seed)
 
@@ -153,7 +142,7 @@ def check_sentences(sentences: int | None, shipped: int | None) -> int:
     if sentences is None:
         return 0
     top = f"1 to {shipped}" if shipped is not None else "1 or more"
-    if not _is_count(sentences, 0, shipped):
+    if not is_count(sentences, 0, shipped):
         raise ModelError(f"--sentences {sentences}: give 0 (all the shipped sentences) or "
                          f"{top}")
     return int(sentences)

@@ -25,8 +25,9 @@ import math
 import os
 import sys
 import time
-from typing import NoReturn, TextIO
+from typing import TextIO
 
+from ..cli_args import Parser
 from ..errors import QuantizationError
 from ..recipes import DEFAULT_RECIPES
 
@@ -62,15 +63,10 @@ class Bar:
         self.stream.flush()
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:  # one line, like every other refusal
-        self.exit(2, f"error: {message} (see --help)\n")
-
-
 def parser() -> argparse.ArgumentParser:
     """The command line's parser, its flags in groups: inputs, recipes and budget, activations,
     objectives, runtime and export, distribution (``--help`` in that order)."""
-    p = _Parser(prog="python -m qcore.model", description=__doc__.split("\n\n")[1])
+    p = Parser(prog="python -m qcore.model", description=__doc__.split("\n\n")[1])
     g = p.add_argument_group("inputs", "the model and its inputs")
     g.add_argument("model", help="a .onnx path, 'minilm' or 'minilm-matmul' (its linear layers as "
                    "MatMul on [in, out] weights)")

@@ -17,10 +17,10 @@ import math
 import os
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
 
 import pandas as pd
 
+from ..cli_args import Parser
 from ..errors import QuantizationError
 from ..formats import QUANTIZED_TYPES
 from ..models import resolve_model
@@ -70,14 +70,9 @@ command line or the model cannot be used (one 'error:' line); 130 interrupted.
 """
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:  # one line, like every other refusal
-        self.exit(2, f"error: {message} (see --help)\n")
-
-
 def build_parser() -> argparse.ArgumentParser:
     cores = os.cpu_count() or 1
-    p = _Parser(prog="python -m qcore.report",
+    p = Parser(prog="python -m qcore.report",
                 description="Every tensor of a model x every quantization recipe: SQNR, "
                             "errors, bits and bytes.",
                 epilog=RECIPE_HELP.format(targets=", ".join(QUANTIZED_TYPES),
