@@ -161,6 +161,14 @@ def print_summary(rows: pd.DataFrame, top: int = 10, file=None) -> None:
             print(f"  {msg}", file=file)
 
 
+def _skipped(skipped: Sequence[tuple[str, str, str]]) -> str:
+    """The summary's count of skipped tensors, those of a quantized part apart."""
+    quantized = sum(1 for _, _, why in skipped if why.startswith("read by a"))
+    rest = len(skipped) - quantized
+    return ((f"; {rest} tensors skipped (not floating point or too small)" if rest else "")
+            + (f"; {quantized} tensors of the quantized part skipped" if quantized else ""))
+
+
 def _name_quantized(model: str, force: bool) -> None:
     """An already-quantized ONNX file is named: refused without ``force``; with it, said that
     only its float remainder is reported (the tensors its quantized nodes read are skipped)."""
@@ -216,8 +224,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"\n{len(report.rows)} rows, {report.elements:,} elements x {len(recipes)} recipes in "
           f"{report.seconds:.2f} s ({rate / 1e6:.1f} M element-recipes/s)"
           + (f"; {report.resumed} tensors resumed" if report.resumed else "")
-          + (f"; {len(report.skipped)} tensors skipped (not floating point or too small)"
-             if report.skipped else ""))
+          + _skipped(report.skipped))
     for o in args.out:
         print(f"wrote {o}")
     return 1 if len(report.errors) else 0
