@@ -445,6 +445,10 @@ def metric_module(tmp_path):
                    "    return 'good'\n"
                    "def many(ref, out):\n"
                    "    return np.ones(3)\n"
+                   "def picky(ref, out):\n"
+                   "    if not np.array_equal(ref[0], out[0]):\n"
+                   "        raise RuntimeError('only exact outputs')\n"
+                   "    return 1.0\n"
                    "NOT_A_FUNCTION = 3\n")
     sys.path.insert(0, str(tmp_path))
     yield "my_metric_q45"
@@ -516,6 +520,19 @@ def test_a_bad_metric_is_refused_before_loading(d, capsys, metric_module, args, 
     args = [a.replace("{m}", metric_module) for a in args]
     line = refused([d / "clf.onnx", "--inputs", d / "x32.npz", *args], capsys, word)
     assert "--metric" in line or "--slice" in line or "--min-metric" in line
+
+
+def test_a_metric_that_raises_on_a_quantized_run_is_one_line(d, capsys, metric_module):
+    """Only a quantized run shows it (the float outputs pass): after the progress bar, one
+    error line naming --metric and what it raised, exit 2, never a traceback."""
+    rc, out, err = cli([d / "clf.onnx", "--inputs", d / "x32.npz", "--recipes",
+                        "int4:per-tensor", "--metric", f"{metric_module}:picky"], capsys)
+    errors = [x for x in err.splitlines() if x.startswith("error: ")]
+    assert rc == 2 and len(errors) == 1 and err.strip().splitlines()[-1] == errors[0], err
+    assert "Traceback" not in err and "unexpected" not in errors[0]
+    line = errors[0]
+    assert "--metric" in line and "raised RuntimeError on the quantized outputs" in line
+    assert "only exact" in line
 
 
 @pytest.mark.parametrize("fn, word", [("boom", "raised ValueError"), ("nan", "finite"),

@@ -80,8 +80,8 @@ def parse_slices(text: str | None) -> list[OutputSlice]:
         try:
             axis, start, stop = (int(p) for p in parts[1:])
         except ValueError:
-            raise QuantizationError(f"--slice {item!r}: AXIS, START and STOP must be integers "
-                                    f"({_SYNTAX})") from None
+            raise QuantizationError(f"--slice {item!r}: AXIS, START and STOP must be integers; "
+                                    f"give {_SYNTAX}") from None
         if not 0 <= start < stop:
             raise QuantizationError(f"--slice {item!r}: give 0 <= START < STOP (elements START "
                                     f"to STOP - 1)")
