@@ -6,6 +6,7 @@
 - :mod:`app.controls` the quantization settings shared by several pages
 - :mod:`app.compute`  cached per-page computations returning small dataclasses (every number
   comes from qcore; numerics live in qcore.codes, qcore.tiles, qcore.export)
+- :mod:`app.reference` the reference pages' tables (Number Formats, Operator Versions)
 - :mod:`app.text`     numbers as text (one place: ∞ dB, NaN, shares)
 - :mod:`app.warm`     kernel warm-up at server start
 - :mod:`app.frame`    every page runs inside streamlit_app.py

@@ -96,10 +96,18 @@ def _q(x: float, scale: float, zero_point: Any = None, target: str | None = None
     return qcore.quantize_linear(xs, np.float32(scale), zero_point, **kw)
 
 
-def _index(options: tuple[str, ...], value: str) -> int:
-    if value not in options:  # the options are meant to hold the true answer
+def _code(x: float, scale: float, zero_point: Any) -> int:
+    """The integer code QuantizeLinear gives one value (the zero point's type names the
+    target)."""
+    return int(_q(x, scale, zero_point)[0])
+
+
+def _answer(options: tuple[str, ...], value: str, explanation: str) -> Answer:
+    """The answer whose correct option is qcore's ``value`` (the options are meant to hold the
+    true answer: one that does not is an error, not a silently wrong lesson)."""
+    if value not in options:
         raise qcore.QuantizationError(f"the lesson's options {options} lack qcore's {value!r}")
-    return options.index(value)
+    return Answer(options.index(value), explanation)
 
 
 def _higher_or_tie(first: float, second: float, within: float) -> int:
@@ -114,12 +122,12 @@ _S1 = ("4", "14", "10")
 
 
 def _a1() -> Answer:
-    y = int(_q(1.0, 0.25, np.uint8(10))[0])
+    y = _code(1.0, 0.25, np.uint8(10))
     back = float(qcore.dequantize_linear(np.array([y], np.uint8), np.float32(0.25),
                                          np.uint8(10))[0])
-    return Answer(_index(_S1, str(y)),
-                  f"1.0 / 0.25 = 4 steps above zero, and zero sits at code 10, so y = 4 + 10 = "
-                  f"**{y}**. Back: ({y} − 10) × 0.25 = **{back:g}**.")
+    return _answer(_S1, str(y),
+                   f"1.0 / 0.25 = 4 steps above zero, and zero sits at code 10, so y = 4 + 10 = "
+                   f"**{y}**. Back: ({y} − 10) × 0.25 = **{back:g}**.")
 
 
 # --------------------------------------------------------------------------- 2 rounding
@@ -128,11 +136,11 @@ _S2 = ("1", "2", "3")
 
 
 def _a2() -> Answer:
-    y = int(_q(2.5, 1.0, np.int8(0))[0])
-    y35 = int(_q(3.5, 1.0, np.int8(0))[0])
-    return Answer(_index(_S2, str(y)),
-                  f"2.5 lies exactly halfway between 2 and 3; ONNX rounds half to **even**, so "
-                  f"y = **{y}** (and 3.5 → {y35}), not 3: ties do not all go up.")
+    y = _code(2.5, 1.0, np.int8(0))
+    y35 = _code(3.5, 1.0, np.int8(0))
+    return _answer(_S2, str(y),
+                   f"2.5 lies exactly halfway between 2 and 3; ONNX rounds half to **even**, so "
+                   f"y = **{y}** (and 3.5 → {y35}), not 3: ties do not all go up.")
 
 
 # --------------------------------------------------------------------------- 3 saturation
@@ -141,13 +149,13 @@ _S3 = ("127", "128", "−128")
 
 
 def _a3() -> Answer:
-    y = int(_q(127.5, 1.0, np.int8(0))[0])
-    big = int(_q(1e10, 1.0, np.int8(0))[0])
+    y = _code(127.5, 1.0, np.int8(0))
+    big = _code(1e10, 1.0, np.int8(0))
     text = str(y).replace("-", "−")
-    return Answer(_index(_S3, text),
-                  f"127.5 rounds (half to even) to 128, one past int8's largest code, and "
-                  f"saturates to **{y}**; even 1e10 gives {big}. Saturating bounds the "
-                  f"error; wrapping around would have turned 128 into −128.")
+    return _answer(_S3, text,
+                   f"127.5 rounds (half to even) to 128, one past int8's largest code, and "
+                   f"saturates to **{y}**; even 1e10 gives {big}. Saturating bounds the "
+                   f"error; wrapping around would have turned 128 into −128.")
 
 
 # --------------------------------------------------------------------------- 4 granularity
@@ -168,13 +176,13 @@ def _a4() -> Answer:
     axis_hat, pa = _roundtrip(_W, "int8", qcore.PER_AXIS, axis=0)
     got = float(tensor_hat[0, 0])
     shown = f"{got:g}" if got != 0 else "0"
-    return Answer(_index(_S4, shown),
-                  f"One scale for the whole weight is max|W| / 127 = **{float(pt.scale):.4g}**, "
-                  f"so 0.02 / {float(pt.scale):.4g} = {0.02 / float(pt.scale):.2f} rounds to "
-                  f"code 0 and comes back as **{shown}** — row 0 is wiped out. Per-axis along "
-                  f"axis 0 (the output channel) gives row 0 its own scale "
-                  f"{float(np.asarray(pa.scale)[0]):.4g}, and 0.02 comes back as "
-                  f"{float(axis_hat[0, 0]):.4g}.")
+    return _answer(_S4, shown,
+                   f"One scale for the whole weight is max|W| / 127 = **{float(pt.scale):.4g}**, "
+                   f"so 0.02 / {float(pt.scale):.4g} = {0.02 / float(pt.scale):.2f} rounds to "
+                   f"code 0 and comes back as **{shown}** — row 0 is wiped out. Per-axis along "
+                   f"axis 0 (the output channel) gives row 0 its own scale "
+                   f"{float(np.asarray(pa.scale)[0]):.4g}, and 0.02 comes back as "
+                   f"{float(axis_hat[0, 0]):.4g}.")
 
 
 # --------------------------------------------------------------------------- 5 float8 / MX
@@ -185,10 +193,10 @@ _S5 = ("300", "288", "320")
 def _a5() -> Answer:
     e4 = float(_q(300.0, 1.0, target="float8e4m3fn")[0].astype(np.float32))
     e5 = float(_q(300.0, 1.0, target="float8e5m2")[0].astype(np.float32))
-    return Answer(_index(_S5, f"{e4:g}"),
-                  f"Between 256 and 512 (one binade) e4m3's 3 mantissa bits give 8 values, 32 "
-                  f"apart: 256, 288, 320… 300 is nearer 288, so x̂ = **{e4:g}**. e5m2 has 2 "
-                  f"mantissa bits (steps of 64) and gives {e5:g}.")
+    return _answer(_S5, f"{e4:g}",
+                   f"Between 256 and 512 (one binade) e4m3's 3 mantissa bits give 8 values, 32 "
+                   f"apart: 256, 288, 320… 300 is nearer 288, so x̂ = **{e4:g}**. e5m2 has 2 "
+                   f"mantissa bits (steps of 64) and gives {e5:g}.")
 
 
 # --------------------------------------------------------------------------- 6 dynamic
@@ -198,10 +206,10 @@ _S6 = ("0", "64", "128")
 
 def _a6() -> Answer:
     y, s, zp = qcore.dynamic_quantize_linear(np.array([-1.0, 0.0, 3.0], np.float32))
-    return Answer(_index(_S6, str(int(zp))),
-                  f"The range [−1, 3] already contains 0; scale = 4 / 255 = {float(s):.6g}, and "
-                  f"zero sits at 1 / scale = {1 / float(s):.2f} steps above −1, which rounds to "
-                  f"the zero point **{int(zp)}**; y = {', '.join(str(int(v)) for v in y)}.")
+    return _answer(_S6, str(int(zp)),
+                   f"The range [−1, 3] already contains 0; scale = 4 / 255 = {float(s):.6g}, and "
+                   f"zero sits at 1 / scale = {1 / float(s):.2f} steps above −1, which rounds to "
+                   f"the zero point **{int(zp)}**; y = {', '.join(str(int(v)) for v in y)}.")
 
 
 
@@ -216,14 +224,14 @@ def _a_storage() -> Answer:
     packed = packing.pack(codes)
     shown = f"{packed.size} bytes, first 0x{int(packed[0]):02X}"
     nibbles = " ".join(f"{int(b):08b}" for b in packed)
-    return Answer(_index(_S_STORE, shown),
-                  f"ONNX stores two 4-bit codes per byte: {len(STORAGE_CODES)} codes take "
-                  f"⌈{len(STORAGE_CODES)} / 2⌉ = **{packed.size} bytes**, the last high nibble "
-                  f"padded with 0. The first code goes in the **low** nibble: 1 = 0001 there, "
-                  f"−2 = 1110 (two's complement) above it, so the first byte is "
-                  f"**0x{int(packed[0]):02X}**. The bytes: {nibbles} "
-                  f"(qcore.packing.pack). In memory qcore keeps one code per byte; packed, the "
-                  f"file and what a kernel reads are half as large.")
+    return _answer(_S_STORE, shown,
+                   f"ONNX stores two 4-bit codes per byte: {len(STORAGE_CODES)} codes take "
+                   f"⌈{len(STORAGE_CODES)} / 2⌉ = **{packed.size} bytes**, the last high nibble "
+                   f"padded with 0. The first code goes in the **low** nibble: 1 = 0001 there, "
+                   f"−2 = 1110 (two's complement) above it, so the first byte is "
+                   f"**0x{int(packed[0]):02X}**. The bytes: {nibbles} "
+                   f"(qcore.packing.pack). In memory qcore keeps one code per byte; packed, the "
+                   f"file and what a kernel reads are half as large.")
 
 
 # --------------------------------------------------------------------------- 7 same bits

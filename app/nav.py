@@ -16,34 +16,41 @@ class PageInfo:
     section: str
 
 
+def _section(name: str, *rows: tuple[str, str, str, str]) -> tuple[PageInfo, ...]:
+    """The pages of section ``name``, from (script name in pages/, title, Material icon, blurb)."""
+    return tuple(PageInfo(f"pages/{script}.py", title, f":material/{icon}:", blurb, name)
+                 for script, title, icon, blurb in rows)
+
+
+#: The pages in the sidebar's order, by section.
 PAGES: tuple[PageInfo, ...] = (
-    PageInfo("pages/learn.py", "Learn: guided path", ":material/school:",
-             "Eleven steps from scale and zero point to a deployed model, each with a question.",
-             "Learn"),
-    PageInfo("pages/home.py", "Home", ":material/home:",
-             "What linear quantization is, with a live example.", "Explore"),
-    PageInfo("pages/quantize_lab.py", "Quantize Lab", ":material/science:",
-             "Quantize one tensor and see every error, histogram and step.", "Explore"),
-    PageInfo("pages/format_compare.py", "Format Compare", ":material/compare:",
-             "int8, float8, int4, float4… side by side on the same tensor.", "Explore"),
-    PageInfo("pages/round_trip_sweeps.py", "Round Trip & Sweeps", ":material/ssid_chart:",
-             "Error against clipping range and block size, repeated round trips, chains.",
-             "Explore"),
-    PageInfo("pages/model_report.py", "Model Report", ":material/table_chart:",
-             "Every tensor of a checkpoint × every recipe: SQNR map, Pareto, worst.", "Explore"),
-    PageInfo("pages/model_fidelity.py", "Model Fidelity", ":material/model_training:",
-             "What each format does to a model's outputs; the best mix under a bits budget.",
-             "Explore"),
-    PageInfo("pages/dynamic_quantization.py", "Dynamic Quantization", ":material/bolt:",
-             "DynamicQuantizeLinear step by step.", "Explore"),
-    PageInfo("pages/number_formats.py", "Number Formats", ":material/pin:",
-             "Every code of every format, its bits, its value and its specials.", "Reference"),
-    PageInfo("pages/operator_versions.py", "Operator Versions", ":material/history:",
-             "What each operator version accepts; where a configuration is valid.", "Reference"),
-    PageInfo("pages/conformance.py", "Conformance", ":material/rule:",
-             "qcore vs the onnx reference vs onnxruntime, element by element.", "Reference"),
-    PageInfo("pages/glossary.py", "Glossary", ":material/dictionary:",
-             "Every term the app uses, and why each rule is as it is.", "Reference"),
+    *_section("Learn",
+              ("learn", "Learn: guided path", "school",
+               "Eleven steps from scale and zero point to a deployed model, each with a question.")),
+    *_section("Explore",
+              ("home", "Home", "home",
+               "What linear quantization is, with a live example."),
+              ("quantize_lab", "Quantize Lab", "science",
+               "Quantize one tensor and see every error, histogram and step."),
+              ("format_compare", "Format Compare", "compare",
+               "int8, float8, int4, float4… side by side on the same tensor."),
+              ("round_trip_sweeps", "Round Trip & Sweeps", "ssid_chart",
+               "Error against clipping range and block size, repeated round trips, chains."),
+              ("model_report", "Model Report", "table_chart",
+               "Every tensor of a checkpoint × every recipe: SQNR map, Pareto, worst."),
+              ("model_fidelity", "Model Fidelity", "model_training",
+               "What each format does to a model's outputs; the best mix under a bits budget."),
+              ("dynamic_quantization", "Dynamic Quantization", "bolt",
+               "DynamicQuantizeLinear step by step.")),
+    *_section("Reference",
+              ("number_formats", "Number Formats", "pin",
+               "Every code of every format, its bits, its value and its specials."),
+              ("operator_versions", "Operator Versions", "history",
+               "What each operator version accepts; where a configuration is valid."),
+              ("conformance", "Conformance", "rule",
+               "qcore vs the onnx reference vs onnxruntime, element by element."),
+              ("glossary", "Glossary", "dictionary",
+               "Every term the app uses, and why each rule is as it is.")),
 )
 
 #: The page a bare URL opens.

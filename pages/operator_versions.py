@@ -3,7 +3,7 @@
 import streamlit as st
 
 import qcore
-from app import charts, compute, controls, errors, explain, frame, widgets
+from app import charts, controls, errors, explain, frame, reference, widgets
 
 frame.enter()
 
@@ -15,7 +15,7 @@ explain.intro(explain.VERSIONS_INTRO)
 tabs = st.tabs(list(OPS))
 for op, tab in zip(OPS, tabs):
     with tab:
-        table = compute.version_table(op)
+        table = reference.version_table(op)
         if op == qcore.DYNAMIC:
             table = table.drop(columns=["output types", "per-axis", "blocked"])
         else:
@@ -27,11 +27,11 @@ for op, tab in zip(OPS, tabs):
         if op != qcore.DYNAMIC:
             c1, c2 = st.columns([3, 2])
             with c1:
-                matrix = compute.support_matrix(op, "quantized_types", qcore.QUANTIZED_TYPES)
+                matrix = reference.support_matrix(op, "quantized_types", qcore.QUANTIZED_TYPES)
                 charts.show(charts.support_heatmap(
                     matrix, f"Quantized types {op} accepts, by version", op), key=f"m_{op}")
             with c2:
-                matrix = compute.support_matrix(op, "scale_types",
+                matrix = reference.support_matrix(op, "scale_types",
                                                 ("float", "float16", "bfloat16", "int32",
                                                  "float8e8m0"))
                 charts.show(charts.support_heatmap(matrix, "Scale types, by version", op),
@@ -87,7 +87,7 @@ else:
                   output_dtype=out_type or None)
 box.caption(f"x {shape[0]}×{shape[1]} · scale shape {sshape or '() — one value'}")
 
-result = errors.require(compute.check_everywhere, op, config, what="Validation")
+result = errors.require(reference.check_everywhere, op, config, what="Validation")
 valid = result[result["valid"]]["version"].tolist()
 if valid:
     first = int(result[result["valid"]]["first_opset"].iloc[0])

@@ -26,17 +26,13 @@ from typing import Any
 import numpy as np
 
 from .errors import QuantizationError
+from .optional import require
 
 __all__ = ["dynamic_cost", "four_bit_cost"]
 
 
 def _ort() -> Any:
-    try:
-        import onnxruntime
-    except ImportError as exc:
-        raise QuantizationError("onnxruntime is not installed (pip install onnxruntime): the "
-                                "deployment figures are measured in it") from exc
-    return onnxruntime
+    return require("onnxruntime", "the deployment figures (measured in it)", QuantizationError)
 
 
 def _model(nodes: list, inputs: list, outputs: list, inits: list, ms: bool = False) -> bytes:

@@ -662,16 +662,16 @@ def test_lab_mx_defaults_to_blocks_of_32():
 
 
 def test_e8m0_log_axis_ticks_do_not_crowd():
-    from app import charts, compute
+    from app import charts, reference
 
-    codes = compute.format_codes("float8e8m0")
+    codes = reference.format_codes("float8e8m0")
     fig = charts.number_line(codes["numeric"].to_numpy(), codes["class"].to_numpy(),
                              "float8e8m0", log=True)
     v = codes["numeric"].to_numpy()
     v = v[np.isfinite(v) & (v > 0)]
     decades = np.log10(v.max()) - np.log10(v.min())
     assert decades / fig.layout.xaxis.dtick <= 12
-    sp = charts.spacing(compute.format_spacing("float8e8m0"), "float8e8m0")
+    sp = charts.spacing(reference.format_spacing("float8e8m0"), "float8e8m0")
     assert sp.layout.xaxis.dtick > 1 and sp.layout.yaxis.dtick > 1
 
 

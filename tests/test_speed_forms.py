@@ -131,6 +131,13 @@ def _run(model, feeds, optimized=True):
     return s.run(None, feeds)[0]
 
 
+def _export_sqnr(model, export) -> float:
+    """The export's output SQNR against the float model, both run (optimized) by onnxruntime
+    on one seeded feed."""
+    f = _feeds(model, 1, 9)[0]
+    return _sqnr(_run(model, f), _run(export, f))
+
+
 def test_layers_and_their_forms():
     p = prepare(_conv_net())
     layers = layers_of(p)
@@ -150,8 +157,7 @@ def test_qlinear_fuses_through_silu_and_the_residual_add():
     assert ops["QLinearSigmoid"] == 2 and ops["QLinearMul"] == 2 and ops["QLinearAdd"] == 1, ops
     assert ops["Sigmoid"] == 0 and ops["QuickGelu"] == 0, ops
     assert ops["Conv"] <= 1  # the float head only
-    ref = _run(m, _feeds(m, 1, 9)[0])
-    assert _sqnr(ref, _run(e, _feeds(m, 1, 9)[0])) > 20
+    assert _export_sqnr(m, e) > 20
 
 
 def test_qlinear_folds_relu_into_the_quantizer():
@@ -185,8 +191,7 @@ def test_conv_integer_form_fuses_and_is_close():
     e = export_forms(p, {x.name: "conv-integer" for x in layers_of(p)})
     ops = _optimized_ops(e)
     assert ops["ConvInteger"] == 3 and ops["Conv"] == 0, ops
-    f = _feeds(m, 1, 9)[0]
-    assert _sqnr(_run(m, f), _run(e, f)) > 25
+    assert _export_sqnr(m, e) > 25
 
 
 @pytest.mark.parametrize("op", ["MatMul", "Gemm"])
@@ -197,8 +202,7 @@ def test_dynamic_matmul_form_fuses(op):
     ops = _optimized_ops(e)
     fused = ops["DynamicQuantizeMatMul"] + ops["MatMulIntegerToFloat"]
     assert fused == 2 and ops["MatMulInteger"] == 0, ops
-    f = _feeds(m, 1, 9)[0]
-    assert _sqnr(_run(m, f), _run(e, f)) > 30
+    assert _export_sqnr(m, e) > 30
 
 
 @pytest.mark.parametrize("op", ["MatMul", "Gemm"])

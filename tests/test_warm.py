@@ -225,13 +225,18 @@ def _compile_page():
     st.write("done")
 
 
-def test_a_page_waiting_for_a_compiler_says_so_with_progress():
+def _toasts(page, timeout: float) -> list[str]:
+    """Run ``page`` in Streamlit's AppTest (it must raise nothing) and return its toasts."""
     from streamlit.testing.v1 import AppTest
 
-    at = AppTest.from_function(_compile_page, default_timeout=120)
+    at = AppTest.from_function(page, default_timeout=timeout)
     at.run()
     assert not at.exception
-    said = [t.value for t in at.toast]
+    return [t.value for t in at.toast]
+
+
+def test_a_page_waiting_for_a_compiler_says_so_with_progress():
+    said = _toasts(_compile_page, 120)
     assert any("Compiling fresh kernel for this CPU, once (kernel 1, " in s and "s so far" in s
                for s in said), said
     assert any(s.startswith("Compiled 1 kernel(s) for this CPU") for s in said), said
@@ -251,12 +256,7 @@ def _slow_page():
 
 
 def test_a_slow_page_run_says_it_is_working_within_a_second():
-    from streamlit.testing.v1 import AppTest
-
-    at = AppTest.from_function(_slow_page, default_timeout=60)
-    at.run()
-    assert not at.exception
-    said = [t.value for t in at.toast]
+    said = _toasts(_slow_page, 60)
     assert any(s.startswith("The slow page: ready in") for s in said), said
 
 

@@ -78,10 +78,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="also run the qcore side compiled for this LLVM CPU target "
                              "(NUMBA_CPU_NAME, with that CPU's own features) in a subprocess "
                              "with its own numba cache; repeatable")
-    parser.add_argument("--cpu-time", action="store_true",
-                        help="one thread each (qcore and onnxruntime), timed by the thread's "
-                             "CPU time: per-element cost on a machine too loaded for wall-clock "
-                             "figures")
+    parser.add_argument("--cpu-time", action="store_true", help="one thread each (qcore and "
+                        "onnxruntime), timed by the thread's CPU time: per-element cost on a "
+                        "machine too loaded for wall-clock figures")
     parser.add_argument("--cold", action="store_true",
                         help="time first calls from an empty numba cache, then primed")
     parser.add_argument("--cold-cases", default=None,

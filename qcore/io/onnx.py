@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import QuantizationError
+from ..optional import require
 from .base import MAX_TENSORS, TensorFileError, _Entry, _native, _short
 
 __all__ = ["DEFAULT_ROLE", "MAIN", "ROLES", "WEIGHT_TYPES", "Consumer", "ModelError",
@@ -212,12 +213,7 @@ def role_in_graph(graph: Any, name: str, path: str = MAIN) -> Role:
 
 
 def _onnx() -> Any:
-    try:
-        import onnx
-    except ImportError as exc:
-        raise ImportError("reading ONNX models needs onnx: pip install 'qcore[model]' "
-                          "(or pip install onnx)") from exc
-    return onnx
+    return require("onnx", "reading ONNX models")
 
 
 def _label(node: Any, index: int) -> str:

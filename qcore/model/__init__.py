@@ -33,20 +33,14 @@ without them and a missing one raises ImportError naming the extra.
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
+
+from ..optional import require as _require
 
 __all__ = ["require"]
 
-_PIP = {"onnx": "onnx", "onnxruntime": "onnxruntime", "tokenizers": "tokenizers",
-        "safetensors": "safetensors"}
-
 
 def require(module: str) -> Any:
-    """Import an optional dependency of the model tool, or raise ImportError naming the extra."""
-    try:
-        return importlib.import_module(module)
-    except ImportError as exc:
-        name = _PIP.get(module.split(".")[0], module)
-        raise ImportError(f"qcore.model needs {name}: pip install 'qcore[model]' "
-                          f"(or pip install {name})") from exc
+    """Import an optional dependency of the model tool, or raise ImportError naming the extra
+    (:func:`qcore.optional.require`)."""
+    return _require(module, "qcore.model")

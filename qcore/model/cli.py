@@ -127,10 +127,10 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--runtime", help="plan for this runtime: onnxruntime (only what the "
                    "installed onnxruntime runs; the default with --export) or reference "
                    "(every ONNX type)")
-    g.add_argument("--nbits-form", metavar="FORM",
-                   help="how an --export for onnxruntime writes int4/uint4 weights blocked "
-                   "along K: matmulnbits-node (the default: com.microsoft MatMulNBits) or "
-                   "dq-matmul (standard ONNX DequantizeLinear -> MatMul)")
+    g.add_argument("--nbits-form", metavar="FORM", help="how an --export for onnxruntime writes "
+                   "int4/uint4 weights blocked along K: matmulnbits-node (the default: "
+                   "com.microsoft MatMulNBits) or dq-matmul (standard ONNX DequantizeLinear -> "
+                   "MatMul)")
     g.add_argument("--latency-repeats", type=int, metavar="N",
                    help="timed passes per model for the export's latency, 1 to 1000 "
                    "(default 10)")

@@ -114,22 +114,17 @@ def parse_activations(text: str) -> ActivationConfig:
              f"{', '.join(ACTIVATION_TYPES)} and METHOD one of {', '.join(METHODS)}")
     if t in ("none", "dynamic"):
         return ActivationConfig(t, "uint8" if t == "dynamic" else None)
-    head, _, method = t.partition("@")
-    mode, _, dtype = head.partition(":")
-    if mode != "static":
-        raise QuantizationError(f"--activations {text!r}: unknown mode {mode!r}; {valid}")
-    if "@" in t and not method:
-        raise QuantizationError(f"--activations {text!r}: '@' needs a method; {valid}")
-    if ":" in head and not dtype:
-        raise QuantizationError(f"--activations {text!r}: ':' needs a type; {valid}")
-    dtype = dtype or "int8"
-    method = method or "minmax"
-    if dtype not in ACTIVATION_TYPES:
-        raise QuantizationError(f"--activations {text!r}: type {dtype!r} is not an activation "
-                                f"type; {valid}")
-    if method not in METHODS:
-        raise QuantizationError(f"--activations {text!r}: method {method!r} is not a "
-                                f"calibration method for activations; {valid}")
+    head, _, given_method = t.partition("@")
+    mode, _, given_dtype = head.partition(":")
+    dtype, method = given_dtype or "int8", given_method or "minmax"
+    for bad, why in ((mode != "static", f"unknown mode {mode!r}"),
+                     ("@" in t and not given_method, "'@' needs a method"),
+                     (":" in head and not given_dtype, "':' needs a type"),
+                     (dtype not in ACTIVATION_TYPES, f"type {dtype!r} is not an activation type"),
+                     (method not in METHODS,
+                      f"method {method!r} is not a calibration method for activations")):
+        if bad:  # the first that applies
+            raise QuantizationError(f"--activations {text!r}: {why}; {valid}")
     return ActivationConfig("static", dtype, method)
 
 
