@@ -703,6 +703,7 @@ def test_specialised_quantize_families(layout):
         fam = _family(x, scale, output_dtype=target, **attrs)
         assert fam is not None and fam[0] == ("per-tensor" if not sshape else "rows")
         assert fam[2] == get_format(target).itemsize
+        assert (fam[1] == "fp4") == (target == "float4e2m1"), (target, fam)
         sats = [True, False] if target.startswith("float8") else [True]
         for sat in sats:
             zp = _zero_point("value", target, sshape, rng)

@@ -18,7 +18,7 @@ The rules (qcore.kernels.scalar) and the copies written for speed that their doc
 The CUDA kernels' copies, run under numba's CUDA simulator (the Python a GPU compiles):
 ``cuda_quantize.q_int`` and the generic ``cuda_kernels.quantize_kernel`` (integer code, every
 target of 8 bits or fewer), ``cuda_quantize.q_float`` and the generic kernel (small-float encode,
-every format's codes and midpoints), ``cuda_quantize._hw_or_encoder`` (the GPU's float8
+every format's codes and midpoints), ``cuda_quantize.q_fp4`` (float4e2m1), ``cuda_quantize._hw_or_encoder`` (the GPU's float8
 conversion, modelled by ml_dtypes' cast), ``cuda_dequantize.dq_element`` and the generic
 ``cuda_kernels.dequantize_kernel`` (every code and zero point as above). The kernels around
 them are checked against the CPU backend in tests/test_cuda_sim.py.
@@ -179,6 +179,40 @@ def test_float_encode_copies_equal_the_rule(name):
                 np.testing.assert_array_equal(
                     ys, rule.astype(np.uint8),
                     err_msg=f"{name} FLOAT_CODES, saturate {saturate}, add {add}, zp {za}")
+
+
+@njit(cache=True)
+def _e2m1_copy(q, za, add, out):
+    for j in range(q.size):
+        v = q[j] + za if add else q[j]
+        out[j] = scalar.e2m1_code(bits.f32_as_u32(v))
+
+
+def test_e2m1_code_equals_the_rule():
+    """scalar.e2m1_code (the CUDA "fp4" family's encode) against encode_with for float4e2m1 on
+    the float32s around every code and midpoint, the specials, every 4099th float32 and each
+    zero point, under both saturate flags (float4 always saturates: one table)."""
+    f = get_format("float4e2m1")
+    q = _float_inputs(f.dtype)
+    rule = np.empty(q.size, np.int32)
+    got = np.empty(q.size, np.int32)
+    for saturate in (0, 1):
+        c = scalar.EncodeConsts(*(np.int32(v) for v in scalar.encode_consts(
+            np.int64(f.ebits), np.int64(f.mbits), np.int64(f.bias), np.int64(f.max_code),
+            np.int64(f.has_inf), np.int64(f.nan_style), np.int64(saturate))))
+        for za in (None, np.float32(0.0), np.float32(-0.0), np.float32(1.5), np.float32(-3.0)):
+            add = za is not None
+            zf = za if add else np.float32(0)
+            _encode_rule(q, zf, add, c, False, rule)
+            _e2m1_copy(q, zf, add, got)
+            np.testing.assert_array_equal(got, rule,
+                                          err_msg=f"saturate {saturate}, zero point {za}")
+    with np.errstate(invalid="ignore"):  # and the codes ml_dtypes' cast gives
+        want = q.astype(f.dtype).view(np.uint8).astype(np.int32)
+    nan = np.isnan(q)
+    want[nan] = 0  # NaN into float4 (no NaN): +0, the ONNX Cast table; ml_dtypes differs
+    _e2m1_copy(q, np.float32(0), False, got)
+    np.testing.assert_array_equal(got, want)
 
 
 # --- dequantize ------------------------------------------------------------------------------
@@ -350,6 +384,27 @@ def test_cuda_float_encode_copies_equal_the_rule(name):
                                                    ops.quantize_params(plan, add))
             np.testing.assert_array_equal(y, rule.astype(np.uint8),
                                           err_msg=f"quantize_kernel {where}")
+
+
+@simulated
+def test_cuda_fp4_copy_equals_the_rule():
+    """cuda_quantize.q_fp4 (x / scale, + zp, NaN keeping its bits, then e2m1_code) element by
+    element against encode_with for float4e2m1, on its codes, midpoints and the specials."""
+    from qcore.kernels import cuda_quantize
+
+    f = get_format("float4e2m1")
+    q = _float_inputs(f.dtype, strided=False)
+    one = np.ones(1, np.float32)
+    rule = np.empty(q.size, np.int32)
+    c = scalar.EncodeConsts(*(np.int32(v) for v in scalar.encode_consts(
+        np.int64(f.ebits), np.int64(f.mbits), np.int64(f.bias), np.int64(f.max_code),
+        np.int64(f.has_inf), np.int64(f.nan_style), np.int64(1))))
+    for za in (None, np.float32(0.0), np.float32(-3.0)):
+        add = za is not None
+        zf = za if add else np.float32(0)
+        _encode_rule(q, zf, add, c, False, rule)
+        got = [cuda_quantize.q_fp4(v, one[0], zf, add) for v in q]
+        np.testing.assert_array_equal(got, rule, err_msg=f"q_fp4, zero point {za}")
 
 
 @simulated

@@ -279,6 +279,21 @@ def T(m) -> list:
     return [m.tiny, "--recipes", RECIPES]
 
 
+def _bad_budget_cases() -> list:
+    """--budget V and --budgets 8,V refuse the same numbers, each line naming the flag, the
+    value as read and the valid range: (id, argv, words)."""
+    bad = {"nan": "nan", "inf": "inf", "-inf": "neg-inf", "-1": "negative", "0": "zero",
+           "1e300": "huge", "2000": "over"}
+    cases = []
+    for v, name in bad.items():
+        one = [f"--budget={v}"] if v.startswith("-") else ["--budget", v]
+        cases.append((f"budget-{name}", lambda m, t, a=one: T(m) + a,
+                      (f"--budget {float(v)}:", "finite", "(0, 1024]")))
+        cases.append((f"budgets-{name}", lambda m, t, v=v: T(m) + ["--budgets", f"8,{v}"],
+                      (f"--budgets '8,{v}': item {float(v)}:", "finite", "(0, 1024]")))
+    return cases
+
+
 def _output_path_cases() -> list:
     """--plan and --export refuse the same four paths, each in one line naming the flag and
     why: (id, argv, (flag, reason))."""
@@ -297,21 +312,12 @@ def _output_path_cases() -> list:
 # (id, argv from (models, tmp folder), a word of the one error line, or several)
 CASES = [
     # --budget / --budgets
-    ("budget-nan", lambda m, t: T(m) + ["--budget", "nan"], "--budget nan"),
-    ("budget-inf", lambda m, t: T(m) + ["--budget", "inf"], "finite"),
-    ("budget-neg-inf", lambda m, t: T(m) + ["--budget=-inf"], "finite"),
-    ("budget-negative", lambda m, t: T(m) + ["--budget=-1"], "(0, 1024]"),
-    ("budget-zero", lambda m, t: T(m) + ["--budget", "0"], "(0, 1024]"),
-    ("budget-huge", lambda m, t: T(m) + ["--budget", "1e300"], "(0, 1024]"),
-    ("budget-over", lambda m, t: T(m) + ["--budget", "2000"], "(0, 1024]"),
+    *_bad_budget_cases(),
     ("budget-text", lambda m, t: T(m) + ["--budget", "five"], "--budget"),
     ("budget-below-cheapest", lambda m, t: T(m) + ["--budget", "1", "--no-float"],
      "below the cheapest"),
-    ("budgets-nan", lambda m, t: T(m) + ["--budgets", "8,nan"], "--budgets"),
-    ("budgets-inf", lambda m, t: T(m) + ["--budgets", "8,inf"], "finite"),
-    ("budgets-negative", lambda m, t: T(m) + ["--budgets", "8,-1"], "(0, 1024]"),
     ("budgets-text", lambda m, t: T(m) + ["--budgets", "8,abc"], "not a number"),
-    ("budgets-zero", lambda m, t: T(m) + ["--budgets", "0"], "(0, 1024]"),
+    ("budgets-zero-alone", lambda m, t: T(m) + ["--budgets", "0"], "(0, 1024]"),
     ("budgets-below", lambda m, t: T(m) + ["--budgets", "9,1", "--no-float"],
      "below the cheapest"),
     ("budgets-too-many", lambda m, t: T(m) + ["--budgets", ",".join(["9"] * 65)],

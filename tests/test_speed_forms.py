@@ -359,3 +359,88 @@ def test_cli_min_sqnr_writes_the_plan_the_table_and_the_export(tmp_path, capsys)
     f = _feeds(m, 1, 7)[0]
     case = SpeedCase(_conv_net(size=32), [f], [f], threads=1)
     assert js["met"] == (case.deployed_sqnr(m) >= 10.0)
+
+
+def test_optimized_node_names_map_to_the_nodes_they_come_from():
+    from qcore.model.costs import owner
+
+    names = {"/conv_1", "/conv_12", "/mul_3", "x.Q"}
+    assert owner("/conv_1/out_nchwc", names) == "/conv_1"
+    assert owner("/conv_12_token_29", names) == "/conv_12"
+    assert owner("/mul_3/QuickGeluFusion/", names) == "/mul_3"
+    assert owner("x.Q", names) == "x.Q"
+    assert owner("ReorderInput_token_3", names) is None
+
+
+def test_profiled_costs_cover_every_fused_kernel_of_the_chain():
+    """onnxruntime's profile of the all-static export, its nodes mapped back: every
+    QLinearConv / QLinearSigmoid / QLinearMul the runtime ran is counted for a node of the
+    export (so each layer's in-chain cost is the kernels it fused into), and both forms of
+    each chain layer get a time."""
+    from qcore.model.costs import in_chain_costs, owner, profile_ms
+    from qcore.model.objectives import _values
+
+    m = _conv_net("silu", size=32)
+    p, e = _static_export(m)
+    prof = profile_ms(e, _feeds(m, 1, 3), threads=1, passes=2)
+    names = {n.name for n in p.graph.node} | {n.name for n in e.graph.node}
+    owners = {owner(k, names) for k in prof}
+    assert {"conv0", "conv1", "sig0", "sig1", "mul0", "mul1", "res"} <= owners, prof
+    assert _optimized_ops(e)["QLinearConv"] == 2
+    chain = [x for x in layers_of(p) if "qlinear" in x.forms]
+    owned = {x.name: chain_nodes(p, [x.name]) for x in chain}
+    assert owned["conv0"] == {"conv0", "sig0", "mul0"}
+    vals = _values(p, [x.data for x in chain] + [x.output for x in chain], _feeds(m, 1))
+    c = in_chain_costs(p, e, chain, owned, {t: v[0].size for t, v in vals.items()},
+                       _feeds(m, 1, 3), passes=2)
+    assert set(c) == {"conv0", "conv1"}
+    assert all(v["float"] > 0 and v["qlinear"] > 0 for v in c.values()), c
+
+
+def test_bias_correction_restores_each_channels_mean():
+    """7-bit weights shift each output channel's mean by Σ(W_q − W)·E[x]; the corrected bias
+    takes it back: the quantized Conv's per-channel output means (onnxruntime, weights only
+    quantized) land closer to the float ones."""
+    from qcore.model.forms.bias import bias_corrected
+    from qcore.model.objectives import _values
+
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((16, 8, 3, 3)).astype(np.float32)
+    g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], name="c",
+                                            pads=[1, 1, 1, 1])], "c",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 16, 16])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          [numpy_helper.from_array(w, "w")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    x = (rng.standard_normal((1, 8, 16, 16)) + 2.0).astype(np.float32)  # a mean to shift
+    p = prepare(m)
+    layer = layers_of(p)[0]
+    fixed = bias_corrected(p, [layer], _values(p, ["x"], [{"x": x}]), qmax=15)
+    ref = _run(m, {"x": x})[0, :, 1:-1, 1:-1].mean(axis=(1, 2))
+
+    def quantized(model):
+        qm = onnx.ModelProto()  # the weights rounded as the static form rounds them
+        qm.CopyFrom(model)
+        codes, scale = int8_per_axis(w, 0, 15)
+        for t in qm.graph.initializer:
+            if t.name == "w":
+                t.CopyFrom(numpy_helper.from_array(
+                    (codes * scale.reshape(-1, 1, 1, 1)).astype(np.float32), "w"))
+        return _run(qm, {"x": x})[0, :, 1:-1, 1:-1].mean(axis=(1, 2))
+
+    before = np.abs(quantized(p) - ref).mean()
+    after = np.abs(quantized(fixed) - ref).mean()
+    assert after < 0.1 * before, (before, after)
+
+
+def test_profiled_plan_of_a_conv_net_fuses_what_it_plans():
+    """The planner's own costs (profiled, no costs given): every layer it plans as qlinear runs
+    as a QLinearConv in the model onnxruntime optimizes from the export it writes."""
+    m = _conv_net("silu", size=32)
+    case = SpeedCase(m, _feeds(m, 2, 7), _feeds(m, 3, 1), threads=1)
+    plan = plan_for_speed(case, min_sqnr=-100.0, repeats=2)
+    n = sum(1 for f in plan.forms.values() if f == "qlinear")
+    assert _optimized_ops(plan.export)["QLinearConv"] == n
+    assert set(plan.costs["conv0"]) == {"float", "qlinear"}
+    assert plan.start["bias_correction"] in (True, False)

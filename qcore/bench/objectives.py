@@ -20,6 +20,7 @@ import importlib.util
 import io
 import math
 import os
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -232,12 +233,15 @@ def _min_sqnr_export(model: Any, batches: Sequence[dict], calibration: Sequence[
     states: its latency ratio and deployed SQNR, met)."""
     case = SpeedCase(model, [dict(b) for b in batches], [dict(b) for b in calibration],
                      threads)
+    t0 = time.perf_counter()
     plan = plan_for_speed(case, min_sqnr=db, repeats=repeats)  # the bench's --repeats
+    minutes = (time.perf_counter() - t0) / 60
     forms: dict[str, int] = {}
     for r in plan.table():
         forms[r["form"]] = forms.get(r["form"], 0) + 1
     return plan.export, forms, {"x_float": plan.latency.get("ratio", math.nan),
-                                "sqnr_db": plan.output_sqnr_db, "met": plan.met}
+                                "sqnr_db": plan.output_sqnr_db, "met": plan.met,
+                                "plan_min": minutes}
 
 
 def _rows(key: str, table: list[dict], err: str | None,
@@ -293,7 +297,7 @@ def format_objective_table(rows: Sequence[dict[str, Any]]) -> str:
     """The rows as a Markdown table (docs/performance.md)."""
     head = ["model", "float ms", "ort static × float, dB", "ort dynamic × float, dB",
             "target dB", "qcore export", "× float", "× faster peer", "dB", "× size", "forms",
-            "stated − measured", "target"]
+            "stated − measured", "plan min", "target"]
     buf = io.StringIO()
     buf.write("| " + " | ".join(head) + " |\n|" + "---|" * len(head) + "\n")
     for r in rows:
@@ -307,7 +311,7 @@ def format_objective_table(rows: Sequence[dict[str, Any]]) -> str:
                          f"{_f(d['x_float'], '.2f')}×, {_f(d['sqnr_db'], '.1f')}")
         cells = [r["model"], _f(r["float_ms"], ".1f"), *peers, _f(r["target_db"], ".1f")]
         if r.get("qcore") is None:
-            cells += [f"failed: {r.get('error')}"] + ["—"] * 7
+            cells += [f"failed: {r.get('error')}"] + ["—"] * 8
         else:
             forms = ", ".join(f"{k} {v}" for k, v in sorted(r["forms"].items()))
             bad = [k for k, v in r["checks"].items() if not v]
@@ -315,6 +319,7 @@ def format_objective_table(rows: Sequence[dict[str, Any]]) -> str:
                       _f(r["sqnr_db"], ".1f"), _f(r["x_size"], ".2f"), forms,
                       (f"{r['stated']['dx']:+.2f}×, {r['stated']['ddb']:+.2f} dB"
                        if r.get("stated") else "—"),
+                      _f((r.get("stated") or {}).get("plan_min"), ".1f"),
                       "met" if r["met"] else "NOT met: " + ", ".join(bad)]
         buf.write("| " + " | ".join(cells) + " |\n")
     return buf.getvalue()

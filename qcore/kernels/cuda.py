@@ -211,6 +211,13 @@ def _fp8_cvt_target(qp) -> bool:
                                                                                     e5m2)
 
 
+def _fp4_target(qp) -> bool:
+    """float4 e2m1 (:func:`qcore.kernels.scalar.e2m1_code`; it always saturates, so the
+    saturate flag does not matter)."""
+    return (qp.ebits, qp.mbits, qp.bias, qp.max_code, qp.has_inf, qp.nan_style) == (
+        2, 1, 1, 7, 0, int(NanStyle.NONE))
+
+
 @lru_cache(maxsize=256)
 def quantize_family(lp, qp) -> tuple[str, str, int] | None:
     """The specialised QuantizeLinear kernel for these parameters, as (layout family, target
@@ -221,7 +228,8 @@ def quantize_family(lp, qp) -> tuple[str, str, int] | None:
     if qp.tkind == TKind.INT:
         target, width = "int", (1 if qp.mask <= 0xFF else 2)
     else:
-        target, width = ("fp8-cvt" if fp8_conversion() and _fp8_cvt_target(qp) else "float"), 1
+        target, width = ("fp8-cvt" if fp8_conversion() and _fp8_cvt_target(qp) else
+                         "fp4" if _fp4_target(qp) else "float"), 1
     return ("per-tensor" if lp.uniform == 1 else "rows"), target, width
 
 

@@ -15,7 +15,8 @@ written here):
   scale by adds, and scales are reloaded only when their index changes: no integer division
   instruction anywhere in these kernels.
 - target families: saturating integers of 8 or 16 bits, small floats by the arithmetic encoder
-  (:func:`qcore.kernels.scalar.encode_with`), and float8 e4m3fn / e5m2 by the GPU's own
+  (:func:`qcore.kernels.scalar.encode_with`), float4 e2m1 by its shorter copy
+  (:func:`qcore.kernels.scalar.e2m1_code`, the MXFP4 codes), and float8 e4m3fn / e5m2 by the GPU's own
   conversion (``cvt.rn.satfinite.{e4m3,e5m2}x2.f32``, compute capability >= 8.9) for the values
   it rounds exactly as the encoder does; the values past the format's overflow bound (where the
   hardware only saturates) and NaN go through the encoder, so both saturate modes, the NaN sign
@@ -44,7 +45,7 @@ from .cuda_device import (
 from .cuda_kernels import _IMPORT_ERROR, bits_to_f32, cuda, device_function, f32_to_bits, rint_f32
 from .cuda_rows import batch_walk, flat_walk
 from .params import NanStyle
-from .scalar import encode_consts, encode_with, saturate_int
+from .scalar import e2m1_code, encode_consts, encode_with, saturate_int
 
 if _IMPORT_ERROR is None:
     from numba import float32, int32, int64, uint32
@@ -66,19 +67,27 @@ def q_int(v, s, z, lo, hi, mask):
 @device_function
 def q_small_float_bits(v, s, z, has_zp):
     """x / scale (+ zp) in float32 as IEEE bits; a NaN x keeps its own bits (GPU arithmetic
-    would return a canonical positive NaN; a CPU's NaN / scale + zp is that NaN)."""
-    if v != v:
-        return f32_to_bits(v)
+    would return a canonical positive NaN; a CPU's NaN / scale + zp is that NaN). The quotient
+    is computed for every x and the NaN's bits selected after, with no branch: a branch per
+    element keeps the compiler from sharing one reciprocal of a scale among the divisions by
+    it (the division's fast path is a reciprocal and three fused multiply-adds)."""
     q = float32(v / s)
     if has_zp:
         q = float32(q + float32(z))
-    return f32_to_bits(q)
+    return f32_to_bits(v) if v != v else f32_to_bits(q)
 
 
 @device_function
 def q_float(v, s, z, has_zp, c, fnuz):
     """The small float code of x / scale (+ zp): scalar.encode_with."""
     return int64(encode_with(q_small_float_bits(v, s, z, has_zp), c, fnuz))
+
+
+@device_function
+def q_fp4(v, s, z, has_zp):
+    """The float4 e2m1 code of x / scale (+ zp): scalar.e2m1_code (encode_with's float4e2m1
+    codes)."""
+    return int64(e2m1_code(q_small_float_bits(v, s, z, has_zp)))
 
 
 @device_function
@@ -143,6 +152,16 @@ def _float_one(v, s, z, k):
 
 
 @device_function
+def _fp4_consts(qp):
+    return qp.has_zp == 1
+
+
+@device_function
+def _fp4_one(v, s, z, k):
+    return q_fp4(v, s, z, k)
+
+
+@device_function
 def _fp8_consts(qp):
     return _encoder_consts(qp), qp.has_zp == 1, qp.ebits == 5
 
@@ -165,6 +184,7 @@ TARGET_FAMILIES = {
     "int": (_int_consts, _int_one, _four_of(_int_one)),
     "float": (_float_consts, _float_one, _four_of(_float_one)),
     "fp8-cvt": (_fp8_consts, _fp8_one, _fp8_four),
+    "fp4": (_fp4_consts, _fp4_one, _four_of(_fp4_one)),
 }
 
 # ---------------------------------------------------------------------------------------------

@@ -28,7 +28,8 @@ import numpy as np
 from . import require
 from .latency import deploy_session
 
-__all__ = ["layer_costs", "layer_model", "load_average", "timed"]
+__all__ = ["in_chain_costs", "layer_costs", "layer_model", "load_average", "owner", "profile_ms",
+           "timed"]
 
 _CACHE: dict[tuple, float] = {}
 
@@ -66,7 +67,7 @@ def timed(models: Mapping[str, Any], batches: Sequence[Mapping[str, np.ndarray]]
     for k, v in times.items():
         q = np.percentile(v, [10, 90])
         out[k] = {"ms": float(statistics.median(v)), "p10": float(q[0]), "p90": float(q[1]),
-                  "min": float(min(v)), "passes": len(v)}
+                  "min": float(min(v)), "passes": len(v), "runs": list(v)}
     out["load"] = [load0, load_average()]
     return out
 
@@ -170,4 +171,98 @@ def layer_costs(prepared: Any, layers: Sequence[Any], shapes: Mapping[str, Seque
             _CACHE[k] = res[i]["min"]
     for (name, form), k in keys.items():
         out.setdefault(name, {})[form] = _CACHE[k]
+    return out
+
+
+def profile_ms(model: Any, batches: Sequence[Mapping[str, np.ndarray]], threads: int = 1,
+               passes: int = 5) -> dict[str, float]:
+    """Milliseconds per pass over ``batches`` (the fastest of ``passes``) of every node of the
+    model onnxruntime runs (its optimized graph: fused nodes under their own names), from onnxruntime's profiler
+    (the session of :func:`qcore.model.latency.deploy_session`, profiling on; one warm-up
+    pass not counted)."""
+    import json
+    import tempfile
+
+    ort = require("onnxruntime")
+    so = ort.SessionOptions()
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    so.log_severity_level = 3
+    if threads:
+        so.intra_op_num_threads = int(threads)
+    with tempfile.TemporaryDirectory() as d:
+        so.enable_profiling = True
+        so.profile_file_prefix = os.path.join(d, "profile")
+        s = ort.InferenceSession(model.SerializeToString(), so,
+                                 providers=["CPUExecutionProvider"])
+        for b in batches:  # the warm-up pass
+            s.run(None, dict(b))
+        for _ in range(max(1, passes)):
+            for b in batches:
+                s.run(None, dict(b))
+        path = s.end_profiling()
+        with open(path) as f:
+            events = json.load(f)
+    durs: dict[str, list[tuple[int, float]]] = {}
+    for e in events:
+        name = e.get("name", "")
+        if e.get("cat") == "Node" and name.endswith("_kernel_time"):
+            durs.setdefault(name[:-len("_kernel_time")], []).append((e["ts"], e["dur"]))
+    out: dict[str, float] = {}
+    n = max(1, passes) + 1
+    for name, v in durs.items():
+        v.sort()
+        k = len(v) // n  # every pass runs a node as often; the first pass is the warm-up
+        sums = [sum(d for _, d in v[i * k:(i + 1) * k]) for i in range(1, n)] if k else [0]
+        out[name] = min(sums) / 1000.0  # the pass that got the core (a shared host)
+    return out
+
+
+def owner(name: str, names: set[str]) -> str | None:
+    """The node of ``names`` an optimized node ``name`` comes from: the longest of ``names``
+    that ``name`` is, or starts with followed by ``/`` or ``_`` (onnxruntime names a fused or
+    re-laid-out node after the node it replaces: ``conv/out_nchwc``, ``conv_token_12``,
+    ``mul/QuickGeluFusion/``)."""
+    if name in names:
+        return name
+    for i in range(len(name) - 1, 0, -1):
+        if name[i] in "/_" and name[:i] in names:
+            return name[:i]
+    return None
+
+
+def in_chain_costs(prepared: Any, export: Any, layers: Sequence[Any],
+                   owned: Mapping[str, set[str]], elements: Mapping[str, int],
+                   batches: Sequence[Mapping[str, np.ndarray]], threads: int = 1,
+                   passes: int = 5) -> dict[str, dict[str, float]]:
+    """``{layer: {"float": ms, "qlinear": ms}}`` from two profiled runs (:func:`profile_ms`):
+    the prepared float model and ``export`` (every layer of ``layers`` in the static chain).
+    A layer's cost is the time of the nodes it ``owned`` (the layer and the activation ops
+    only it feeds, e.g. its SiLU) in each run, each optimized node counted for the node it
+    comes from (:func:`owner`); the float figure adds what the layer would cost as a float
+    island in the chain: a DequantizeLinear of its input and a QuantizeLinear of its output,
+    at the export's measured quantizer time per element (``elements``: each tensor's size)."""
+    names = {n.name for n in prepared.graph.node} | {n.name for n in export.graph.node}
+
+    def by_owner(prof: Mapping[str, float]) -> dict[str, float]:
+        d: dict[str, float] = {}
+        for k, v in prof.items():
+            o = owner(k, names)
+            if o is not None:
+                d[o] = d.get(o, 0.0) + v
+        return d
+
+    fl = by_owner(profile_ms(prepared, batches, threads, passes))
+    ql = by_owner(profile_ms(export, batches, threads, passes))
+    q_ms = q_n = 0.0
+    for n in export.graph.node:
+        t = n.input[0] if n.input else ""
+        if n.op_type == "QuantizeLinear" and n.name in ql and t in elements:
+            q_ms, q_n = q_ms + ql[n.name], q_n + elements[t]
+    rate = q_ms / q_n if q_n else 0.0
+    out: dict[str, dict[str, float]] = {}
+    for x in layers:
+        own = owned[x.name]
+        edge = rate * (elements.get(x.data, 0) + elements.get(x.output, 0))
+        out[x.name] = {"float": sum(fl.get(n, 0.0) for n in own) + edge,
+                       "qlinear": sum(ql.get(n, 0.0) for n in own)}
     return out

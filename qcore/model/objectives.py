@@ -4,14 +4,27 @@
 A plan gives every layer of the prepared model (:mod:`qcore.model.forms.layers`) a form. The
 planner works on measurements only:
 
-1. **Costs**: every form of every layer timed alone at the user's input shapes and threads
-   (:func:`qcore.model.costs.layer_costs`). A layer whose integer forms all measure no faster
-   than its float form stays float (``why``: the measured ratio) — it does not pay here.
-2. **Start**: every other layer in its fastest form. The chain tensors' scales come from the
-   calibration method (minmax, percentile, mse) whose start measures the highest SQNR, and
-   SmoothQuant (alpha 0.5; folded into the LayerNormalization before a site where only the
-   weights read it, else a Mul) is kept when it raises the start's measured SQNR. SQNR here is always the
-   export as onnxruntime runs it with default optimizations (the deployed figure).
+1. **Costs** (:func:`qcore.model.chain_start.planner_costs`): a conv net's static-capable layers are costed in the chain
+   they run in — one onnxruntime profile of the float model and one of the export with all of
+   them in ``qlinear`` (what onnxruntime's ``quantize_static`` writes), each layer's nodes
+   summed, a float layer paying the DequantizeLinear / QuantizeLinear at its edges; other
+   layers (and every layer of a model without a Conv) are timed alone in each form
+   (:func:`qcore.model.costs.layer_costs`). A layer whose integer forms all cost no less than
+   its float form stays float (``why``: the measured ratio) — it does not pay here.
+2. **Start**: two candidates, measured whole: every other layer in its fastest form, and every
+   other layer in its fastest form that reads no static activation chain (``dynamic``,
+   ``conv-integer``, ``weight-only``); the candidate whose measured SQNR less its latency's
+   price (:data:`START_RATE`) is highest wins (:func:`_pick_start`: a transformer starts
+   dynamic, a conv net static, from the measurements). A conv net's fastest start is timed
+   whole beside the all-static chain and its static-capable layers in float, and the fastest
+   is taken (:func:`qcore.model.chain_start.chain_or_start`). The chain tensors' scales come from the calibration method (minmax, percentile,
+   mse) whose start measures the highest SQNR; where the uint8 × int8 kernels saturate (7-bit
+   weights), 8-bit weights are kept when they measure higher; Conv bias correction
+   (:mod:`qcore.model.forms.bias`) is kept when it measures higher; SmoothQuant (alpha 0.5;
+   folded into the LayerNormalization before a site where only the weights read it, else a
+   Mul) is kept when it raises the start's measured SQNR. These moves cost no latency. SQNR
+   here is always the export as onnxruntime runs it with default optimizations (the deployed
+   figure).
 3. **Moves**: a layer to a more faithful form — float, or another integer form that runs
    faster than float (a MatMul from ``qlinear`` to ``dynamic``). In each round (at most
    :data:`ROUNDS`) every quantized layer's gain is measured for each such form (the current
@@ -31,6 +44,7 @@ planner works on measurements only:
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,13 +53,17 @@ import numpy as np
 
 from ..errors import QuantizationError
 from . import require
-from .costs import layer_costs, timed
-from .forms.layered import export_forms, layers_of
+from .chain_start import chain_or_start, latency_free_moves, planner_costs
+from .costs import timed
+from .forms.bias import bias_corrected
+from .forms.layered import LAYER_REGISTRY, export_forms, layers_of
 from .forms.layers import Layer, prepare
+from .forms.nbits_layers import NBITS_LAYER_FORMS
 from .forms.qlinear import chain_nodes, chain_specs, chain_tensors, tensor_types, weight_qmax
 from .latency import deploy_session
 
-__all__ = ["METHODS", "SpeedCase", "SpeedPlan", "check_objectives", "plan_for_speed"]
+__all__ = ["METHODS", "SpeedCase", "SpeedPlan", "check_objectives", "nbits_verdict",
+           "plan_for_speed"]
 
 #: Calibration methods the start tries for the chain tensors.
 METHODS = ("minmax", "percentile", "mse")
@@ -59,6 +77,18 @@ RECHECK = 12
 #: A weight-only lookup may add this share of the float layers' time (its gain is the file).
 FREE = 0.01
 SMOOTH_ALPHA = 0.5
+#: A move must gain more than this many dB (smaller gains cost time no user sees).
+MIN_GAIN = 0.02
+#: The price of a dB when starts are compared: a start is worth its measured SQNR less
+#: (its latency / the fastest start's − 1) / START_RATE dB, so a start 3% slower must
+#: measure 1 dB more (about what a move to float pays per dB on MiniLM; step 2 of the module
+#: doc). A conv net's chain-free start (near float speed) loses by tens of dB.
+START_RATE = 0.03
+_CHAIN = {f.name: f.chain for f in LAYER_REGISTRY}
+#: Bits per weight of a form (8 where not named).
+_BITS = {"float": 32, "weight-only-int4": 4, **{f: 4 for f in NBITS_LAYER_FORMS}}
+#: The weight-only forms of a table lookup, fewest bits first.
+_LOOKUPS = ("weight-only-int4", "weight-only")
 
 
 def check_objectives(min_sqnr: float | None, max_latency: float | None) -> None:
@@ -160,6 +190,7 @@ class SpeedPlan:
     size: dict[str, int] = field(default_factory=dict)
     met: bool = True
     export: Any = None
+    qmax: int = 127
 
     def table(self) -> list[dict[str, Any]]:
         """One row per layer: layer, op, weight shape, form, why."""
@@ -173,7 +204,7 @@ class SpeedPlan:
                 "smooth": self.smooth, "output_sqnr_db": self.output_sqnr_db,
                 "deploy": {"output_sqnr_db": self.output_sqnr_db},
                 "latency": self.latency, "size": self.size, "start": self.start,
-                "moves": self.moves, "weight_qmax": weight_qmax(), "layers": self.table()}
+                "moves": self.moves, "weight_qmax": self.qmax, "layers": self.table()}
 
 
 class _Planner:
@@ -183,6 +214,8 @@ class _Planner:
         self.case, self.log = case, log
         self.model = case.prepared
         self.smooth: float | None = None
+        self.qmax = weight_qmax()
+        self.bias_correct = False
         self._setup()
 
     def _setup(self) -> None:
@@ -209,7 +242,12 @@ class _Planner:
         return chain_specs_subset(self.model, inside, tensors, base)
 
     def export(self, forms: Mapping[str, str], method: str) -> Any:
-        return export_forms(self.model, forms, self.specs(forms, method))
+        model = self.model
+        if self.bias_correct:
+            model = bias_corrected(model, [x for x in self.layers
+                                           if forms.get(x.name) == "qlinear"],
+                                   self.values, self.qmax)
+        return export_forms(model, forms, self.specs(forms, method), self.qmax)
 
     def sqnr(self, forms: Mapping[str, str], method: str) -> float:
         return self.case.deployed_sqnr(self.export(forms, method))
@@ -226,13 +264,16 @@ def chain_specs_subset(model: Any, inside: set[str], tensors: Sequence[str],
 def _fastest(costs: Mapping[str, float], forms: Sequence[str], total_ms: float
              ) -> tuple[str, str]:
     """(form, why) of a layer: its fastest integer form if it pays (module doc), else float.
-    ``weight-only`` (a table lookup: only the file shrinks) is taken when it adds at most
+    A weight-only lookup (``weight-only-int4``, else ``weight-only``: only the file shrinks; a
+    plan moves it only to the other one) is taken when it adds at most
     :data:`FREE` of the float layers' total time."""
-    if "weight-only" in forms and "weight-only" in costs:
-        added = costs["weight-only"] - costs.get("float", 0.0)
-        if added <= FREE * total_ms:
-            return "weight-only", f"weight-only adds {added:.3f} ms (the file shrinks)"
-        return "float", f"weight-only would add {added:.3f} ms"
+    lookups = [f for f in _LOOKUPS if f in forms and f in costs]  # fewest bits first
+    if lookups:
+        for f in lookups:
+            added = costs[f] - costs.get("float", 0.0)
+            if added <= FREE * total_ms:
+                return f, f"{f} adds {added:.3f} ms (the file shrinks)"
+        return "float", f"{lookups[-1]} would add {added:.3f} ms"
     quant = [f for f in forms if f != "float" and f in costs]
     if not quant:
         return "float", "no integer form for this op"
@@ -243,9 +284,97 @@ def _fastest(costs: Mapping[str, float], forms: Sequence[str], total_ms: float
     return best, f"{best} measured {ratio:.2f}x float"
 
 
+def nbits_verdict(costs: Mapping[str, Mapping[str, float]]) -> dict[str, Any]:
+    """Whether 4 bits pay on this CPU, said before the export: over the layers that can take a
+    4-bit form, the fastest such form's summed time against float and the fastest 8-bit
+    integer form (``{}`` where no layer has a 4-bit form)."""
+    rows = [c for c in costs.values() if any(f in c for f in NBITS_LAYER_FORMS)]
+    if not rows:
+        return {}
+    fl = sum(c["float"] for c in rows)
+    four = {f: sum(c[f] for c in rows) for f in NBITS_LAYER_FORMS if all(f in c for c in rows)}
+    best = min(four, key=four.get)
+    eight = [f for f in ("dynamic", "qlinear") if all(f in c for c in rows)]
+    e8 = min((sum(c[f] for c in rows) for f in eight), default=math.inf)
+    pays = four[best] <= PAYS * min(fl, e8)
+    text = (f"4 bits {'pay' if pays else 'do not pay'} on this CPU: {best} measured "
+            f"{four[best] / fl:.2f}x float" + (f", {four[best] / e8:.2f}x the 8-bit forms"
+                                               if math.isfinite(e8) else "")
+            + " over the layers that can take it"
+            + "; ".join([""] + [f"{f} {v / fl:.2f}x" for f, v in sorted(four.items())]))
+    return {"pays": pays, "form": best, "x_float": four[best] / fl,
+            "x_8bit": four[best] / e8 if math.isfinite(e8) else None, "text": text}
+
+
+def _start_candidates(p: _Planner, costs: Mapping[str, Mapping[str, float]], total: float,
+                      four: bool = True) -> dict[str, tuple[dict[str, str], dict[str, str]]]:
+    """The starts a plan chooses from, each ``(forms, why)``: ``fastest`` (every layer in its
+    fastest paying form) and ``chain-free`` (the fastest paying form that reads no static
+    activation chain: ``dynamic``, ``conv-integer``, ``weight-only``), where they differ and
+    quantize some layer other than a lookup.
+    ``four`` False (4 bits do not pay here, :func:`nbits_verdict`): no 4-bit form."""
+    out: dict[str, tuple[dict[str, str], dict[str, str]]] = {}
+    for name, chain in (("fastest", True), ("chain-free", False)):
+        forms: dict[str, str] = {}
+        why: dict[str, str] = {}
+        for x in p.layers:
+            ok = [f for f in x.forms if (chain or not _CHAIN[f])
+                  and (four or f not in NBITS_LAYER_FORMS)]
+            forms[x.name], why[x.name] = _fastest(costs[x.name], ok, total)
+        quantizes = any(forms[x.name] != "float" for x in p.layers if x.op != "Gather")
+        if quantizes and not any(f == forms for f, _ in out.values()):
+            out[name] = (forms, why)
+    if not out:  # nothing pays anywhere: the all-float start
+        out["fastest"] = (forms, why)
+    return out
+
+
+def _pick_start(p: _Planner, costs: Mapping[str, Mapping[str, float]], total: float,
+                repeats: int, measure: bool, log: Callable[[str], None], four: bool = True,
+                min_sqnr: float | None = None, max_latency: float | None = None
+                ) -> tuple[dict[str, str], dict[str, str], dict[str, Any]]:
+    """(forms, why, what was measured) of the start: of the candidates
+    (:func:`_start_candidates`): under ``min_sqnr``, the highest measured SQNR (dB above the
+    floor count for nothing) less the price of its latency over the fastest one's
+    (:data:`START_RATE`); under ``max_latency``, the highest SQNR at or under the bound, else
+    the fastest. Latency is the whole export
+    timed beside the float model (interleaved medians); with ``measure`` False (costs given,
+    tests) it is the sum of the layer costs. Per model, from measurements: a transformer,
+    where per-tensor static activations break the output, starts dynamic at the same speed;
+    a conv net, where the static chain runs far faster, starts static."""
+    cands = _start_candidates(p, costs, total, four)
+    if len(cands) == 1:
+        return (*cands["fastest"], {})
+    sqnr = {k: _best_method(p, f, log) for k, (f, _) in cands.items()}
+    if measure:
+        t = timed({"float": p.case.model,
+                   **{k: p.export(f, sqnr[k][0]) for k, (f, _) in cands.items()}},
+                  p.case.batches, p.case.threads, repeats)
+        ratio = {k: t[k]["ms"] / t["float"]["ms"] for k in cands}
+    else:
+        ratio = {k: sum(costs[x.name].get(f[x.name], costs[x.name].get("float", 0.0))
+                        for x in p.layers) / (total or 1.0) for k, (f, _) in cands.items()}
+    fastest = min(ratio.values())
+    if max_latency is not None:  # the most faithful start under the bound, else the fastest
+        worth = {k: sqnr[k][1] if ratio[k] <= max_latency else -math.inf for k in cands}
+    else:  # dB above the floor are worth nothing
+        worth = {k: min(sqnr[k][1], min_sqnr if min_sqnr is not None else math.inf)
+                 - (ratio[k] / fastest - 1) / START_RATE for k in cands}
+    pick = max(cands, key=lambda k: (worth[k], -ratio[k]))
+    for k in cands:
+        log(f"start {k}: {ratio[k]:.3f}x float, {_db(sqnr[k][1])} dB"
+            + (" (taken)" if k == pick else ""))
+    forms, why = cands[pick]
+    return dict(forms), dict(why), {
+        "chosen": pick, "method": sqnr[pick],
+        "candidates": {k: {"x_float": ratio[k], "output_sqnr_db": sqnr[k][1],
+                           "worth_db": worth[k],
+                           "method": sqnr[k][0], "measured": measure} for k in cands}}
+
+
 def _bits(layers: Sequence[Layer], forms: Mapping[str, str]) -> tuple[int, int]:
     n = sum(x.elements for x in layers)
-    b = sum(x.elements * (32 if forms.get(x.name, "float") == "float" else 8) for x in layers)
+    b = sum(x.elements * _BITS.get(forms.get(x.name, "float"), 8) for x in layers)
     return b, n
 
 
@@ -257,27 +386,39 @@ def plan_for_speed(case: SpeedCase, *, min_sqnr: float | None = None,
     (``budget`` may join either). ``costs``: ``{layer: {form: ms}}`` to use instead of timing
     each layer (tests)."""
     check_objectives(min_sqnr, max_latency)
+    measure = costs is None
     if (min_sqnr is None) == (max_latency is None):
         raise QuantizationError("give one objective: --min-sqnr DB or --max-latency R")
     p = _Planner(case, log)
     if costs is None:
-        log(f"{len(p.layers)} layers; timing each form alone at the input shapes")
-        costs = layer_costs(p.model, p.layers, p.shapes, case.threads, repeats=repeats)
+        costs = planner_costs(p, repeats, log)
     costs = {k: dict(v) for k, v in costs.items()}
-    forms: dict[str, str] = {}
-    why: dict[str, str] = {}
     total = sum(c.get("float", 0.0) for c in costs.values())
-    for x in p.layers:
-        forms[x.name], why[x.name] = _fastest(costs[x.name], x.forms, total)
+    nbits = nbits_verdict(costs)
+    if nbits:
+        log(nbits["text"])
+    forms, why, picked = _pick_start(p, costs, total, repeats, measure, log,
+                                     four=not nbits or nbits["pays"], min_sqnr=min_sqnr,
+                                     max_latency=max_latency)
+    if nbits:
+        picked["nbits"] = nbits
+    if measure and picked.get("chosen", "fastest") == "fastest":
+        chained, why = chain_or_start(p, forms, why, costs, repeats, log)
+        if chained != forms:
+            forms = chained
+            picked.pop("method", None)
+            picked["chosen"] = ("all-static chain" if "qlinear" in forms.values()
+                                else "float layers")
     if budget is not None:
         b, n = _bits(p.layers, forms)
         if b > budget * n:
             raise QuantizationError(f"--budget {budget}: the fastest forms already take "
                                     f"{b / n:.2f} bits per weight (8 per quantized weight, 32 "
                                     f"per float one)")
-    method, s0 = _start(p, forms, log)
+    method, s0 = _start(p, forms, log, picked.pop("method", None))
     moves: list[dict[str, Any]] = []
-    start = {"forms": dict(forms), "output_sqnr_db": s0, "method": method, "smooth": p.smooth}
+    start = {"forms": dict(forms), "output_sqnr_db": s0, "method": method, "smooth": p.smooth,
+             "weight_qmax": p.qmax, "bias_correction": p.bias_correct, **picked}
     cur = s0
     predicted = float_ms = 0.0
     if max_latency is not None:
@@ -305,7 +446,7 @@ def plan_for_speed(case: SpeedCase, *, min_sqnr: float | None = None,
             if max_latency is not None and predicted + added / float_ms > max_latency:
                 continue
             s = p.sqnr(trial, method)
-            if s > cur:
+            if s > cur + MIN_GAIN:  # in turn too: a move that no longer gains costs for nothing
                 forms, cur = trial, s
                 taken += 1
                 moved.add(x.name)
@@ -340,7 +481,7 @@ def plan_for_speed(case: SpeedCase, *, min_sqnr: float | None = None,
     size = {"float_bytes": case.model.ByteSize(), "export_bytes": exported.ByteSize(),
             "bits_per_weight": b / n if n else 0.0}
     return SpeedPlan(objective, forms, why, p.layers, method, p.smooth, cur, costs, moves,
-                     start, result, size, met, exported)
+                     start, result, size, met, exported, p.qmax)
 
 
 class _Round:
@@ -359,10 +500,12 @@ class _Round:
                 continue
             c = costs[x.name]
             for to in x.forms:
-                if to in (f, "weight-only") or (to != "float" and c[to] >= c["float"]):
+                if (to == f or to not in c or to in NBITS_LAYER_FORMS
+                        or (f in _LOOKUPS) != (to in _LOOKUPS)
+                        or (to != "float" and c[to] >= c["float"] and to not in _LOOKUPS)):
                     continue
                 gain = p.sqnr(dict(forms, **{x.name: to}), method) - cur
-                if gain > 0:
+                if gain > MIN_GAIN:
                     added = c[to] - c[f]
                     score = math.inf if added <= 0 else gain / max(added, 1e-4)
                     self.items.append((score, x, to, gain))
@@ -378,10 +521,12 @@ def _db(v: float) -> str:
     return f"{v:.2f}" if math.isfinite(v) else str(v)
 
 
-def _start(p: _Planner, forms: dict[str, str], log: Callable[[str], None]) -> tuple[str, float]:
-    """The calibration method (and SmoothQuant) of the start, by measured SQNR."""
+def _best_method(p: _Planner, forms: Mapping[str, str], log: Callable[[str], None]
+                 ) -> tuple[str, float]:
+    """(method, SQNR): the calibration method of the chain tensors that measures highest
+    (minmax where no layer reads a chain)."""
     best = ("minmax", -math.inf)
-    if any(f == "qlinear" for f in forms.values()):
+    if any(_CHAIN.get(f, False) for f in forms.values()):
         for m in METHODS:
             s = p.sqnr(forms, m)
             log(f"start, {m}: {s:.2f} dB")
@@ -389,13 +534,30 @@ def _start(p: _Planner, forms: dict[str, str], log: Callable[[str], None]) -> tu
                 best = (m, s)
     else:
         best = ("minmax", p.sqnr(forms, "minmax"))
+    return best
+
+
+def _start(p: _Planner, forms: dict[str, str], log: Callable[[str], None],
+           best: tuple[str, float] | None = None) -> tuple[str, float]:
+    """The calibration method (and SmoothQuant) of the start, by measured SQNR; ``best``: the
+    method and SQNR already measured."""
+    best = best or _best_method(p, forms, log)
+    best = latency_free_moves(p, forms, best, log)
     smoothed = _smoothed(p)
     if smoothed is not None:
         keep = (p.model, p.layers, p.types, p.values, p.shapes, p.specs_by)
         p.model = smoothed
         p._setup()
-        s = p.sqnr(forms, best[0])
-        log(f"start, SmoothQuant {SMOOTH_ALPHA}: {s:.2f} dB")
+        takes = {x.name: x.forms for x in p.layers}
+        # a site smoothed by a Mul before the weights may leave a layer without the form the
+        # start gave it (the weight is computed now), and new nodes may rename the layers
+        # (forms and costs are keyed by node name): then smoothing is not a start move
+        ok = ([(x.name, x.op) for x in p.layers] == [(x.name, x.op) for x in keep[1]]
+              and all(f == "float" or f in takes.get(k, ()) for k, f in forms.items()))
+        s = p.sqnr(forms, best[0]) if ok else -math.inf
+        log(f"start, SmoothQuant {SMOOTH_ALPHA}: "
+            + (f"{s:.2f} dB" if ok else "renames a layer or leaves it without its form, "
+               "not taken"))
         if s > best[1]:
             p.smooth = SMOOTH_ALPHA
             return best[0], s
@@ -428,10 +590,14 @@ def _smoothed(p: _Planner) -> Any:
 
 def _measure(p: _Planner, forms: Mapping[str, str], method: str, repeats: int
              ) -> dict[str, Any]:
-    """The whole export beside the float model (module doc)."""
+    """The whole export beside the float model (module doc); the ratio is the median of the
+    passes' ratios (each export pass over the float pass beside it: on a shared host the
+    load drifts, and a pair of neighbouring passes sees about the same load)."""
     t = timed({"export": p.export(forms, method), "float": p.case.model}, p.case.batches,
               p.case.threads, repeats)
     return {"ms": t["export"]["ms"], "p10": t["export"]["p10"], "p90": t["export"]["p90"],
             "float_ms": t["float"]["ms"], "float_p10": t["float"]["p10"],
-            "float_p90": t["float"]["p90"], "ratio": t["export"]["ms"] / t["float"]["ms"],
+            "float_p90": t["float"]["p90"],
+            "ratio": statistics.median(e / f for e, f in zip(t["export"]["runs"],
+                                                             t["float"]["runs"])),
             "load": t["load"], "threads": p.case.threads, "passes": repeats}

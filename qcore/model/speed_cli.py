@@ -100,12 +100,13 @@ def run_speed(args: argparse.Namespace, out: TextIO, outputs: list[str] | None =
     cpu = llvm.get_host_cpu_name()
     load = ", ".join(f"{x:.2f}" for x in lat["load"] if x is not None) or "n/a"
     print(f"export: {lat['ms']:.3f} ms (p10 {lat['p10']:.3f}, p90 {lat['p90']:.3f}) vs float "
-          f"{lat['float_ms']:.3f} ms = {lat['ratio']:.3f}x, threads "
+          f"{lat['float_ms']:.3f} ms: {lat['ratio']:.3f}x (median of paired passes), threads "
           f"{threads or 'all'}, {cpu}, load {load}", file=out)
     size = plan.size
     print(f"output SQNR as deployed {_db(plan.output_sqnr_db)} dB; file "
           f"{size['export_bytes'] / size['float_bytes']:.3f}x float "
           f"({size['bits_per_weight']:.2f} bits per weight); calibration {plan.method}"
+          f"{'; bias correction' if plan.start.get('bias_correction') else ''}"
           f"{'; SmoothQuant ' + str(plan.smooth) if plan.smooth else ''}", file=out)
     goal = (f"--min-sqnr {args.min_sqnr}" if args.min_sqnr is not None
             else f"--max-latency {args.max_latency}")

@@ -4,6 +4,7 @@
 # missing.
 OUT=${OUT:-gpu_out}
 mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)  # absolute: steps may run in another folder
 START=$(date +%s)
 elapsed() { echo "[$(( $(date +%s) - START )) s] $*"; }
 

@@ -25,7 +25,7 @@ import numpy as np
 from ...errors import QuantizationError
 from .. import require
 from ..sites import ActivationSpec
-from . import integer, lookup, qlinear
+from . import integer, lookup, lookup4, nbits_layers, qlinear
 from .layers import LAYER_OPS, Layer, LayerForm, Out, _attr
 
 __all__ = ["LAYER_FORMS", "LAYER_REGISTRY", "export_forms", "layers_of"]
@@ -39,6 +39,8 @@ LAYER_REGISTRY: tuple[LayerForm, ...] = (
     integer.CONV_INTEGER,
     integer.DYNAMIC,
     lookup.WEIGHT_ONLY,
+    nbits_layers.INT4_ACC0, nbits_layers.INT4_ACC1, nbits_layers.INT4_ACC4,
+    lookup4.WEIGHT_ONLY_INT4,
 )
 _BY_NAME = {f.name: f for f in LAYER_REGISTRY}
 #: Form name → the onnxruntime kernels it fuses into (empty: nothing fuses).
@@ -146,4 +148,7 @@ def export_forms(prepared: Any, forms: Mapping[str, str],
     for o in model.opset_import:
         if o.domain in ("", "ai.onnx") and o.version < 13:
             o.version = 13
+    if any(n.domain == "com.microsoft" for n in g.node) and not any(
+            o.domain == "com.microsoft" for o in model.opset_import):
+        model.opset_import.append(onnx.helper.make_opsetid("com.microsoft", 1))
     return model

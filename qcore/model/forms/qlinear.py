@@ -157,7 +157,8 @@ def chain_specs(model: Any, inside: set[str], values: Mapping[str, Sequence[np.n
     """uint8 specs of every chain tensor from its calibration ``values`` by ``method``
     (:func:`qcore.model.calibrate.calibrate`), then the kernels' constraints (module doc)."""
     config = ActivationConfig("static", "uint8", method)
-    specs = {t: calibrate(v, t, config) for t, v in values.items()}
+    specs = {t: calibrate(_sample(v) if method == "mse" else v, t, config)
+             for t, v in values.items()}
     g = model.graph
     readers: dict[str, int] = defaultdict(int)
     for n in g.node:
@@ -175,6 +176,21 @@ def chain_specs(model: Any, inside: set[str], values: Mapping[str, Sequence[np.n
                 if o in specs:
                     specs[o] = _shared(specs[n.input[0]], o)
     return specs
+
+
+#: The mse search reads at most this many values of a tensor (its range search is over the
+#: bulk of the values; a feature map of a detector holds tens of millions).
+MSE_SAMPLE = 1 << 19
+
+
+def _sample(values: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """At most :data:`MSE_SAMPLE` of ``values``, evenly strided, with the minimum and the
+    maximum kept (the search range)."""
+    flat = np.concatenate([np.asarray(v, np.float32).reshape(-1) for v in values])
+    if flat.size <= MSE_SAMPLE:
+        return [flat]
+    step = -(-flat.size // MSE_SAMPLE)
+    return [np.concatenate([flat[::step], [flat.min(), flat.max()]])]
 
 
 @functools.lru_cache(maxsize=4)
