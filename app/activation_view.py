@@ -13,6 +13,7 @@ from qcore.model import cases
 from qcore.model import site_stats as _site_stats
 from qcore.model import sites as _sites
 from qcore.model.staged import runner_for
+from qcore.names import site_name
 
 from .model_view import Progress
 
@@ -81,43 +82,85 @@ def site_chart(study: Any, most: int = 24) -> Any:
                         "first", "output SQNR (dB), that site alone quantized", "",
                         height=max(260, 22 * len(t) + 120))
     fig.add_trace(go.Bar(x=t["output SQNR alone (dB)"], y=t["site"], orientation="h",
-                         marker=dict(color=theme.OUTPUT), customdata=t["tensor"],
-                         hovertemplate="%{y}<br>%{x:.2f} dB<br>tensor %{customdata}"
+                         marker=dict(color=theme.OUTPUT), customdata=t["weights"],
+                         hovertemplate="%{y}<br>%{x:.2f} dB<br>input of %{customdata}"
                                        "<extra></extra>"))
     fig.update_yaxes(autorange="reversed", tickfont=dict(size=10))
     return fig
 
 
 def site_table(study: Any) -> pd.DataFrame:
-    """One row per activation site, most sensitive first: the site named by the weights that
-    read it (:func:`qcore.model.activations.site_label`; the tensor name added where two sites
-    share a label, so each bar has its own), the output SQNR with that site alone quantized,
-    its own SQNR and the graph's tensor name."""
+    """One row per activation site, most sensitive first: the site by the name Model Report
+    gives it (:func:`site_names`), the output SQNR with that site alone quantized, its own SQNR,
+    its range statistics, the nodes it feeds and the weights they read, and the graph's tensor
+    name."""
     rows = sorted(study.rows, key=lambda r: r["output_sqnr_db"])
-    seen = Counter(r["label"] for r in rows)
+    names = site_names(study)
     stats = site_stats(study)
-    return pd.DataFrame([{"site": r["label"] if seen[r["label"]] == 1
-                          else f"{r['label']} ({r['tensor']})",
-                          "output SQNR alone (dB)": r["output_sqnr_db"],
-                          "site SQNR (dB)": r["tensor_sqnr_db"],
-                          "max |x|": stats[r["tensor"]]["max_abs"],
-                          "std": stats[r["tensor"]]["std"],
-                          "max / std": stats[r["tensor"]]["max_over_std"],
-                          "excess kurtosis": stats[r["tensor"]]["excess_kurtosis"],
-                          "outlier channels": len(stats[r["tensor"]]["outlier_channels"]),
-                          "their share of the range %":
-                              100 * stats[r["tensor"]]["outlier_share"],
-                          "tensor": r["tensor"], "feeds": r.get("consumers", "")}
-                         for r in rows])
+    run = runner_for(study.case)
+    out = []
+    for r in rows:
+        st_ = stats[r["tensor"]]
+        consumers = run.site(r["tensor"]).consumers
+        out.append({"site": names[r["tensor"]],
+                    "output SQNR alone (dB)": r["output_sqnr_db"],
+                    "site SQNR (dB)": r["tensor_sqnr_db"],
+                    "max |x|": st_["max_abs"], "std": st_["std"],
+                    "max / std": st_["max_over_std"],
+                    "excess kurtosis": st_["excess_kurtosis"],
+                    "outlier channels": len(st_["outlier_channels"]),
+                    "their share of the range %": 100 * st_["outlier_share"],
+                    "feeds": ", ".join(dict.fromkeys(f"{c[2]} {c[0]}" for c in consumers)),
+                    "weights": r["label"].removeprefix("input of "),
+                    "tensor": r["tensor"]})
+    return pd.DataFrame(out)
+
+
+def site_names(study: Any) -> dict[str, str]:
+    """Each site's name on every model page (:func:`qcore.names.site_name`: a BERT layer's
+    ``layer0.ffn.act``, else the graph's tensor name), by tensor; two sites that would share a
+    name keep their tensor names."""
+    run = runner_for(study.case)
+    names = {r["tensor"]: site_name(r["tensor"], [c[3] for c in run.site(r["tensor"]).consumers])
+             for r in study.rows}
+    seen = Counter(names.values())
+    return {t: (n if seen[n] == 1 else t) for t, n in names.items()}
 
 
 def site_reading(study: Any, tensor: str) -> str:
     """The sentence that reads one site's range statistics."""
-    return _site_stats.reading(_site_stats.range_stats(runner_for(study.case).site_values(tensor)))
+    return _site_stats.reading(site_stats(study)[tensor])
+
+
+def site_values(case: cases.ModelCase, tensor: str) -> Any:
+    """A site's float values as (tokens, channels), padding left out, in input order
+    (:func:`qcore.model.site_stats.token_rows`): what Model Report reads of the same site."""
+    return _site_stats.token_rows(runner_for(case).site_values(tensor), case.batches,
+                                  case.order)
 
 
 def site_stats(study: Any) -> dict[str, dict[str, Any]]:
-    """Each site's range statistics (:func:`qcore.model.site_stats.range_stats`) on the float
-    values the study measured, by tensor name."""
-    run = runner_for(study.case)
-    return {r["tensor"]: _site_stats.range_stats(run.site_values(r["tensor"])) for r in study.rows}
+    """Each site's range statistics (:func:`qcore.model.site_stats.range_stats`) on its real
+    tokens' float values (:func:`site_values`), by tensor name."""
+    kept = getattr(study, "_qx_site_stats", None)  # the study is kept per server: so are these
+    if kept is None:
+        kept = {r["tensor"]: _site_stats.range_stats(site_values(study.case, r["tensor"]))
+                for r in study.rows}
+        try:
+            study._qx_site_stats = kept
+        except AttributeError:  # a frozen study: computed again next time
+            pass
+    return kept
+
+
+#: How the site table's numbers are written.
+_SITE_FORMATS = {"output SQNR alone (dB)": "{:.2f}", "site SQNR (dB)": "{:.2f}",
+                 "max |x|": "{:.3g}", "std": "{:.3g}", "max / std": "{:.1f}",
+                 "excess kurtosis": "{:.1f}", "their share of the range %": "{:.0f}"}
+
+
+def shown_sites(df: pd.DataFrame) -> Any:
+    """The site table (or some of its columns) styled for ``st.table``: no index, the numbers
+    with the digits they carry."""
+    return df.style.format({c: f for c, f in _SITE_FORMATS.items() if c in df.columns},
+                           na_rep="—").hide(axis="index")

@@ -273,6 +273,10 @@ def export(case: cases.ModelCase, p: plan.Plan, runtime: str = "reference",
         from qcore.model.qdq import insert_qdq
 
         model = insert_qdq(model, p.activations)
+    if p.activations:
+        from qcore.model.deployed import guard_float8_relu
+
+        guard_float8_relu(model)  # as the command line: a Relu before a float8 quantizer
     out["data"] = model.SerializeToString()
     out["load_error"] = loads_in_onnxruntime(out["data"])
     if runtime == "onnxruntime" and not out["load_error"] and not out["unsupported"]:

@@ -16,6 +16,7 @@ from app import (
     metrics_view,
     model_view,
     sources,
+    speed_view,
     warm,
     widgets,
 )
@@ -221,22 +222,20 @@ if act_config.mode != "none":
     sites = activation_view.site_table(study)
     if len(sites):
         worst = sites.iloc[0]
-        st.markdown(f"**Why {worst['site']} hurts most:** "
+        st.markdown(f"**Why `{worst['site']}` (the input of {worst['weights']}) hurts most:** "
                     + activation_view.site_reading(study, worst["tensor"]))
     st.caption("Each site's range, beside its sensitivity: max |x|, its standard deviation, "
                "their ratio, the excess kurtosis (0 for a normal distribution), and the "
                f"outlier channels (max |x| over {activation_view.OUTLIER_RATIO:g}× the median "
-               "channel's) with the share of the range only they reach. `tensor` is the "
-               "graph's name of the site, `feeds` the weights of the nodes that read it.")
-    st.dataframe(sites, hide_index=True, column_config={
-        "site": st.column_config.TextColumn("site", pinned=True),
-        "output SQNR alone (dB)": st.column_config.NumberColumn(format="%.2f"),
-        "site SQNR (dB)": st.column_config.NumberColumn(format="%.2f"),
-        "max |x|": st.column_config.NumberColumn(format="%.3g"),
-        "std": st.column_config.NumberColumn(format="%.3g"),
-        "max / std": st.column_config.NumberColumn(format="%.1f"),
-        "excess kurtosis": st.column_config.NumberColumn(format="%.1f"),
-        "their share of the range %": st.column_config.NumberColumn(format="%.0f")})
+               "channel's) with the share of the range only they reach, over the real tokens "
+               "(padding left out). `site` is the name Model Report gives the same tensor (a "
+               "BERT layer's sites by the shipped tensors' names — `layer0.ffn.act` is layer "
+               "0's GELU output — other models' by the graph's names), `feeds` the nodes that "
+               "read it, `tensor` the graph's own name.")
+    # st.table: every value whole (a wide data frame would hide its last columns)
+    st.table(activation_view.shown_sites(sites.drop(columns="weights")))
+    with st.expander("The weights each site's nodes read"):
+        st.table(activation_view.shown_sites(sites[["site", "weights"]]))
 
 # ---------------------------------------------------------------------------------------------
 # the plan
@@ -372,6 +371,88 @@ if built:
                    + " (matmulnbits-node is the kernel; dq-matmul, dynamic and static fuse into "
                    "integer kernels; dq and qdq "
                    "run as written).")
+    for note in speed_view.float8_notes(p, built):
+        st.warning(f"Float8 activations, {note} — onnxruntime's CPU provider has no float8 "
+                   "kernel, so each float8 QuantizeLinear → DequantizeLinear pair runs as "
+                   "written around a float MatMul: the fidelity float8 buys costs time here.",
+                   icon=":material/speed:")
+
 with st.expander("All rows"):
     st.dataframe(model_view.rows_table(sens.rows + uniform + (study.rows if study else [])),
                  hide_index=True)
+
+# ---------------------------------------------------------------------------------------------
+# speed: a form per layer, and the Pareto table
+
+st.subheader("Speed: a form per layer, measured", divider="gray")
+st.markdown("The plan above chooses **bits**. This one chooses what onnxruntime **runs**: each "
+            "layer's forms (float, static uint8×int8 chains into QLinearMatMul, dynamic "
+            "integer MatMulInteger, …) are timed alone on this CPU, then each layer gets a "
+            "form on measured runs — as `python -m qcore.model --min-sqnr DB` or "
+            "`--max-latency R` does.")
+goal = widgets.select("Objective", list(speed_view.OBJECTIVES), "mf_speed_goal", "min_sqnr",
+                      kind="segmented", format_func=speed_view.OBJECTIVES.get,
+                      help="Fastest at an output SQNR: the fastest export whose output SQNR, "
+                           "as onnxruntime runs it, is at least the floor (--min-sqnr). Most "
+                           "faithful at a speed: the highest output SQNR at or under a "
+                           "latency, as a multiple of the float model's (--max-latency).")
+g1, g2 = st.columns([2, 1], vertical_alignment="bottom")
+if goal == "min_sqnr":
+    goal_value = widgets.number("Output SQNR at least (dB)", "mf_speed_db", 30.0,
+                                min_value=-50.0, max_value=200.0, step=1.0, where=g1)
+else:
+    goal_value = widgets.number("Latency at most (× float)", "mf_speed_x", 1.0,
+                                min_value=0.05, max_value=20.0, step=0.05, where=g1)
+speed_key = ("speed",) + case_key + (goal, float(goal_value))
+sp = model_view.stored(speed_key)
+planned = g2.button("Plan for speed", icon=":material/speed:")
+if sp is None and planned:
+    with st.status("Timing every form of every layer, then choosing…", expanded=True) as box:
+        sp = errors.require(model_view.compute, speed_key, speed_view.speed_plan, case, goal,
+                            float(goal_value), box.write, what="Planning for speed")
+        box.update(label="Planned: " + speed_view.objective_met(sp), state="complete",
+                   expanded=False)
+if sp is None:
+    st.info(f"Timing every layer's forms takes a while ({speed_view.REPEATS} passes each, "
+            "one thread): press **Plan for speed**. The result is kept for this server.",
+            icon=":material/speed:")
+else:
+    said = speed_view.objective_met(sp)
+    (st.success if sp.met else st.warning)(said[:1].upper() + said[1:] + ".",
+                                           icon=":material/flag:")
+    row = metrics_view.cards()
+    for label, value, note in speed_view.speed_figures(sp):
+        metrics_view.card(row, label, value, note, delta_color="off", delta_arrow="off")
+    st.caption("Each layer's form, and every form it can take timed alone at the model's "
+               "input shapes (ms, one thread): a layer stays float where no integer form "
+               "measures faster than float here. The figures above are the whole export timed "
+               "beside the float model in turns, never the sum of the layers.")
+    # st.table: every cell whole (the planner's reasons wrap instead of being cut)
+    st.table(speed_view.shown(speed_view.forms_table(sp)))
+
+    st.markdown("**The Pareto table:** the float model, qcore's exports and onnxruntime's own "
+                "quantizers (`quantize_static`, `quantize_dynamic`), timed in turns in one "
+                "process — as `--peers` prints it.")
+    exports = {"qcore-speed": sp.export}
+    forms = {"qcore-speed": speed_view.form_counts(sp)}
+    if built and not built["load_error"] and not built["unsupported"]:
+        exports["qcore-bits"] = built["data"]
+        forms["qcore-bits"] = dict(built["forms"])
+    pareto_key = speed_key + ("pareto", tuple(exports), export_key if "qcore-bits" in exports
+                              else ())
+    table = model_view.stored(pareto_key)
+    slot = st.empty()  # the button, gone once the table is measured
+    if table is None and slot.button("Measure the Pareto table", icon=":material/timer:"):
+        with st.spinner("onnxruntime's quantize_static and quantize_dynamic, then "
+                        f"{len(exports) + 3} models timed in turns…"):
+            table = errors.require(model_view.compute, pareto_key, speed_view.pareto_table,
+                                   case, exports, forms, what="The Pareto table")
+        slot.empty()
+    if table is None:
+        st.caption("qcore-speed is the plan above; qcore-bits the bits plan's model once it "
+                   "is built (Build the QDQ model, runtime onnxruntime).")
+    else:
+        st.table(speed_view.shown(table))
+        st.caption(f"Pareto: no other row is as fast, as faithful and as small at once "
+                   f"(one thread, {speed_view.REPEATS} passes each, medians). A row that is "
+                   "not names one that beats it on all three.")

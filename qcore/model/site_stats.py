@@ -20,10 +20,39 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["OUTLIER_RATIO", "range_stats", "reading"]
+__all__ = ["OUTLIER_RATIO", "range_stats", "reading", "token_rows"]
 
 #: A channel whose max|x| exceeds this many times the median channel's is an outlier channel.
 OUTLIER_RATIO = 6.0
+
+
+def token_rows(values: Sequence[np.ndarray], batches: Sequence[dict[str, np.ndarray]],
+               order: Sequence[int] | None = None) -> np.ndarray:
+    """A site's values as one (rows, channels) array: its real tokens, in input order.
+
+    ``values``: the site's float values, one array per batch (a Gemm reads them flattened to
+    (batch × sequence, channels)); ``batches``: the feeds; ``order``: row j of the concatenated
+    batches is input ``order[j]`` (None: inputs in order). Where a batch has an
+    ``attention_mask`` of matching size, its padded positions are left out and the rows are
+    put back in input order — the layout of the shipped activations (``datasets/``: every
+    sentence's tokens, concatenated), so the same site has the same values on both pages."""
+    per_input: list[np.ndarray] = []
+    masked = True
+    for v, b in zip(values, batches):
+        v = np.asarray(v)
+        channels = v.shape[-1] if v.ndim else 1
+        mask = b.get("attention_mask")
+        if mask is None or v.ndim < 1 or v.size != np.size(mask) * channels:
+            masked = False
+            per_input.append(v.reshape(-1, channels))
+            continue
+        m = np.asarray(mask).astype(bool)
+        rows = v.reshape(m.shape + (channels,))
+        per_input.extend(rows[i][m[i]] for i in range(m.shape[0]))
+    if masked and order is not None and len(order) == len(per_input):
+        back = np.argsort(np.asarray(order))
+        per_input = [per_input[j] for j in back]
+    return np.concatenate(per_input) if per_input else np.zeros((0, 1), np.float32)
 
 
 def range_stats(values: Sequence[np.ndarray] | np.ndarray) -> dict[str, Any]:
