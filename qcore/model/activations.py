@@ -74,7 +74,7 @@ def activation_rows(case: Any, specs: Sequence[ActivationSpec],
         from .fidelity import compare
 
         fid = compare(case.reference, run.run([sp]), case.kind, case.runner.output_names,
-                      getattr(case, "outputs", None))
+                      getattr(case, "outputs", None), getattr(case, "views", None))
         x = run.site_values(sp.site)
         xh = [fake_quant(v, sp) for v in x]
         n = int(sum(v.size for v in x))
@@ -103,7 +103,7 @@ def calibration_case(case: Any, path: Any) -> Any:
     feeds = check_inputs(case.model, path) if isinstance(path, Mapping) else \
         read_inputs(path, case.model, "--calibrate")
     return ModelCase(case.name + ".calibration", case.model, [feeds], case.kind, None,
-                     case.weights, case.threads, case.outputs)
+                     case.weights, case.threads, case.outputs, getattr(case, "views", None))
 
 
 @dataclass

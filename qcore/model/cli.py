@@ -112,8 +112,10 @@ def parser() -> argparse.ArgumentParser:
                                      "are in the table and the plan either way")
     g.add_argument("--logits", action="store_true", help="outputs are logits (KL, top-1)")
     from .speed_cli import add_arguments
+    from .views import add_arguments as add_view_arguments
 
     add_arguments(g)
+    add_view_arguments(g)
     g.add_argument("--feedback", metavar="OUT=IN[,...]",
                    help="run over a sequence: the --inputs arrays hold a leading step axis, each "
                    "step's output OUT is fed to the next step's input IN (states left out of "

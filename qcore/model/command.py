@@ -18,9 +18,12 @@ __all__ = ["run", "save", "write_export"]
 
 
 def _extra(kind: str, m: dict) -> str:
-    """The kind's own measures, and the decisions' agreement (integer or boolean outputs)."""
+    """The kind's own measures, the decisions' agreement (integer or boolean outputs) and the
+    user's --metric."""
     a = m.get("agreement", math.nan)
     agree = f"  agreement {a:.4f}" if isinstance(a, float) and math.isfinite(a) else ""
+    if "metric" in m:
+        agree += f"  metric {m['metric']:.6g}"
     if kind == "embedding":
         return f"  cosine {m['cosine_mean']:.6f} spearman {m['spearman']:.6f}" + agree
     if kind == "logits":
@@ -41,6 +44,9 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
 
     tensors, outputs, (lo, hi) = check_args(args)
     from .speed_cli import run_speed, wants_speed
+    from .views import views_from_args
+
+    views = views_from_args(args)
 
     if wants_speed(args):
         return run_speed(args, out, outputs, (lo, hi))
@@ -63,7 +69,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         case = load_case(args.model, args.inputs, sentences=args.sentences, seed=args.seed,
                          force=args.force, int_range=(lo, hi), dim=args.dim,
                          kind="logits" if args.logits else None, threads=args.threads,
-                         outputs=outputs)
+                         outputs=outputs, views=views)
     if tensors:
         missing = [t for t in tensors if t not in case.arrays]
         if missing:
@@ -134,19 +140,63 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         plan = refined.plan
         plan.runtime = runtime
         _print_steps(plan.measured, out)
-    if args.export:  # before the JSON: the export's latency and forms go into it
+    _print_views(views, plan.measured, out)
+    floor = _floor(args, plan.measured, out)
+    if args.export and floor is not None and not floor["met"]:
+        print(f"export: not written (the plan does not keep --min-metric {args.min_metric})",
+              file=out)
+    elif args.export:  # before the JSON: the export's latency and forms go into it
         write_export(case, plan, args.export, out, runtime,
                      10 if args.latency_repeats is None else args.latency_repeats, float_model,
                      args.nbits_form or "matmulnbits-node")
+        if floor is not None:
+            floor["deployed_metric"] = plan.deploy["deploy"]["metric"]
+            if floor["deployed_metric"] < args.min_metric:
+                os.remove(args.export)
+                raise QuantizationError(
+                    f"--export {args.export}: refused: as deployed (onnxruntime, default "
+                    f"optimizations) --metric {args.metric} is {floor['deployed_metric']:.6g}, "
+                    f"below --min-metric {args.min_metric} (stated {floor['metric']:.6g})")
     plan_json = plan.to_json()
     if refined is not None:
         plan_json["refine"] = refined.to_json()
+        if "deploy" in plan.deploy:  # the final plan's figure as users run it (0.05 dB)
+            plan_json["refine"]["output_sqnr_db_deployed"] = plan_json["deploy"][
+                "output_sqnr_db"]
+    if floor is not None:
+        plan_json["min_metric"] = floor
     if getattr(args, "peers", False):
         plan_json["pareto"] = peers_table(args, case, plan.deploy.get("forms", {}), out)
     if args.plan:
         with open(args.plan, "w", encoding="utf-8") as f:
             json.dump(plan_json, f, indent=1)
-    return 0
+    return 0 if floor is None or floor["met"] else 1
+
+
+def _print_views(views, measured: dict, out: TextIO) -> None:
+    """Each --slice's own figure in the plan (SQNR and max |Δ|, or agreement)."""
+    if views is None:
+        return
+    for s in views.slices:
+        m = measured.get("outputs", {}).get(s.name, {})
+        fig = (f"agreement {m['agreement']:.4f}" if "agreement" in m else
+               f"output SQNR {_fmt(m.get('sqnr_db', math.nan))} dB, max|d| "
+               f"{m.get('max_abs', math.nan):.3g}")
+        print(f"  slice {s.name} ({s.output}[{s.start}:{s.stop}] along axis {s.axis}): {fig}",
+              file=out)
+
+
+def _floor(args: argparse.Namespace, measured: dict, out: TextIO) -> dict | None:
+    """With --min-metric: whether the plan keeps it (the plan JSON's ``min_metric``), said."""
+    floor = getattr(args, "min_metric", None)
+    if floor is None:
+        return None
+    m = float(measured["metric"])
+    met = m >= floor
+    print(f"--metric {args.metric}: {m:.6g} " + (f"(keeps --min-metric {floor})" if met else
+          f"not met: below --min-metric {floor}; no plan found within the budget keeps it"),
+          file=out)
+    return {"metric": m, "min": floor, "met": met, "name": args.metric}
 
 
 def _print_steps(measured: dict, out: TextIO) -> None:
@@ -163,19 +213,22 @@ def _print_steps(measured: dict, out: TextIO) -> None:
 
 
 def _refine(args: argparse.Namespace, case, sens, plan, out: TextIO):
-    """With --refine N, or where measured and predicted differ by more than 1 dB: the plan
-    improved by local search on measured runs (:mod:`qcore.model.refine`); else None."""
+    """With --refine N, where measured and predicted differ by more than 1 dB, or where the
+    plan's metric is below --min-metric: the plan improved by local search on measured runs
+    (:mod:`qcore.model.refine`, keeping the floor); else None."""
     from .refine import DEFAULT_RUNS, GAP_DB, refine
 
     measured = plan.measured["output_sqnr_db"]
     predicted = plan.output_sqnr_db_predicted
     gap = abs(measured - predicted) if math.isfinite(measured) and math.isfinite(predicted) \
         else (0.0 if measured == predicted else math.inf)
-    if args.refine is None and gap <= GAP_DB:
+    floor = getattr(args, "min_metric", None)
+    below = floor is not None and plan.measured.get("metric", -math.inf) < floor
+    if args.refine is None and gap <= GAP_DB and not below:
         return None
     runs = DEFAULT_RUNS if args.refine is None else args.refine
     r = refine(case, sens, plan, runs=runs, allow_float=not args.no_float,
-               progress=Bar("refine     "))
+               progress=Bar("refine     "), floor=floor)
     uni = ("no uniform recipe fits" if r.uniform is None else
            f"best uniform {r.to_json()['uniform']['recipe']} "
            f"{_fmt(r.uniform.measured['output_sqnr_db'])} dB")
@@ -396,7 +449,8 @@ def write_export(case, plan, path: str, out: TextIO, runtime: str = "reference",
     from .fidelity import compare
 
     dep = plan.deploy["deploy"] = deploy_case(case, model)
-    stated = compare(case.reference, fake, case.kind, case.runner.output_names, case.outputs)
+    stated = compare(case.reference, fake, case.kind, case.runner.output_names, case.outputs,
+                     getattr(case, "views", None))
     why = deploy_gap(stated, dep, plan.deploy.get("forms"))
     if why is not None and runtime == "onnxruntime":  # an export for onnxruntime must hold
         os.remove(path)

@@ -63,12 +63,14 @@ def deployed_session(model: Any, threads: int = 0) -> Any:
 def run_deployed(model: Any, feeds: Mapping[str, np.ndarray] | Sequence[Mapping[str, Any]],
                  reference: Sequence[np.ndarray], *, names: Sequence[str] | None = None,
                  outputs: Sequence[str] | None = None, threads: int = 0,
-                 order: np.ndarray | None = None, kind: str = "generic") -> Deployed:
+                 order: np.ndarray | None = None, kind: str = "generic",
+                 views: Any = None) -> Deployed:
     """Run ``model`` in :func:`deployed_session` on ``feeds`` (one feed dict, or batches whose
     outputs are concatenated along axis 0 and put back in input order by ``order``) and
     measure its outputs ``names`` (default all, in the session's order) against
     ``reference`` (the float model's, same order) by :func:`qcore.model.fidelity.compare`;
-    ``outputs``: the outputs the model figure averages over (default every float one)."""
+    ``outputs``: the outputs the model figure averages over (default every float one);
+    ``views``: the ``--slice`` outputs and ``--metric`` (:mod:`qcore.model.views`)."""
     from .fidelity import compare
 
     session = deployed_session(model, threads)
@@ -85,7 +87,7 @@ def run_deployed(model: Any, feeds: Mapping[str, np.ndarray] | Sequence[Mapping[
             restored.append(r)
         values = restored
     measured = compare(list(reference), values, kind, names,
-                       list(outputs) if outputs else None)
+                       list(outputs) if outputs else None, views)
     return Deployed(values, names, measured)
 
 
@@ -98,17 +100,18 @@ def deploy_case(case: Any, model: Any) -> dict[str, Any]:
     if hasattr(case, "run_model"):
         values = case.run_model(model, deployed=True)
         measured = compare(case.reference, values, case.kind, case.runner.output_names,
-                           case.outputs)
+                           case.outputs, getattr(case, "views", None))
     else:
         measured = run_deployed(model, case.batches, case.reference,
                                 names=case.runner.output_names, outputs=case.outputs,
                                 threads=case.threads, order=case.order,
-                                kind=case.kind).measured
+                                kind=case.kind, views=getattr(case, "views", None)).measured
     out = {"output_sqnr_db": measured["output_sqnr_db"], "max_abs": measured["max_abs"],
            "outputs": measured["outputs"], "threads": case.threads,
            "session": "onnxruntime, default graph optimizations, spinning off"}
-    if "agreement" in measured:
-        out["agreement"] = measured["agreement"]
+    for k in ("agreement", "metric"):
+        if k in measured:
+            out[k] = measured[k]
     return out
 
 

@@ -174,8 +174,8 @@ def agreement(y: Any, yh: Any) -> float:
 
 
 def compare(ref: list[np.ndarray], out: list[np.ndarray], kind: str = "generic",
-            names: list[str] | None = None, outputs: list[str] | None = None
-            ) -> dict[str, Any]:
+            names: list[str] | None = None, outputs: list[str] | None = None,
+            views: Any = None) -> dict[str, Any]:
     """Measures of ``out`` against ``ref`` (module doc); ``kind``: generic, embedding, logits;
     ``names``: the outputs' names (default ``output0``, ...); ``outputs``: the outputs the model
     figure averages over (default all).
@@ -190,9 +190,18 @@ def compare(ref: list[np.ndarray], out: list[np.ndarray], kind: str = "generic",
     Σ y² = 0 has no ratio: it is left out of the mean (listed in ``silent_outputs``); when
     every chosen output is silent the figure is inf if nothing changed, else -inf.
     ``noise_power`` = mean_o r_o × ``signal_power`` (Σ y² over the chosen outputs): additive
-    over tensors as r_o is, and equal to Σ (y − ŷ)² with one output."""
+    over tensors as r_o is, and equal to Σ (y − ŷ)² with one output.
+
+    ``views`` (:class:`qcore.model.views.Views`): each ``--slice`` measured as an output of its
+    own (in the figure only where ``outputs`` names it) and the user's ``metric`` of the
+    model's own outputs."""
     names = list(names) if names is not None else [f"output{i}" for i in range(len(ref))]
     chosen = list(names) if not outputs else list(outputs)
+    metric = None
+    if views is not None:
+        if views.metric is not None and len(ref):
+            metric = views.score(ref, out)
+        names, ref, out = views.extend(names, ref, out)
     unknown = [o for o in chosen if o not in names]
     if unknown:
         from .graph import ModelError
@@ -241,6 +250,8 @@ def compare(ref: list[np.ndarray], out: list[np.ndarray], kind: str = "generic",
         res["silent_outputs"] = silent
     if decisions:
         res["agreement"] = min(decisions)
+    if metric is not None:
+        res["metric"] = metric
     if kind == "embedding":
         y = np.asarray(ref[0], np.float64).reshape(len(ref[0]), -1)
         yh = np.asarray(out[0], np.float64).reshape(len(out[0]), -1)
@@ -285,6 +296,7 @@ class ModelCase:
     weights: list[str] | None = None
     threads: int = 0
     outputs: list[str] | None = None  # the outputs the model figure averages over (None: all)
+    views: Any = None  # --slice and --metric (qcore.model.views.Views), or None
     runner: Runner = field(init=False)
     reference: list[np.ndarray] = field(init=False)
     prefix: Any = field(init=False, default=None)  # a PrefixCache, made on first use
@@ -292,9 +304,13 @@ class ModelCase:
     def __post_init__(self) -> None:
         self.runner = Runner(self.model, self.weights, self.threads)
         self.weights = self.runner.names
-        if self.outputs:
-            compare([], [], names=self.runner.output_names, outputs=self.outputs)  # names known
+        if self.outputs:  # names known (a --slice's name is an output's)
+            compare([], [], names=self.runner.output_names
+                    + (self.views.names if self.views is not None else []),
+                    outputs=self.outputs)
         self.reference = self.run()
+        if self.views is not None and not self.views.checked:
+            self.views.check(self.runner.output_names, self.reference)
 
     @property
     def roles(self) -> dict[str, Role]:
@@ -344,9 +360,9 @@ class ModelCase:
         if replace is not None and len(replace) == 1:
             ((tensor, value),) = replace.items()
             return compare(self.reference, self.run_alone(tensor, value), self.kind,
-                           self.runner.output_names, self.outputs)
+                           self.runner.output_names, self.outputs, self.views)
         return compare(self.reference, self.run(replace), self.kind, self.runner.output_names,
-                       self.outputs)
+                       self.outputs, self.views)
 
 
 def apply_recipe(case: ModelCase, recipe: Recipe | str, tensors: list[str] | str | None = None

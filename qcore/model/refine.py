@@ -16,6 +16,10 @@ model runs:
    ranked again from the new plan. The search stops after ``runs`` measured runs or when no
    move is left.
 
+With a floor on the user's metric (``--min-metric X``, :mod:`qcore.model.views`) a plan that
+keeps it beats every plan that does not; among those that do not, the higher metric wins, and
+among those that do, the higher figure (the start and every move are judged so).
+
 So the final plan's measured SQNR is at least that of the additive plan and of the best uniform
 recipe within the budget: by construction, not by chance. The figure is the ``output_sqnr_db``
 of :func:`qcore.model.plan.run_plan` (docs/semantics.md, Definitions); every plan tried carries
@@ -79,6 +83,15 @@ class Refined:
 
 def _figure(plan: Plan) -> float:
     return float(plan.measured.get("output_sqnr_db", -math.inf))
+
+
+def _score(plan: Plan, floor: float | None) -> tuple[int, float]:
+    """What the search maximises: the figure, or with a metric floor (keeps it, then the
+    figure where it does and the metric where it does not)."""
+    if floor is None:
+        return (1, _figure(plan))
+    m = float(plan.measured.get("metric", -math.inf))
+    return (1, _figure(plan)) if m >= floor else (0, m)
 
 
 def _uniform_recipe(plan: Plan) -> str:
@@ -157,10 +170,11 @@ def _moves(sens: Sensitivity, opts: dict, current: dict[str, str], slack: int,
 
 def refine(case: Any, sens: Sensitivity, additive: Plan, *, runs: int = DEFAULT_RUNS,
            allow_float: bool = True, uniform: Sequence[Plan] | None = None,
-           progress: Progress | None = None) -> Refined:
+           progress: Progress | None = None, floor: float | None = None) -> Refined:
     """Local search on measured runs from the better of ``additive`` and the best uniform plan
     (module doc). ``additive`` and the ``uniform`` plans are run here unless already measured
-    (``uniform`` None: :func:`uniform_plans` of ``sens``)."""
+    (``uniform`` None: :func:`uniform_plans` of ``sens``); ``floor``: the least metric a plan
+    keeps (``--min-metric``; the measures' ``metric``)."""
     from .plan import run_plan
 
     opts = options(sens, allow_float)
@@ -186,8 +200,8 @@ def refine(case: Any, sens: Sensitivity, additive: Plan, *, runs: int = DEFAULT_
     for p in ups:
         if not p.measured:
             run_plan(case, p)
-    best_uniform = max(ups, key=_figure, default=None)
-    if best_uniform is not None and _figure(best_uniform) > _figure(additive):
+    best_uniform = max(ups, key=lambda p: _score(p, floor), default=None)
+    if best_uniform is not None and _score(best_uniform, floor) > _score(additive, floor):
         current, start = best_uniform, "uniform:" + _uniform_recipe(best_uniform)
     else:
         current, start = additive, "additive"
@@ -210,9 +224,11 @@ def refine(case: Any, sens: Sensitivity, additive: Plan, *, runs: int = DEFAULT_
                 progress(result.runs, runs, " ".join(f"{t}→{r}" for t, r in change))
             run_plan(case, trial)
             result.runs += 1
-            if _figure(trial) > _figure(current):
+            if _score(trial, floor) > _score(current, floor):
                 result.moves.append({"changes": {t: r for t, r in change},
                                      "output_sqnr_db": _figure(trial),
+                                     **({"metric": trial.measured["metric"]}
+                                        if "metric" in trial.measured else {}),
                                      "bits_per_element": trial.bits_per_element})
                 current = trial
                 tried.clear()  # from a new plan every move is new

@@ -66,8 +66,9 @@ def _row(tensor: str, q, fid: dict) -> dict:
 
 def _per_output(fid: dict) -> dict:
     """``sqnr_db[NAME]`` and ``max_abs[NAME]`` of each float output, ``agreement[NAME]`` of
-    each integer or boolean one (a decision: docs/model.md)."""
-    out = {}
+    each integer or boolean one (a decision: docs/model.md); ``metric``: the user's
+    ``--metric`` (:mod:`qcore.model.views`)."""
+    out = {"metric": fid["metric"]} if "metric" in fid else {}
     for name, m in fid.get("outputs", {}).items():
         if "agreement" in m:
             out[f"agreement[{name}]"] = m["agreement"]
@@ -123,7 +124,7 @@ def sensitivity_of(case: ModelCase, tensors: list[str], recipes: list[str],
     the power of the outputs the figure averages)."""
     # Σ y² over the outputs the figure averages: noise_power is mean_o r_o times this
     signal = compare(case.reference, case.reference, names=case.runner.output_names,
-                     outputs=case.outputs)["signal_power"]
+                     outputs=case.outputs, views=getattr(case, "views", None))["signal_power"]
     return Sensitivity(tensors, recipes, {t: int(case.arrays[t].size) for t in tensors},
                        {t: float_bits(case.arrays[t]) for t in tensors}, rows, signal)
 
@@ -212,7 +213,7 @@ def write_csv(rows: Sequence[dict], path: str | os.PathLike) -> None:
     """The rows as CSV with :data:`COLUMNS`, then each output's ``sqnr_db[NAME]`` and
     ``max_abs[NAME]`` (numbers as Python writes them; inf as ``inf``)."""
     extra = list(dict.fromkeys(k for r in rows for k in r
-                               if k.startswith(("sqnr_db[", "max_abs["))))
+                               if k == "metric" or k.startswith(("sqnr_db[", "max_abs["))))
     with open(path, "w", newline="", encoding="utf-8") as f:
         w = csv.DictWriter(f, fieldnames=list(COLUMNS) + extra, extrasaction="ignore")
         w.writeheader()

@@ -225,7 +225,7 @@ def smoothed_case(case: Any, alpha: float, calibration: Any = None) -> tuple[Any
     upstream = [s for s, how in info.folded.items() if how == "upstream"]
     try:
         new = ModelCase(case.name, model, case.batches, case.kind, case.order, case.weights,
-                        case.threads, case.outputs)
+                        case.threads, case.outputs, getattr(case, "views", None))
         wrong = [s for s in upstream if not _divided(runner_for(case).site_values(s),
                                                      runner_for(new).site_values(s),
                                                      info.factors[s])]
@@ -234,7 +234,7 @@ def smoothed_case(case: Any, alpha: float, calibration: Any = None) -> tuple[Any
     if wrong:  # a layout op permuted the channels: those sites take a Mul
         model, info = smooth_model(case.model, values, alpha, no_fold=wrong)
         new = ModelCase(case.name, model, case.batches, case.kind, case.order, case.weights,
-                        case.threads, case.outputs)
+                        case.threads, case.outputs, getattr(case, "views", None))
     new.reference = case.reference
     return new, info
 

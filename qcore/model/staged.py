@@ -253,4 +253,5 @@ def evaluate(case: Any, specs: Sequence[ActivationSpec],
     from .fidelity import compare
 
     return compare(case.reference, runner_for(case).run(specs, replace), case.kind,
-                   case.runner.output_names, getattr(case, "outputs", None))
+                   case.runner.output_names, getattr(case, "outputs", None),
+                   getattr(case, "views", None))

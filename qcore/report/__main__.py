@@ -114,6 +114,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="worst tensors shown per recipe in the summary (default 10)")
     p.add_argument("--no-progress", action="store_true",
                    help="no progress bar on stderr (for logs and pipes)")
+    p.add_argument("--force", action="store_true",
+                   help="an already-quantized ONNX model: report only its float remainder "
+                        "(the tensors no quantized node reads); without it such a model is "
+                        "refused, naming its quantized nodes")
     p.add_argument("--list", action="store_true",
                    help="list the model's tensors (name, dtype, shape) and exit")
     p.add_argument("--list-recipes", action="store_true",
@@ -157,6 +161,30 @@ def print_summary(rows: pd.DataFrame, top: int = 10, file=None) -> None:
             print(f"  {msg}", file=file)
 
 
+def _skipped(skipped: Sequence[tuple[str, str, str]]) -> str:
+    """The summary's count of skipped tensors, those of a quantized part apart."""
+    quantized = sum(1 for _, _, why in skipped if why.startswith("read by a"))
+    rest = len(skipped) - quantized
+    return ((f"; {rest} tensors skipped (not floating point or too small)" if rest else "")
+            + (f"; {quantized} tensors of the quantized part skipped" if quantized else ""))
+
+
+def _name_quantized(model: str, force: bool) -> None:
+    """An already-quantized ONNX file is named: refused without ``force``; with it, said that
+    only its float remainder is reported (the tensors its quantized nodes read are skipped)."""
+    from ..quantized_models import describe_quantized
+    from .core import quantized_files
+
+    for f, counts in quantized_files(model).items():
+        name = os.path.basename(f)
+        if not force:
+            raise QuantizationError(f"{name} is {describe_quantized(counts)}: its scales and "
+                                    f"codes are no float tensors to report; --force reports "
+                                    f"only its float remainder, or give the float model")
+        print(f"{name} is {describe_quantized(counts)}; --force: only its float remainder is "
+              f"reported (the tensors its quantized nodes read are skipped)")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.list_recipes:
@@ -173,10 +201,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         model = resolve_model(args.model)
         if args.list:
             for ref in list_tensors(model):
-                info = ref.error or f"{ref.dtype:9s} {'x'.join(map(str, ref.shape))}"
+                info = ref.error or f"{ref.dtype:9s} {'x'.join(map(str, ref.shape))}" + (
+                    f"  (read by a {ref.quantized} node)" if ref.quantized else "")
                 print(f"{ref.name:60s} {info}")
             return 0
         recipes = [r.name for r in parse_recipes(args.recipes)]
+        _name_quantized(model, args.force)
         bar = None if args.no_progress else ProgressBar()
         report = run_report(model, recipes, out=args.out, resume=args.resume, fresh=args.fresh,
                             include=args.include, exclude=args.exclude,
@@ -194,8 +224,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"\n{len(report.rows)} rows, {report.elements:,} elements x {len(recipes)} recipes in "
           f"{report.seconds:.2f} s ({rate / 1e6:.1f} M element-recipes/s)"
           + (f"; {report.resumed} tensors resumed" if report.resumed else "")
-          + (f"; {len(report.skipped)} tensors skipped (not floating point or too small)"
-             if report.skipped else ""))
+          + _skipped(report.skipped))
     for o in args.out:
         print(f"wrote {o}")
     return 1 if len(report.errors) else 0

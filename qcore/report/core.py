@@ -43,7 +43,7 @@ from .identity import (
     run_identity,
     usable_rows,
 )
-from .sources import TensorRef, list_tensors, resolve_files
+from .sources import TensorRef, list_tensors, onnx_quantized_nodes, resolve_files
 from .tasks import COLUMNS, OPTIONAL_COLUMNS, Task, model_root, relative_file, run_task
 
 __all__ = ["COLUMNS", "Report", "Task", "model_root", "read_rows", "run_report",
@@ -70,6 +70,21 @@ class Report:
 # selecting tensors
 
 
+def quantized_files(model: str | os.PathLike) -> dict[str, dict[str, int]]:
+    """The model's ``.onnx`` files that are already quantized -> their quantized nodes by
+    operator; a file that cannot be read is left to :func:`list_tensors` to report."""
+    out = {}
+    for f in resolve_files(model):
+        if f.suffix.lower() == ".onnx":
+            try:
+                counts = onnx_quantized_nodes(str(f))
+            except Exception:  # noqa: BLE001 - unreadable: list_tensors gives its error row
+                continue
+            if counts:
+                out[str(f)] = counts
+    return out
+
+
 def select(refs: Iterable[TensorRef], include: Sequence[str] = (), exclude: Sequence[str] = (),
            min_elements: int = 0) -> tuple[list[TensorRef], list[tuple[str, str, str]]]:
     """(tensors to report, skipped (file, tensor, why)). Patterns are shell globs on the name;
@@ -85,6 +100,10 @@ def select(refs: Iterable[TensorRef], include: Sequence[str] = (), exclude: Sequ
             continue
         if ref.error:
             keep.append(ref)  # a broken header entry: reported as an error row
+        elif ref.quantized:
+            skipped.append((ref.file, ref.name, f"read by a {ref.quantized} node: part of the "
+                                                f"already-quantized model, not its float "
+                                                f"remainder"))
         elif not ref.supported:
             skipped.append((ref.file, ref.name, f"dtype {ref.dtype} is not floating point"))
         elif ref.elements < min_elements:

@@ -27,7 +27,7 @@ import math
 import os
 import struct
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,7 @@ from ..io.onnx import (
     weight_proto,
 )
 from ..io.safetensors import header_length, parse_header
+from ..quantized_models import quantized_inputs, quantized_nodes
 
 __all__ = ["MODEL_EXTENSIONS", "TensorReader", "TensorRef", "list_tensors", "read_tensor",
            "resolve_files"]
@@ -78,6 +79,7 @@ class TensorRef:
     dtype: str  # float32, float16, bfloat16, float64, or the file's own name for others
     error: str = ""  # why it cannot be read (name "*": the file's header as a whole)
     role: Role | None = None  # an ONNX weight's role (qcore.io.onnx); None: (out, in) rows
+    quantized: str = ""  # the quantized operator that reads it (an already-quantized model)
 
     @property
     def elements(self) -> int:
@@ -172,6 +174,11 @@ def list_tensors(model: str | os.PathLike) -> list[TensorRef]:
     return refs
 
 
+def onnx_quantized_nodes(file: str) -> dict[str, int]:
+    """An ``.onnx`` file's quantized nodes by operator (:mod:`qcore.quantized_models`)."""
+    return quantized_nodes(_onnx_model(file, *_stat(file)))
+
+
 def _list_file(file: str) -> list[TensorRef]:
     suffix = Path(file).suffix.lower()
     if suffix == ".safetensors":
@@ -188,8 +195,11 @@ def _list_file(file: str) -> list[TensorRef]:
                 roles[t.name] = role_in_graph(model.graph, t.name)
         refs = [_onnx_ref(file, t, role=roles.get(t.name)) for t in model.graph.initializer]
         main = {t.name for t in model.graph.initializer}
-        return refs + [_onnx_ref(file, weight_proto(model, w), w.key, w.role) for w in weights
-                       if not (w.graph == MAIN and w.name in main)]
+        refs += [_onnx_ref(file, weight_proto(model, w), w.key, w.role) for w in weights
+                 if not (w.graph == MAIN and w.name in main)]
+        read = quantized_inputs(model)  # scales, zero points, codes: no float remainder
+        keys = {w.key: w.name for w in weights}
+        return [replace(r, quantized=read.get(keys.get(r.name, r.name), "")) for r in refs]
     if suffix == ".npz":
         index = _npz_index(file, *_stat(file))
         if len(index) == 1:  # one array: named by its file, as an .npy is
