@@ -216,16 +216,21 @@ def test_qlinear_matmul_fuses(op):
     assert ops["QLinearMatMul"] + ops["QGemm"] == 1, ops
 
 
-def test_weight_only_gather_dequantizes_the_rows_looked_up():
-    rng = np.random.default_rng(0)
-    table = rng.standard_normal((50, 6)).astype(np.float32)
+def gather_model(table: np.ndarray):
+    """A model of one Gather node "g" looking up 4 int64 ids in the table "emb"."""
     g = helper.make_graph([helper.make_node("Gather", ["emb", "ids"], ["y"], name="g")], "e",
                           [helper.make_tensor_value_info("ids", TensorProto.INT64, [4])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
                           [numpy_helper.from_array(table, "emb")])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
-    p = prepare(m)
+    return m
+
+
+def test_weight_only_gather_dequantizes_the_rows_looked_up():
+    rng = np.random.default_rng(0)
+    table = rng.standard_normal((50, 6)).astype(np.float32)
+    p = prepare(gather_model(table))
     e = export_forms(p, {"g": "weight-only"})
     ids = np.array([3, 0, 49, 3], np.int64)
     codes, scale = int8_per_axis(table, 0)

@@ -16,6 +16,7 @@ onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from test_speed_forms import gather_model  # noqa: E402
 
 from qcore.model.forms.layered import export_forms, layers_of  # noqa: E402
 from qcore.model.forms.layers import prepare  # noqa: E402
@@ -156,13 +157,7 @@ def test_int4_forms_are_matmulnbits_at_their_level(form):
 def test_int4_lookup_gathers_the_dequantized_rows():
     rng = np.random.default_rng(0)
     table = rng.standard_normal((50, 64)).astype(np.float32)
-    g = helper.make_graph([helper.make_node("Gather", ["emb", "ids"], ["y"], name="g")], "e",
-                          [helper.make_tensor_value_info("ids", TensorProto.INT64, [4])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-                          [numpy_helper.from_array(table, "emb")])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    m.ir_version = 8
-    e = export_forms(prepare(m), {"g": "weight-only-int4"})
+    e = export_forms(prepare(gather_model(table)), {"g": "weight-only-int4"})
     assert _ops(e)["GatherBlockQuantized"] == 1
     ids = np.array([3, 0, 49, 3], np.int64)
     codes, scale = int4_codes(np.ascontiguousarray(table.T), 32)  # blocks along each row
