@@ -49,11 +49,14 @@ def draws_charts(name: str) -> bool:
     return _TITLE_OF[name] not in bench_app.CHARTLESS
 
 
-pytestmark = [
+#: The marks of every test that drives the served app in Chromium (this file's and the model
+#: pages' browser tests): one server and one browser, on one test worker.
+BROWSER_MARKS = [
     pytest.mark.browser,
-    pytest.mark.xdist_group("browser"),  # one server and one browser, on one test worker
+    pytest.mark.xdist_group("browser"),
     pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"{CHROMIUM} is not installed"),
 ]
+pytestmark = BROWSER_MARKS
 
 
 @pytest.fixture(scope="module")

@@ -18,14 +18,11 @@ onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 pytest.importorskip("playwright")
 
+from tests.test_browser import BROWSER_MARKS  # noqa: E402
 from tests.test_model import tiny_model  # noqa: E402
 from tests.test_model_page import MANY  # noqa: E402
 
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.xdist_group("browser"),
-    pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"{CHROMIUM} is not installed"),
-]
+pytestmark = BROWSER_MARKS
 
 BAD = ("Traceback", "ArrowInvalid", "Exception")
 

@@ -19,14 +19,10 @@ pytest.importorskip("onnxruntime")
 pytest.importorskip("playwright")
 
 from qcore.models import installed_models  # noqa: E402
-from tests.test_browser import CUT_VALUES_JS, screenshot  # noqa: E402
+from tests.test_browser import BROWSER_MARKS, CUT_VALUES_JS, screenshot  # noqa: E402
 from tests.test_model import tiny_model  # noqa: E402
 
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.xdist_group("browser"),
-    pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"{CHROMIUM} is not installed"),
-]
+pytestmark = BROWSER_MARKS
 
 
 def _field(page, testid: str, label: str):

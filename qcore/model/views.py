@@ -190,20 +190,27 @@ class Views:
 # ------------------------------------------------------------------------- the command line
 
 
+#: The flags, their metavars and help, in --help's order.
+FLAGS = (
+    ("--slice", {"metavar": "NAME=OUTPUT:AXIS:START:STOP[,...]",
+                 "help": "name elements START..STOP-1 of OUTPUT along AXIS as an output of its "
+                         "own, with its own figure (a detector's class scores apart from its "
+                         "boxes); in the model figure only where --outputs names it"}),
+    ("--metric", {"metavar": "MODULE:FUNCTION",
+                  "help": "your function f(reference, quantized) -> number (higher is better) "
+                          "of the float and the quantized model's outputs (lists of arrays, "
+                          "graph order), reported beside the SQNR"}),
+    ("--min-metric", {"type": float, "metavar": "X",
+                      "help": "with --metric and --budget: the plan keeps the metric >= X "
+                              "(refined on measured runs where it does not; 'not met' and exit "
+                              "status 1 where no plan found does)"}),
+)
+
+
 def add_arguments(group: Any) -> None:
     """``--slice``, ``--metric`` and ``--min-metric`` on ``group`` (a parser or a group)."""
-    group.add_argument("--slice", metavar="NAME=OUTPUT:AXIS:START:STOP[,...]",
-                       help="name elements START..STOP-1 of OUTPUT along AXIS as an output of "
-                       "its own, with its own figure (a detector's class scores apart from its "
-                       "boxes); in the model figure only where --outputs names it")
-    group.add_argument("--metric", metavar="MODULE:FUNCTION",
-                       help="your function f(reference, quantized) -> number (higher is "
-                       "better) of the float and the quantized model's outputs (lists of "
-                       "arrays, graph order), reported beside the SQNR")
-    group.add_argument("--min-metric", type=float, metavar="X",
-                       help="with --metric and --budget: the plan keeps the metric >= X "
-                       "(refined on measured runs where it does not; 'not met' and exit "
-                       "status 1 where no plan found does)")
+    for flag, options in FLAGS:
+        group.add_argument(flag, **options)
 
 
 def views_from_args(args: Any) -> Views | None:
