@@ -55,6 +55,7 @@ from ..errors import QuantizationError
 from . import require
 from .chain_start import chain_or_start, latency_free_moves, planner_costs
 from .costs import timed
+from .form_choice import LOOKUPS, fastest_form, nbits_verdict
 from .forms.bias import bias_corrected
 from .forms.layered import LAYER_REGISTRY, export_forms, layers_of
 from .forms.layers import Layer, prepare
@@ -67,15 +68,11 @@ __all__ = ["METHODS", "SpeedCase", "SpeedPlan", "check_objectives", "nbits_verdi
 
 #: Calibration methods the start tries for the chain tensors.
 METHODS = ("minmax", "percentile", "mse")
-#: A form must measure at most this share of the float time to count as paying.
-PAYS = 0.97
 #: Rounds of moves (each measures every quantized layer's gain from the current plan).
 ROUNDS = 3
 #: After the first round, only this many layers (those whose moves gained but were not kept,
 #: best-ranked first) are measured again.
 RECHECK = 12
-#: A weight-only lookup may add this share of the float layers' time (its gain is the file).
-FREE = 0.01
 SMOOTH_ALPHA = 0.5
 #: A move must gain more than this many dB (smaller gains cost time no user sees).
 MIN_GAIN = 0.02
@@ -87,8 +84,6 @@ START_RATE = 0.03
 _CHAIN = {f.name: f.chain for f in LAYER_REGISTRY}
 #: Bits per weight of a form (8 where not named).
 _BITS = {"float": 32, "weight-only-int4": 4, **{f: 4 for f in NBITS_LAYER_FORMS}}
-#: The weight-only forms of a table lookup, fewest bits first.
-_LOOKUPS = ("weight-only-int4", "weight-only")
 
 
 def check_objectives(min_sqnr: float | None, max_latency: float | None) -> None:
@@ -239,7 +234,7 @@ class _Planner:
                                                 {t: self.values[t] for t in
                                                  chain_tensors(self.model, allin)}, method)
         base = self.specs_by[method]
-        return chain_specs_subset(self.model, inside, tensors, base)
+        return {t: base[t] for t in tensors if t in base}
 
     def export(self, forms: Mapping[str, str], method: str) -> Any:
         model = self.model
@@ -251,59 +246,6 @@ class _Planner:
 
     def sqnr(self, forms: Mapping[str, str], method: str) -> float:
         return self.case.deployed_sqnr(self.export(forms, method))
-
-
-def chain_specs_subset(model: Any, inside: set[str], tensors: Sequence[str],
-                       base: Mapping[str, Any]) -> dict:
-    """The specs of ``tensors`` taken from ``base`` (the all-static calibration), with the
-    clamp rule applied again for this subset (a clamp may not fold where its input is now read
-    by a float node)."""
-    return {t: base[t] for t in tensors if t in base}
-
-
-def _fastest(costs: Mapping[str, float], forms: Sequence[str], total_ms: float
-             ) -> tuple[str, str]:
-    """(form, why) of a layer: its fastest integer form if it pays (module doc), else float.
-    A weight-only lookup (``weight-only-int4``, else ``weight-only``: only the file shrinks; a
-    plan moves it only to the other one) is taken when it adds at most
-    :data:`FREE` of the float layers' total time."""
-    lookups = [f for f in _LOOKUPS if f in forms and f in costs]  # fewest bits first
-    if lookups:
-        for f in lookups:
-            added = costs[f] - costs.get("float", 0.0)
-            if added <= FREE * total_ms:
-                return f, f"{f} adds {added:.3f} ms (the file shrinks)"
-        return "float", f"{lookups[-1]} would add {added:.3f} ms"
-    quant = [f for f in forms if f != "float" and f in costs]
-    if not quant:
-        return "float", "no integer form for this op"
-    best = min(quant, key=lambda f: costs[f])
-    ratio = costs[best] / costs["float"] if costs.get("float") else math.inf
-    if ratio > PAYS:
-        return "float", f"no form pays on this CPU: {best} measured {ratio:.2f}x float"
-    return best, f"{best} measured {ratio:.2f}x float"
-
-
-def nbits_verdict(costs: Mapping[str, Mapping[str, float]]) -> dict[str, Any]:
-    """Whether 4 bits pay on this CPU, said before the export: over the layers that can take a
-    4-bit form, the fastest such form's summed time against float and the fastest 8-bit
-    integer form (``{}`` where no layer has a 4-bit form)."""
-    rows = [c for c in costs.values() if any(f in c for f in NBITS_LAYER_FORMS)]
-    if not rows:
-        return {}
-    fl = sum(c["float"] for c in rows)
-    four = {f: sum(c[f] for c in rows) for f in NBITS_LAYER_FORMS if all(f in c for c in rows)}
-    best = min(four, key=four.get)
-    eight = [f for f in ("dynamic", "qlinear") if all(f in c for c in rows)]
-    e8 = min((sum(c[f] for c in rows) for f in eight), default=math.inf)
-    pays = four[best] <= PAYS * min(fl, e8)
-    text = (f"4 bits {'pay' if pays else 'do not pay'} on this CPU: {best} measured "
-            f"{four[best] / fl:.2f}x float" + (f", {four[best] / e8:.2f}x the 8-bit forms"
-                                               if math.isfinite(e8) else "")
-            + " over the layers that can take it"
-            + "; ".join([""] + [f"{f} {v / fl:.2f}x" for f, v in sorted(four.items())]))
-    return {"pays": pays, "form": best, "x_float": four[best] / fl,
-            "x_8bit": four[best] / e8 if math.isfinite(e8) else None, "text": text}
 
 
 def _start_candidates(p: _Planner, costs: Mapping[str, Mapping[str, float]], total: float,
@@ -320,7 +262,7 @@ def _start_candidates(p: _Planner, costs: Mapping[str, Mapping[str, float]], tot
         for x in p.layers:
             ok = [f for f in x.forms if (chain or not _CHAIN[f])
                   and (four or f not in NBITS_LAYER_FORMS)]
-            forms[x.name], why[x.name] = _fastest(costs[x.name], ok, total)
+            forms[x.name], why[x.name] = fastest_form(costs[x.name], ok, total)
         quantizes = any(forms[x.name] != "float" for x in p.layers if x.op != "Gather")
         if quantizes and not any(f == forms for f, _ in out.values()):
             out[name] = (forms, why)
@@ -501,8 +443,8 @@ class _Round:
             c = costs[x.name]
             for to in x.forms:
                 if (to == f or to not in c or to in NBITS_LAYER_FORMS
-                        or (f in _LOOKUPS) != (to in _LOOKUPS)
-                        or (to != "float" and c[to] >= c["float"] and to not in _LOOKUPS)):
+                        or (f in LOOKUPS) != (to in LOOKUPS)
+                        or (to != "float" and c[to] >= c["float"] and to not in LOOKUPS)):
                     continue
                 gain = p.sqnr(dict(forms, **{x.name: to}), method) - cur
                 if gain > MIN_GAIN:
