@@ -13,13 +13,13 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .costs import in_chain_costs, layer_costs, timed
-from .forms.qlinear import chain_nodes, weight_qmax
+from .forms.qlinear import chain_nodes
 
 __all__ = ["chain_or_start", "latency_free_moves", "planner_costs"]
 
 
 def planner_costs(p: Any, repeats: int, log: Callable[[str], None]
-           ) -> dict[str, dict[str, float]]:
+                  ) -> dict[str, dict[str, float]]:
     """Each layer's cost per form. A conv net's static layers are costed in the chain, from
     one profiled run of the float model and one of the export with every static-capable layer
     in ``qlinear`` (:func:`qcore.model.costs.in_chain_costs`: onnxruntime's static quantizer
@@ -79,20 +79,24 @@ def latency_free_moves(p: Any, forms: Mapping[str, str], best: tuple[str, float]
     if best[1] < math.inf and p.qmax < 127 and any(f == "qlinear" for f in forms.values()):
         # 8-bit weights where the kernels may saturate: the measured (deployed) figure says
         # whether saturation costs more than the 7th bit gains on these inputs
-        p.qmax = 127
-        s = p.sqnr(forms, best[0])
-        log(f"start, 8-bit weights (the u8s8 kernels saturate here): {s:.2f} dB")
-        if s > best[1]:
-            best = (best[0], s)
-        else:
-            p.qmax = weight_qmax()
+        best = _kept_if_higher(p, "qmax", 127, forms, best, log,
+                               "8-bit weights (the u8s8 kernels saturate here)")
     if best[1] < math.inf and any(forms.get(x.name) == "qlinear" and x.op == "Conv"
                                   for x in p.layers):
-        p.bias_correct = True
-        s = p.sqnr(forms, best[0])
-        log(f"start, bias correction: {s:.2f} dB")
-        if s > best[1]:
-            best = (best[0], s)
-        else:
-            p.bias_correct = False
+        best = _kept_if_higher(p, "bias_correct", True, forms, best, log, "bias correction")
+    return best
+
+
+def _kept_if_higher(p: Any, setting: str, value: Any, forms: Mapping[str, str],
+                    best: tuple[str, float], log: Callable[[str], None], label: str
+                    ) -> tuple[str, float]:
+    """The planner's ``setting`` set to ``value`` and kept where the start's measured SQNR
+    rises above ``best``; put back otherwise."""
+    before = getattr(p, setting)
+    setattr(p, setting, value)
+    s = p.sqnr(forms, best[0])
+    log(f"start, {label}: {s:.2f} dB")
+    if s > best[1]:
+        return (best[0], s)
+    setattr(p, setting, before)
     return best
